@@ -1,0 +1,12 @@
+// commands.h — registration functions of the `lowbit` subcommands (one file per command family).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace lowbit {
+
+void register_formats_command(CLI::App& app);
+void register_hadamard_command(CLI::App& app);
+void register_demo_command(CLI::App& app);
+
+}  // namespace lowbit

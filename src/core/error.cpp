@@ -1,0 +1,2 @@
+// error.cpp — anchors the Error vtable in one translation unit.
+#include "core/error.h"
