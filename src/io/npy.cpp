@@ -201,15 +201,13 @@ std::vector<uint8_t> npy_serialize_f32(const std::vector<int64_t>& shape, const 
     size_t total = 10 + header.size() + 1;
     header.append((64 - total % 64) % 64, ' ');
     header += '\n';
-    std::vector<uint8_t> out;
-    out.reserve(10 + header.size() + count * 4);
-    const char magic[] = "\x93NUMPY\x01\x00";
-    out.insert(out.end(), magic, magic + 8);
-    out.push_back(uint8_t(header.size() & 0xFF));
-    out.push_back(uint8_t(header.size() >> 8));
-    out.insert(out.end(), header.begin(), header.end());
-    const uint8_t* d = reinterpret_cast<const uint8_t*>(data);
-    out.insert(out.end(), d, d + count * 4);
+    // Assembled with memcpy: GCC 12 warns falsely (-Wstringop-overflow) on vector::insert here.
+    std::vector<uint8_t> out(10 + header.size() + count * 4);
+    std::memcpy(out.data(), "\x93NUMPY\x01\x00", 8);
+    out[8] = uint8_t(header.size() & 0xFF);
+    out[9] = uint8_t(header.size() >> 8);
+    std::memcpy(out.data() + 10, header.data(), header.size());
+    if (count) std::memcpy(out.data() + 10 + header.size(), data, count * 4);
     return out;
 }
 
