@@ -1,0 +1,67 @@
+"""check_cli.py — the `lowbit` command line as a user meets it: --help everywhere, exit codes
+(0 ok, 2 usage, 3 bad input), clear messages, valid --json, and no partial output files on errors."""
+import json
+import os
+
+import numpy as np
+
+from crosscheck_common import Checker
+
+c = Checker(__doc__)
+
+for argv in (["--help"], ["formats", "--help"], ["formats", "roundtrip", "--help"], ["formats", "list", "--help"],
+             ["formats", "pack", "--help"], ["formats", "cast", "--help"], ["formats", "codes", "--help"],
+             ["hadamard", "--help"], ["demo", "--help"]):
+    r = c.lowbit(*argv, expect_rc=None)
+    c.check(f"{' '.join(argv)} exits 0", r.returncode == 0, r.stderr)
+    c.check(f"{' '.join(argv)} prints usage", "Usage" in r.stdout or "usage" in r.stdout.lower(), r.stdout[:200])
+
+r = c.lowbit("formats", "list", "--json")
+names = [f["name"] for f in json.loads(r.stdout)]
+c.check("formats list --json names every format", {"mxfp4", "nvfp4", "int4", "q4_0", "mxint8"} <= set(names), names)
+
+x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+good = c.path("cli_good.npy")
+np.save(good, x)
+out = c.path("cli_out.npy")
+r = c.lowbit("formats", "roundtrip", "--format", "mxfp4", "--json", good, out)
+rep = json.loads(r.stdout)
+c.check("roundtrip --json has the error statistics", {"mse", "sqnr_db", "bits_per_element"} <= set(rep), rep)
+c.check("roundtrip writes a float32 .npy of the same shape", np.load(out).shape == (4, 64))
+
+# usage errors → 2
+r = c.lowbit("formats", "roundtrip", "--format", "nosuch", good, out, expect_rc=None)
+c.check("unknown format exits 2", r.returncode == 2, r.returncode)
+c.check("unknown format lists the known ones", "mxfp4" in r.stderr, r.stderr)
+r = c.lowbit("formats", "roundtrip", "--format", "q4_0", "--rounding", "stochastic", good, out, expect_rc=None)
+c.check("rounding on a GGUF format exits 2", r.returncode == 2, r.stderr)
+r = c.lowbit("formats", "roundtrip", good, expect_rc=None)
+c.check("missing arguments exit 2", r.returncode == 2, r.returncode)
+
+# input errors → 3, no output left behind
+for label, content in (("truncated", open(good, "rb").read()[:-7]), ("garbage", b"not an npy file at all")):
+    bad, bad_out = c.path(f"cli_{label}.npy"), c.path(f"cli_{label}_out.npy")
+    open(bad, "wb").write(content)
+    if os.path.exists(bad_out):
+        os.remove(bad_out)
+    r = c.lowbit("formats", "roundtrip", "--format", "mxfp4", bad, bad_out, expect_rc=None)
+    c.check(f"{label} input exits 3", r.returncode == 3, (r.returncode, r.stderr))
+    c.check(f"{label} input names the file", bad in r.stderr, r.stderr)
+    c.check(f"{label} input leaves no output", not os.path.exists(bad_out))
+    c.check(f"{label} input leaves no temporary", not any(f.startswith(os.path.basename(bad_out) + ".tmp")
+                                                          for f in os.listdir(c.args.tmp)))
+odd = c.path("cli_odd.npy")
+np.save(odd, np.ones((3, 48), np.float32))
+r = c.lowbit("formats", "roundtrip", "--format", "mxfp4", odd, out, expect_rc=None)
+c.check("non-divisible shape exits 3", r.returncode == 3, r.returncode)
+c.check("non-divisible shape explains", "multiple of the block size 32" in r.stderr, r.stderr)
+r = c.lowbit("formats", "roundtrip", "--format", "mxfp4", c.path("does_not_exist.npy"), out, expect_rc=None)
+c.check("missing file exits 3", r.returncode == 3 and "cannot open" in r.stderr, r.stderr)
+
+# hadamard: unsupported size gets advice
+np.save(odd, np.ones((2, 19 * 16), np.float32))
+r = c.lowbit("hadamard", odd, out, expect_rc=None)
+c.check("hadamard of 304 columns exits 3", r.returncode == 3, (r.returncode, r.stderr))
+c.check("hadamard suggests a block-diagonal transform", "block" in r.stderr, r.stderr)
+
+c.finish()
