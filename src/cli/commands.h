@@ -8,5 +8,6 @@ namespace lowbit {
 void register_formats_command(CLI::App& app);
 void register_hadamard_command(CLI::App& app);
 void register_demo_command(CLI::App& app);
+void register_analyze_command(CLI::App& app);
 
 }  // namespace lowbit

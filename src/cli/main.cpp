@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     lowbit::register_formats_command(app);
     lowbit::register_hadamard_command(app);
     lowbit::register_demo_command(app);
+    lowbit::register_analyze_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -24,7 +24,7 @@ struct FormatInfo {
 };
 
 // The default shared-scale rule of MX formats (chosen by measurement: docs/formats.md).
-constexpr ScaleRule kDefaultScaleRule = ScaleRule::rceil;
+constexpr ScaleRule kDefaultScaleRule = ScaleRule::midmax;
 
 const std::vector<FormatInfo>& all_formats();
 // Looks a format up by name; Error(usage) listing the valid names when unknown.

@@ -1,0 +1,155 @@
+// lp_matmul.cpp — CPU reference (emulation) of the low-precision GEMM: quantize → dequantize → FP32 GEMM.
+#include "adahop/lp_matmul.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+#include "hadamard/hadamard.h"
+
+namespace lowbit {
+
+namespace {
+
+float round_bf16(float x) {
+    const ElementSpec s = element_spec(ElementType::bf16);
+    return decode_element(s, encode_element(s, x, Rounding::nearest_even, Overflow::special));
+}
+
+std::vector<float> high_precision_copy(const float* t, int64_t n, const LpMatmulOptions& opts) {
+    std::vector<float> v(t, t + n);
+    if (opts.high_precision_bf16)
+        for (float& x : v) x = round_bf16(x);
+    return v;
+}
+
+void rotate(std::vector<float>& t, int64_t rows, int64_t cols, int axis, int64_t block) {
+    HadamardOptions h;
+    h.block = block;
+    h.axis = axis;
+    hadamard_transform(t.data(), rows, cols, h);
+}
+
+// K is the reduction axis: axis 1 of the left operand, axis 0 of the right one.
+int k_axis(Side s) { return s == Side::left ? 1 : 0; }
+
+}  // namespace
+
+QuantizedOperand quantize_operand(const float* t, int64_t rows, int64_t cols, Side side, Rounding rounding, uint64_t seed,
+                                  const LpMatmulOptions& opts) {
+    QuantizedOperand q;
+    q.side = side;
+    q.rows = rows;
+    q.cols = cols;
+    q.nvfp4 = opts.nvfp4;
+    const QuantizeOptions qo{k_axis(side), rounding, seed};
+    if (opts.nvfp4) q.nv = nvfp4_quantize(t, rows, cols, qo);
+    else q.mx = mx_quantize(t, rows, cols, opts.element, opts.scale_rule, qo);
+    return q;
+}
+
+std::vector<float> QuantizedOperand::dequantize() const {
+    std::vector<float> out(size_t(rows * cols));
+    if (nvfp4) nvfp4_dequantize(nv, out.data());
+    else mx_dequantize(mx, out.data());
+    return out;
+}
+
+size_t QuantizedOperand::storage_bytes() const {
+    if (nvfp4) return size_t(rows * cols) / 2 + nv.block_scales.size() + 4;
+    return size_t(rows * cols) * size_t(mx_spec(mx.element).bits()) / 8 + mx.scales.size();
+}
+
+size_t PreparedOperand::storage_bytes() const {
+    return (has_quantized ? quantized.storage_bytes() : 0) + 2 * (high_precision.size() + slice.size()) + 4 * indices.size();
+}
+
+PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts) {
+    PreparedOperand p;
+    p.side = side;
+    p.strategy = s;
+    p.rows = rows;
+    p.cols = cols;
+    const int64_t n = rows * cols;
+    const Rounding rnd = side == Side::left ? opts.rounding_a : opts.rounding_b;
+    const uint64_t seed = side == Side::left ? opts.seed_a : opts.seed_b;
+    const bool needs_hp = s == Strategy::full || (s == Strategy::iht_oe_left && side == Side::right) ||
+                          (s == Strategy::iht_oe_right && side == Side::left);
+    if (needs_hp) p.high_precision = high_precision_copy(t, n, opts);
+    if (s == Strategy::full) return p;
+
+    std::vector<float> work;
+    const bool extract = (s == Strategy::iht_oe_left && side == Side::left) || (s == Strategy::iht_oe_right && side == Side::right);
+    if (extract) {
+        OutlierSplit sp = side == Side::left ? split_outlier_rows(t, rows, cols, opts.oe_k, opts.oe_metric)
+                                             : split_outlier_cols(t, rows, cols, opts.oe_k, opts.oe_metric);
+        work = std::move(sp.clean);
+        p.slice = high_precision_copy(sp.slice.data(), int64_t(sp.slice.size()), opts);
+        p.indices = std::move(sp.indices);
+    } else {
+        work.assign(t, t + n);
+    }
+    if (s == Strategy::oht) rotate(work, rows, cols, 1 - k_axis(side), 0);            // outer dimension, full size
+    else if (s != Strategy::plain) rotate(work, rows, cols, k_axis(side), kIhtBlock);  // inner dimension, H₃₂ blocks
+    p.has_quantized = true;
+    if (opts.quantize) p.quantized = quantize_operand(work.data(), rows, cols, side, rnd, seed, opts);
+    else p.unquantized = std::move(work);  // identity quantizer (exactness identities)
+    return p;
+}
+
+namespace {
+
+// The dense (transformed) operand the main product uses.
+std::vector<float> main_operand(const PreparedOperand& p, const LpMatmulOptions& opts) {
+    return opts.quantize ? p.quantized.dequantize() : p.unquantized;
+}
+
+}  // namespace
+
+void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, const LpMatmulOptions& opts, float* c) {
+    if (a.side != Side::left || b.side != Side::right)
+        fail(ErrorKind::usage, "lp_matmul: operands must be prepared as (left, right)");
+    if (a.strategy != b.strategy)
+        fail(ErrorKind::usage, "lp_matmul: operands prepared for different strategies ({} vs {})", strategy_name(a.strategy),
+             strategy_name(b.strategy));
+    if (a.cols != b.rows)
+        fail(ErrorKind::input, "lp_matmul: inner dimensions differ: A is {}x{}, B is {}x{}", a.rows, a.cols, b.rows, b.cols);
+    const int64_t m = a.rows, k = a.cols, n = b.cols;
+    const Strategy s = a.strategy;
+    if (s == Strategy::full) {
+        gemm_f32(m, n, k, a.high_precision.data(), k, false, b.high_precision.data(), n, false, c, n);
+    } else {
+        std::vector<float> am = main_operand(a, opts), bm = main_operand(b, opts);
+        gemm_f32(m, n, k, am.data(), k, false, bm.data(), n, false, c, n);
+        if (s == Strategy::oht) {
+            std::vector<float> cv(c, c + m * n);
+            rotate(cv, m, n, 0, 0);
+            rotate(cv, m, n, 1, 0);
+            std::copy(cv.begin(), cv.end(), c);
+        }
+    }
+    if (s == Strategy::iht_oe_left && !a.indices.empty()) {
+        const int64_t kk = int64_t(a.indices.size());
+        std::vector<float> rows(size_t(kk * n));
+        gemm_f32(kk, n, k, a.slice.data(), k, false, b.high_precision.data(), n, false, rows.data(), n);
+        for (int64_t i = 0; i < kk; ++i) std::copy(rows.begin() + i * n, rows.begin() + (i + 1) * n, c + int64_t(a.indices[size_t(i)]) * n);
+    }
+    if (s == Strategy::iht_oe_right && !b.indices.empty()) {
+        const int64_t kk = int64_t(b.indices.size());
+        std::vector<float> cols(size_t(m * kk));
+        gemm_f32(m, kk, k, a.high_precision.data(), k, false, b.slice.data(), kk, false, cols.data(), kk);
+        for (int64_t r = 0; r < m; ++r)
+            for (int64_t j = 0; j < kk; ++j) c[r * n + b.indices[size_t(j)]] = cols[size_t(r * kk + j)];
+    }
+    if (opts.output_bf16)
+        for (int64_t i = 0; i < m * n; ++i) c[i] = round_bf16(c[i]);
+}
+
+void lp_matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, Strategy s, const LpMatmulOptions& opts,
+               float* c) {
+    PreparedOperand pa = lp_prepare(a, m, k, Side::left, s, opts);
+    PreparedOperand pb = lp_prepare(b, k, n, Side::right, s, opts);
+    lp_matmul_prepared(pa, pb, opts, c);
+}
+
+}  // namespace lowbit

@@ -1,0 +1,81 @@
+// lp_matmul.h — AdaHOP's low-precision GEMM C = A·B (A: M×K, B: K×N, row-major) with both operands
+// quantized to an MX format (MXFP4 by default; any MX element or NVFP4) in blocks along the reduction
+// dimension K, under a Strategy (strategy_plan.h), FP32 accumulation, FP32 or BF16 output.
+//   plain        C = deq(Q(A)) · deq(Q(B))
+//   iht          C = deq(Q(A·H)) · deq(Q(H·B))                 H = block-diagonal H₃₂ along K
+//   iht_oe_left  (Ac, As, i) = top-k rows of A;  C = deq(Q(Ac·H))·deq(Q(H·B));  C[i,:] = As·B  (high precision)
+//   iht_oe_right (Bc, Bs, j) = top-k cols of B;  C = deq(Q(A·H))·deq(Q(H·Bc));  C[:,j] = A·Bs
+//   full         C = bf16(A) · bf16(B)
+//   oht          C = H_M · (deq(Q(H_M·A)) · deq(Q(B·H_N))) · H_N  (full-dimension Hadamards of M and N;
+//                analysis only — it rotates outer dimensions, which is what HALO does)
+// "High precision" is BF16 (operands rounded to BF16, FP32 accumulation) unless opts.high_precision_bf16
+// is false (then FP32: the slivers are exact). With opts.quantize = false every strategy returns A·B up
+// to FP32 rounding (Hadamards are orthonormal and OE slices are exact).
+//
+// For training, an operand can be prepared once (quantized, rotated, split) and saved instead of its
+// BF16 original — PreparedOperand holds exactly what the GEMM needs, and storage_bytes() counts it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "adahop/outlier_extraction.h"
+#include "adahop/strategy_plan.h"
+#include "formats/format_registry.h"
+#include "formats/nvfp4.h"
+
+namespace lowbit {
+
+constexpr int64_t kIhtBlock = 32;
+
+struct LpMatmulOptions {
+    bool quantize = true;
+    bool nvfp4 = false;                         // NVFP4 instead of MX
+    MxElement element = MxElement::e2m1;        // MX element type
+    ScaleRule scale_rule = kDefaultScaleRule;
+    Rounding rounding_a = Rounding::nearest_even;  // stochastic rounding is switchable per operand
+    Rounding rounding_b = Rounding::nearest_even;
+    uint64_t seed_a = 0, seed_b = 1;
+    int64_t oe_k = 64;
+    OutlierMetric oe_metric = OutlierMetric::l2;
+    bool high_precision_bf16 = true;
+    bool output_bf16 = false;
+};
+
+enum class Side : uint8_t { left, right };
+
+// One operand quantized along K (left M×K: blocks along rows; right K×N: blocks down columns, stored
+// K-major as [N][K]).
+struct QuantizedOperand {
+    Side side = Side::left;
+    int64_t rows = 0, cols = 0;
+    bool nvfp4 = false;
+    MxMatrix mx;
+    Nvfp4Matrix nv;
+    std::vector<float> dequantize() const;  // row-major rows × cols
+    size_t storage_bytes() const;           // packed payload + scales
+};
+
+QuantizedOperand quantize_operand(const float* t, int64_t rows, int64_t cols, Side side, Rounding rounding, uint64_t seed,
+                                  const LpMatmulOptions& opts);
+
+struct PreparedOperand {
+    Side side = Side::left;
+    Strategy strategy = Strategy::iht;
+    int64_t rows = 0, cols = 0;
+    bool has_quantized = false;
+    QuantizedOperand quantized;              // the (rotated, cleaned) operand in MX/NVFP4
+    std::vector<float> high_precision;       // the whole operand (BF16-rounded) when the strategy needs it
+    std::vector<float> slice;                // OE: rows of A (k×K) or columns of B (K×k)
+    std::vector<int32_t> indices;
+    std::vector<float> unquantized;          // opts.quantize = false: the transformed operand, unrounded
+    size_t storage_bytes() const;            // quantized bytes + 2 bytes per BF16 value + 4 per index
+};
+
+PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts);
+// c: M×N row-major. The operands must have been prepared for the same strategy and matching K.
+void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, const LpMatmulOptions& opts, float* c);
+void lp_matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, Strategy s, const LpMatmulOptions& opts,
+               float* c);
+
+}  // namespace lowbit
