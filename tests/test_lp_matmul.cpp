@@ -1,0 +1,133 @@
+// test_lp_matmul.cpp — the low-precision GEMM (adahop/lp_matmul.h): exactness identities with quantization
+// off, exact OE rows/columns with it on, outlier extraction, prepared operands, storage accounting.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "adahop/lp_matmul.h"
+#include "adahop/pair_analysis.h"
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+
+using namespace lowbit;
+
+namespace {
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double e = 0, r = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        e += double(a[i] - b[i]) * double(a[i] - b[i]);
+        r += double(b[i]) * double(b[i]);
+    }
+    return std::sqrt(e / r);
+}
+const Strategy kAll[] = {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right, Strategy::full, Strategy::oht};
+}  // namespace
+
+TEST(LpMatmul, EveryStrategyIsExactWithoutQuantization) {
+    const int64_t m = 64, k = 96, n = 128;
+    auto a = synthetic_operand(m, k, Pattern::row, 1), b = synthetic_operand(k, n, Pattern::col, 2);
+    std::vector<float> ref(size_t(m * n)), c(ref.size());
+    gemm_f32(m, n, k, a.data(), k, false, b.data(), n, false, ref.data(), n);
+    LpMatmulOptions o;
+    o.quantize = false;
+    o.high_precision_bf16 = false;
+    o.oe_k = 8;
+    for (Strategy s : kAll) {
+        lp_matmul(a.data(), b.data(), m, k, n, s, o, c.data());
+        EXPECT_LT(rel_diff(c, ref), 1e-6) << strategy_name(s);  // FP32 rounding only
+    }
+}
+
+TEST(LpMatmul, OeRowsAndColumnsEqualTheHighPrecisionProduct) {
+    const int64_t m = 128, k = 64, n = 96;
+    auto a = synthetic_operand(m, k, Pattern::row, 3), b = synthetic_operand(k, n, Pattern::col, 4);
+    LpMatmulOptions o;
+    o.oe_k = 5;
+    std::vector<float> c(size_t(m * n)), hp(size_t(m * n));
+    // high-precision reference with BF16-rounded operands (what the sliver uses)
+    LpMatmulOptions full = o;
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::full, full, hp.data());
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht_oe_left, o, c.data());
+    PreparedOperand pa = lp_prepare(a.data(), m, k, Side::left, Strategy::iht_oe_left, o);
+    ASSERT_EQ(pa.indices.size(), 5u);
+    for (int32_t r : pa.indices)
+        for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(c[size_t(r * n + j)], hp[size_t(r * n + j)], 1e-4f * (1 + std::fabs(hp[size_t(r * n + j)])));
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht_oe_right, o, c.data());
+    PreparedOperand pb = lp_prepare(b.data(), k, n, Side::right, Strategy::iht_oe_right, o);
+    for (int32_t col : pb.indices)
+        for (int64_t i = 0; i < m; ++i) EXPECT_NEAR(c[size_t(i * n + col)], hp[size_t(i * n + col)], 1e-4f * (1 + std::fabs(hp[size_t(i * n + col)])));
+}
+
+TEST(LpMatmul, OeSelectsTheOutlierRows) {
+    const int64_t m = 200, k = 64;
+    auto a = synthetic_operand(m, k, Pattern::row, 7, 0.01, 20.0f);  // 2 outlier rows
+    auto sp = split_outlier_rows(a.data(), m, k, 2, OutlierMetric::l2);
+    auto sp2 = split_outlier_rows(a.data(), m, k, 2, OutlierMetric::absmax);
+    EXPECT_EQ(sp.indices, sp2.indices);
+    for (int32_t r : sp.indices) {
+        double norm = 0;
+        for (int64_t c = 0; c < k; ++c) {
+            norm += double(a[size_t(r * k + c)]) * a[size_t(r * k + c)];
+            EXPECT_EQ(sp.clean[size_t(r * k + c)], 0.0f);
+        }
+        EXPECT_GT(std::sqrt(norm / k), 10.0);
+    }
+    // ties rank the lower index first; k beyond the dimension takes all
+    EXPECT_EQ(top_k_indices({1, 3, 3, 2}, 2), (std::vector<int32_t>{1, 2}));
+    EXPECT_EQ(top_k_indices({5, 5, 5}, 1), (std::vector<int32_t>{0}));
+    EXPECT_EQ(top_k_indices({1, 2}, 10).size(), 2u);
+}
+
+TEST(LpMatmul, IhtHelpsInnerOutliersAndOeHelpsOuterOnes) {
+    const int64_t m = 256, k = 256, n = 256;
+    std::vector<float> c(size_t(m * n)), ref(c.size());
+    auto err = [&](Pattern pa, Pattern pb, Strategy s) {
+        auto a = synthetic_operand(m, k, pa, 11), b = synthetic_operand(k, n, pb, 12);
+        gemm_f32(m, n, k, a.data(), k, false, b.data(), n, false, ref.data(), n);
+        LpMatmulOptions o;
+        o.oe_k = 16;
+        lp_matmul(a.data(), b.data(), m, k, n, s, o, c.data());
+        return rel_diff(c, ref);
+    };
+    EXPECT_LT(err(Pattern::col, Pattern::row, Strategy::iht), 0.8 * err(Pattern::col, Pattern::row, Strategy::plain));
+    EXPECT_LT(err(Pattern::row, Pattern::none, Strategy::iht_oe_left), 0.6 * err(Pattern::row, Pattern::none, Strategy::iht));
+    EXPECT_LT(err(Pattern::none, Pattern::col, Strategy::iht_oe_right), 0.6 * err(Pattern::none, Pattern::col, Strategy::iht));
+}
+
+TEST(LpMatmul, PreparedOperandsMatchDirectCallAndCountBytes) {
+    const int64_t m = 64, k = 128, n = 32;
+    auto a = synthetic_operand(m, k, Pattern::none, 1), b = synthetic_operand(k, n, Pattern::none, 2);
+    LpMatmulOptions o;
+    o.rounding_b = Rounding::stochastic;
+    std::vector<float> c1(size_t(m * n)), c2(c1.size());
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c1.data());
+    PreparedOperand pa = lp_prepare(a.data(), m, k, Side::left, Strategy::iht, o);
+    PreparedOperand pb = lp_prepare(b.data(), k, n, Side::right, Strategy::iht, o);
+    lp_matmul_prepared(pa, pb, o, c2.data());
+    EXPECT_EQ(c1, c2);
+    // MXFP4: 4 bits per element + one byte per 32 → 4.25 bits
+    EXPECT_EQ(pa.storage_bytes(), size_t(m * k / 2 + m * k / 32));
+    PreparedOperand full = lp_prepare(a.data(), m, k, Side::left, Strategy::full, o);
+    EXPECT_EQ(full.storage_bytes(), size_t(m * k * 2));
+    // mismatched strategies / shapes are refused
+    PreparedOperand pf = lp_prepare(b.data(), k, n, Side::right, Strategy::full, o);
+    EXPECT_THROW(lp_matmul_prepared(pa, pf, o, c2.data()), Error);
+    EXPECT_THROW(lp_matmul_prepared(pb, pa, o, c2.data()), Error);
+}
+
+TEST(LpMatmul, Nvfp4AndMxfp8AreSelectable) {
+    const int64_t m = 32, k = 64, n = 32;
+    auto a = synthetic_operand(m, k, Pattern::none, 5), b = synthetic_operand(k, n, Pattern::none, 6);
+    std::vector<float> ref(size_t(m * n)), c(ref.size());
+    gemm_f32(m, n, k, a.data(), k, false, b.data(), n, false, ref.data(), n);
+    LpMatmulOptions o;
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c.data());
+    const double e4 = rel_diff(c, ref);
+    o.element = MxElement::e4m3;
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c.data());
+    EXPECT_LT(rel_diff(c, ref), e4 / 3);
+    o.nvfp4 = true;
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c.data());
+    EXPECT_LT(rel_diff(c, ref), e4);  // 16-blocks with E4M3 scales beat MXFP4 on Gaussian data
+}
