@@ -96,7 +96,9 @@ TEST(MxBlocks, ErrorBoundsForEveryElementAndRule) {
                 const float clip = s.max_value() * X;
                 const float bound = ax > clip ? ax - clip + 1e-30f : quantum / 2 * 1.0001f;
                 ASSERT_LE(std::fabs(y[size_t(i)] - x[size_t(i)]), bound) << mx_element_name(e) << " " << scale_rule_name(r) << " i=" << i;
-                if (r == ScaleRule::rceil) ASSERT_LE(ax, clip) << "rceil never clips";
+                if (r == ScaleRule::rceil) {
+                    ASSERT_LE(ax, clip) << "rceil never clips";
+                }
             }
         }
 }

@@ -31,7 +31,9 @@ TEST(StrategyPlan, TablesLv1Lv2) {
     EXPECT_EQ(l2.lookup(Pattern::none, Pattern::col), Strategy::iht_oe_right);
     for (int a = 0; a < 3; ++a)
         for (int b = 0; b < 3; ++b)
-            if (!(a == 1 && b == 1)) EXPECT_EQ(l1.pair[size_t(a)][size_t(b)], l2.pair[size_t(a)][size_t(b)]);
+            if (!(a == 1 && b == 1)) {
+                EXPECT_EQ(l1.pair[size_t(a)][size_t(b)], l2.pair[size_t(a)][size_t(b)]);
+            }
 }
 
 TEST(StrategyPlan, WorkedExamplesLv2) {

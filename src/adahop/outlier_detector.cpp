@@ -25,15 +25,9 @@ Pattern parse_pattern(const std::string& name) {
     fail(ErrorKind::usage, "unknown outlier pattern '{}' (row, col, none)", name);
 }
 
-namespace {
-
-struct Moments {
-    double mean = 0, std = 0, kurtosis = 0;
-};
-
 // Unbiased std and kurtosis (mean of standardised 4th powers) of n values.
-Moments moments(const double* v, int64_t n) {
-    Moments m;
+VarianceMoments variance_moments(const double* v, int64_t n) {
+    VarianceMoments m;
     if (n < 2) return m;
     double s = 0;
     for (int64_t i = 0; i < n; ++i) s += v[i];
@@ -52,15 +46,12 @@ Moments moments(const double* v, int64_t n) {
     return m;
 }
 
-}  // namespace
-
-PatternStats pattern_from_variances(const double* row_var, int64_t rows, const double* col_var, int64_t cols,
-                                    const DetectorOptions& opt) {
+PatternStats pattern_from_moments(const VarianceMoments& mr, int64_t rows, const VarianceMoments& mc, int64_t cols,
+                                  const DetectorOptions& opt) {
     PatternStats st;
     st.rows = rows;
     st.cols = cols;
     if (rows < 2 || cols < 2) return st;
-    const Moments mr = moments(row_var, rows), mc = moments(col_var, cols);
     st.mean_row_variance = mr.mean;
     st.mean_col_variance = mc.mean;
     st.kurtosis_row = mr.kurtosis;
@@ -104,7 +95,7 @@ PatternStats detect_outlier_pattern(const float* x, int64_t rows, int64_t cols, 
             }
         for (int64_t c = c0; c < c1; ++c) col_var[size_t(c)] = rows > 1 ? col_var[size_t(c)] / double(rows - 1) : 0.0;
     });
-    return pattern_from_variances(row_var.data(), rows, col_var.data(), cols, opt);
+    return pattern_from_moments(variance_moments(row_var.data(), rows), rows, variance_moments(col_var.data(), cols), cols, opt);
 }
 
 }  // namespace lowbit

@@ -33,9 +33,16 @@ struct PatternStats {
     double mean_row_variance = 0, mean_col_variance = 0;
 };
 
-// Statistics of the per-row / per-column variances (R and C of them) — shared by the CPU and CUDA paths.
-PatternStats pattern_from_variances(const double* row_var, int64_t rows, const double* col_var, int64_t cols,
-                                    const DetectorOptions& opt);
+// Mean, unbiased std and kurtosis of a vector of variances.
+struct VarianceMoments {
+    double mean = 0, std = 0, kurtosis = 0;
+};
+VarianceMoments variance_moments(const double* v, int64_t n);
+
+// The label and statistics from the moments of the R row variances and C column variances — shared by
+// the CPU path and the CUDA path (which computes the moments on the device).
+PatternStats pattern_from_moments(const VarianceMoments& row, int64_t rows, const VarianceMoments& col, int64_t cols,
+                                  const DetectorOptions& opt);
 
 // x is row-major rows × cols (leading dimensions of a tensor flattened into rows). NaN/Inf → Error(input).
 PatternStats detect_outlier_pattern(const float* x, int64_t rows, int64_t cols, const DetectorOptions& opt = {});
