@@ -20,7 +20,7 @@ using namespace lowbit;
 
 namespace {
 
-const std::vector<int> all_base_orders = {12, 20, 28, 36, 52, 60, 108, 140, 156, 172};
+const std::vector<int> all_base_orders = {12, 20, 28, 36, 52, 60, 76, 108, 140, 148, 156, 172};
 
 std::vector<float> random_vector(size_t n, uint32_t seed) {
     std::mt19937 gen(seed);
@@ -191,16 +191,18 @@ TEST(HadamardOrders, Factorisation) {
         EXPECT_EQ(o.pow2, c.pow2) << c.n;
         EXPECT_EQ(int64_t(o.base) * o.pow2, c.n);
     }
-    for (int64_t n : {0, -4, 3, 6, 10, 14, 44, 76, 100, 4864, 18944, 137})
+    for (int64_t n : {0, -4, 3, 6, 10, 14, 44, 92, 100, 5888, 137})
         EXPECT_FALSE(hadamard_order_supported(n)) << n;
 }
 
 TEST(HadamardOrders, AdviceText) {
-    EXPECT_EQ(hadamard_size_advice(4864),
-              "hadamard: size 4864 = 19·256 has no Hadamard order lowbit supports; use a block-diagonal "
-              "transform (--block 256) or pad to 4992 = 156·32");
-    EXPECT_EQ(hadamard_largest_block_dividing(18944), 512);
-    EXPECT_EQ(hadamard_next_supported_order(18944), 19968);
+    EXPECT_EQ(hadamard_size_advice(5888),
+              "hadamard: size 5888 = 23·256 has no Hadamard order lowbit supports; use a block-diagonal "
+              "transform (--block 256) or pad to 6144 = 12·512");
+    EXPECT_EQ(hadamard_largest_block_dividing(5888), 256);
+    EXPECT_TRUE(hadamard_order_supported(4864));   // Qwen2.5-0.5B FFN: 76·64
+    EXPECT_TRUE(hadamard_order_supported(18944));  // Qwen2.5-7B FFN: 148·128
+    EXPECT_EQ(hadamard_next_supported_order(5888), 6144);
     EXPECT_EQ(hadamard_largest_block_dividing(100), 20);
     EXPECT_EQ(hadamard_describe_size(4096), "2^12");
     EXPECT_EQ(hadamard_describe_size(11008), "172·64");
@@ -522,9 +524,9 @@ TEST(Hadamard, SpecialValuesFollowTheDefinition) {
 // Errors
 
 TEST(Hadamard, ErrorsForUnsupportedSizes) {
-    std::vector<float> x(4864, 1.0f);
-    expect_error([&] { hadamard_transform(x.data(), 1, 4864, HadamardOptions{}); }, ErrorKind::input,
-                 {"4864 = 19·256", "--block 256", "pad to 4992 = 156·32"});
+    std::vector<float> x(5888, 1.0f);
+    expect_error([&] { hadamard_transform(x.data(), 1, 5888, HadamardOptions{}); }, ErrorKind::input,
+                 {"5888 = 23·256", "--block 256", "pad to 6144 = 12·512"});
     expect_error([&] { fwht(x.data(), 12); }, ErrorKind::input, {"power-of-two", "12"});
     HadamardOptions opt;
     opt.block = 256;

@@ -25,7 +25,7 @@ const Strategy kAll[] = {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, 
 }  // namespace
 
 TEST(LpMatmul, EveryStrategyIsExactWithoutQuantization) {
-    const int64_t m = 64, k = 96, n = 128;
+    const int64_t m = 96, k = 96, n = 128;  // M = 12·8: OHT with a non-symmetric (Paley) Hadamard
     auto a = synthetic_operand(m, k, Pattern::row, 1), b = synthetic_operand(k, n, Pattern::col, 2);
     std::vector<float> ref(size_t(m * n)), c(ref.size());
     gemm_f32(m, n, k, a.data(), k, false, b.data(), n, false, ref.data(), n);

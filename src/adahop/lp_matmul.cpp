@@ -23,10 +23,11 @@ std::vector<float> high_precision_copy(const float* t, int64_t n, const LpMatmul
     return v;
 }
 
-void rotate(std::vector<float>& t, int64_t rows, int64_t cols, int axis, int64_t block) {
+void rotate(std::vector<float>& t, int64_t rows, int64_t cols, int axis, int64_t block, bool inverse = false) {
     HadamardOptions h;
     h.block = block;
     h.axis = axis;
+    h.inverse = inverse;
     hadamard_transform(t.data(), rows, cols, h);
 }
 
@@ -123,8 +124,9 @@ void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, cons
         gemm_f32(m, n, k, am.data(), k, false, bm.data(), n, false, c, n);
         if (s == Strategy::oht) {
             std::vector<float> cv(c, c + m * n);
-            rotate(cv, m, n, 0, 0);
-            rotate(cv, m, n, 1, 0);
+            // C' = H_M·A·B·H_Nᵀ  →  C = H_Mᵀ·C'·H_N (inverse transforms along both axes)
+            rotate(cv, m, n, 0, 0, true);
+            rotate(cv, m, n, 1, 0, true);
             std::copy(cv.begin(), cv.end(), c);
         }
     }

@@ -106,8 +106,10 @@ std::vector<BaseTable> build_base_tables() {
     t.push_back({36, "Paley II, q = 17", hadamard_paley2(17)});
     t.push_back({52, "Paley II, q = 25 (GF(25))", hadamard_paley2(25)});
     t.push_back({60, "Paley I, q = 59", hadamard_paley1(59)});
+    t.push_back({76, "Paley II, q = 37", hadamard_paley2(37)});  // Qwen2.5: 4864 = 76·64
     t.push_back({108, "Paley I, q = 107", hadamard_paley1(107)});
     t.push_back({140, "Paley I, q = 139", hadamard_paley1(139)});
+    t.push_back({148, "Paley II, q = 73", hadamard_paley2(73)});  // Qwen2.5-7B: 18944 = 148·128
     t.push_back({156, "Williamson array, n = 39",
                  hadamard_williamson(williamson_39[0], williamson_39[1], williamson_39[2], williamson_39[3])});
     t.push_back({172, "Williamson array, n = 43",

@@ -14,7 +14,7 @@ namespace lowbit {
 
 // Non-power-of-two base orders, ascending. 40·2^k is covered as 20·2^(k+1). Each is 4·(odd), so the
 // factorisation of n is unique: m = 4·odd(n) when that is a base order.
-inline constexpr int hadamard_base_orders[] = {12, 20, 28, 36, 52, 60, 108, 140, 156, 172};
+inline constexpr int hadamard_base_orders[] = {12, 20, 28, 36, 52, 60, 76, 108, 140, 148, 156, 172};
 
 // n = base · pow2; base = 1 for powers of two; base = 0 when n is not supported.
 struct HadamardOrder {

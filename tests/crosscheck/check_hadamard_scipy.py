@@ -127,9 +127,9 @@ for n in (11008, 14336):
 
 # 6. Unsupported sizes are refused with advice (exit 3) and leave no output.
 bad = c.path("hadamard_bad.npy")
-np.save(bad, np.ones((2, 4864), np.float32))
+np.save(bad, np.ones((2, 5888), np.float32))
 r = c.lowbit("hadamard", bad, c.path("hadamard_bad_out.npy"), expect_rc=None)
-c.check("size 4864 exits 3", r.returncode == 3, (r.returncode, r.stderr))
-c.check("size 4864 gives advice", "--block 256" in r.stderr and "pad to 4992" in r.stderr, r.stderr)
+c.check("size 5888 exits 3", r.returncode == 3, (r.returncode, r.stderr))
+c.check("size 5888 gives advice", "--block 256" in r.stderr and "pad to 6144" in r.stderr, r.stderr)
 
 c.finish()
