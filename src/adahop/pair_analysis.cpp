@@ -51,7 +51,8 @@ std::vector<PairResult> analyze_pairs(const PairAnalysisOptions& opt, void (*pro
                 double ref2 = 0;
                 for (float v : ref) ref2 += double(v) * double(v);
                 for (size_t si = 0; si < opt.strategies.size(); ++si) {
-                    lp_matmul(a.data(), b.data(), opt.m, opt.k, opt.n, opt.strategies[si], opt.lp, c.data());
+                    if (opt.matmul) opt.matmul(a.data(), b.data(), opt.m, opt.k, opt.n, opt.strategies[si], opt.lp, c.data());
+                    else lp_matmul(a.data(), b.data(), opt.m, opt.k, opt.n, opt.strategies[si], opt.lp, c.data());
                     double e2 = 0;
                     for (size_t i = 0; i < c.size(); ++i) e2 += double(c[i] - ref[i]) * double(c[i] - ref[i]);
                     r.rel_error[si] += std::sqrt(e2 / ref2) / opt.seeds;

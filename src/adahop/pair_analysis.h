@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "adahop/lp_matmul.h"
@@ -23,6 +24,8 @@ struct PairAnalysisOptions {
                                         Strategy::iht_oe_right};
     LpMatmulOptions lp;  // format, scale rule, rounding, oe_k, ...
     DetectorOptions detector;
+    // The GEMM under test (default: the CPU reference lp_matmul); the CLI plugs in the CUDA path.
+    std::function<void(const float*, const float*, int64_t, int64_t, int64_t, Strategy, const LpMatmulOptions&, float*)> matmul;
 };
 
 struct PairResult {

@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "adahop/pair_analysis.h"
+#if defined(LOWBIT_HAVE_CUDA)
+#include "adahop/cuda/lp_matmul_cuda.cuh"
+#endif
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -28,6 +31,7 @@ struct PairsArgs {
     int64_t oe_k = 64;
     std::string oe_metric = "l2";
     bool bf16_slivers = false;
+    std::string device = "cpu";
     bool json = false;
     std::string plot;
 };
@@ -62,6 +66,23 @@ void run_pairs(const PairsArgs& a) {
     opt.lp = lp_options(a);
     if (a.m <= 0 || a.n <= 0 || a.k <= 0 || a.k % 32 != 0 || a.seeds < 1)
         fail(ErrorKind::usage, "analyze pairs: M, N > 0, K a positive multiple of 32, seeds ≥ 1");
+#if defined(LOWBIT_HAVE_CUDA)
+    std::unique_ptr<LpMatmulCuda> gpu;
+    if (a.device == "cuda") {
+        if (!cuda_device_available()) fail(ErrorKind::runtime, "analyze pairs: --device cuda but no CUDA device is available");
+        gpu = std::make_unique<LpMatmulCuda>();
+        opt.matmul = [&gpu](const float* x, const float* y, int64_t m, int64_t k, int64_t n, Strategy s,
+                            const LpMatmulOptions& o, float* c) {
+            DeviceBuffer<float> dx(size_t(m * k)), dy(size_t(k * n)), dc(size_t(m * n));
+            dx.upload(x, size_t(m * k));
+            dy.upload(y, size_t(k * n));
+            gpu->matmul(dx.data(), dy.data(), m, k, n, s, o, dc.data());
+            dc.download(c, size_t(m * n));
+        };
+    }
+#else
+    if (a.device == "cuda") fail(ErrorKind::usage, "analyze pairs: this lowbit was built without CUDA");
+#endif
     ProgressLine progress("analyze pairs", 9LL * a.seeds * int64_t(opt.strategies.size()), "GEMMs");
     g_progress = &progress;
     auto results = analyze_pairs(opt, report_progress);
@@ -85,7 +106,7 @@ void run_pairs(const PairsArgs& a) {
                         {"b_cv_row", r.b_stats.cv_row}, {"b_cv_col", r.b_stats.cv_col},
                         {"relative_error", errs}, {"sqnr_db", sq}});
     }
-    nlohmann::json report = {{"m", a.m}, {"k", a.k}, {"n", a.n}, {"seeds", a.seeds}, {"format", a.format},
+    nlohmann::json report = {{"m", a.m}, {"k", a.k}, {"n", a.n}, {"seeds", a.seeds}, {"format", a.format}, {"device", a.device},
                              {"scale_rule", a.scale_rule}, {"rounding", a.rounding}, {"oe_k", a.oe_k},
                              {"oe_metric", a.oe_metric}, {"slivers", a.bf16_slivers ? "bf16" : "fp32"},
                              {"detector_correct", correct}, {"detector_total", 18}, {"pairs", rows}};
@@ -171,6 +192,8 @@ void register_analyze_command(CLI::App& app) {
     pairs->add_option("--oe-k", a->oe_k, "rows/columns extracted by OE");
     pairs->add_option("--oe-metric", a->oe_metric, "l2 | absmax")->check(CLI::IsMember({"l2", "absmax"}));
     pairs->add_flag("--bf16-slivers", a->bf16_slivers, "round OE slivers to BF16 (default: exact FP32 slivers)");
+    pairs->add_option("--device", a->device, "cpu (reference, default) | cuda (GPU emulation path)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     pairs->add_flag("--json", a->json, "machine-readable output");
     pairs->add_option("--plot", a->plot, "write the table as an SVG heatmap");
     pairs->callback([a] { run_pairs(*a); });

@@ -1,0 +1,63 @@
+// lp_matmul_cuda.cuh — the CUDA path of AdaHOP's low-precision GEMM (CPU reference: adahop/lp_matmul.h),
+// by emulation: rotate (block-32 Hadamard along K), quantize (MX or NVFP4, bit-identical to the CPU),
+// dequantize to BF16 (exact for every MX element type) and multiply with cuBLAS BF16 → FP32 accumulation.
+// NVFP4 values (E2M1 × E4M3 × FP32) are not exact in BF16, so NVFP4 runs the product in FP32 (cuBLAS SGEMM).
+// OE slivers and the full strategy use BF16 operands (or FP32 when opts.high_precision_bf16 is false).
+// OHT (analysis only) rotates M and N with dense Hadamard products (cuBLAS) instead of a fast transform.
+// The fast FP8 tensor-core path is a later piece of work (adahop.md §13.4–13.6).
+//
+// Prepared operands hold what a backward pass needs (codes, scales, BF16 slices, indices) on the device.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "adahop/cuda/outlier_extraction.cuh"
+#include "adahop/lp_matmul.h"
+
+namespace lowbit {
+
+struct PreparedOperandCuda {
+    Side side = Side::left;
+    Strategy strategy = Strategy::iht;
+    int64_t rows = 0, cols = 0;
+    bool quantized = false;              // codes/scales hold the (rotated, cleaned) operand
+    bool nvfp4 = false;
+    MxElement element = MxElement::e2m1;
+    DeviceBuffer<uint8_t> codes, scales;  // blocked layout (mx_quantize.cuh / nvfp4_quantize.cuh)
+    DeviceBuffer<float> tensor_scale;     // NVFP4 only (1 value)
+    DeviceBuffer<float> dense;            // opts.quantize = false: the transformed operand (FP32)
+    DeviceBuffer<float> high_precision;   // whole operand, BF16-rounded values (when the strategy needs it)
+    DeviceBuffer<float> slice;            // OE: rows of A (k × K) or columns of B (K × k)
+    DeviceBuffer<int32_t> indices;
+    int64_t k_extracted = 0;
+    size_t storage_bytes() const;         // as PreparedOperand::storage_bytes
+};
+
+// Owns the cuBLAS handle and scratch; one per stream.
+class LpMatmulCuda {
+public:
+    explicit LpMatmulCuda(cudaStream_t stream = 0);
+    ~LpMatmulCuda();
+    LpMatmulCuda(const LpMatmulCuda&) = delete;
+    LpMatmulCuda& operator=(const LpMatmulCuda&) = delete;
+
+    // t: device, row-major rows × cols FP32.
+    PreparedOperandCuda prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts);
+    // c: device, M × N FP32.
+    void matmul_prepared(const PreparedOperandCuda& a, const PreparedOperandCuda& b, const LpMatmulOptions& opts, float* c);
+    void matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, Strategy s, const LpMatmulOptions& opts, float* c);
+
+    // C (m × n) = A (m × k) · B (k × n), row-major FP32 in and out; BF16 operands (values must be exact in
+    // BF16 — callers round first) or FP32 ones.
+    void gemm(const float* a, const float* b, int64_t m, int64_t k, int64_t n, bool bf16_operands, float* c);
+
+private:
+    struct State;
+    std::unique_ptr<State> st_;
+};
+
+}  // namespace lowbit
