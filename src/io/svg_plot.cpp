@@ -44,13 +44,17 @@ std::string heatmap_svg(const Heatmap& h) {
                 hi = std::max(hi, v);
             }
     }
-    const int cw = 120, ch = 34, left = 120, top = 70;
-    const int width = left + int(nc) * cw + 20, height = top + int(nr) * ch + 40;
+    // Sizes from the text they must hold (≈ 7.5 px per character at 13 px, 9 px at 16 px bold).
+    size_t longest = 0;
+    for (const auto& l : h.row_labels) longest = std::max(longest, l.size());
+    const int cw = 120, ch = 34, top = 70, left = std::max(60, int(longest) * 8 + 20);
+    const int width = std::max({left + int(nc) * cw + 20, int(h.title.size()) * 9 + 40, int(h.value_label.size()) * 8 + left}),
+              height = top + int(nr) * ch + 40;
     std::string s = fmt::format(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"13\">\n"
         "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
         "<text x=\"{}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>\n",
-        width, height, left, escape(h.title));
+        width, height, 20, escape(h.title));
     for (size_t c = 0; c < nc; ++c)
         s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-weight=\"bold\">{}</text>\n",
                          left + int(c) * cw + cw / 2, top - 10, escape(h.col_labels[c]));
