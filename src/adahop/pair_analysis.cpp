@@ -47,7 +47,14 @@ std::vector<PairResult> analyze_pairs(const PairAnalysisOptions& opt, void (*pro
                     r.a_stats = detect_outlier_pattern(a.data(), opt.m, opt.k, opt.detector);
                     r.b_stats = detect_outlier_pattern(b.data(), opt.k, opt.n, opt.detector);
                 }
-                gemm_f32(opt.m, opt.n, opt.k, a.data(), opt.k, false, b.data(), opt.n, false, ref.data(), opt.n);
+                if (opt.matmul) {  // exact FP32 product on the same device as the GEMM under test
+                    LpMatmulOptions exact;
+                    exact.quantize = false;
+                    exact.high_precision_bf16 = false;
+                    opt.matmul(a.data(), b.data(), opt.m, opt.k, opt.n, Strategy::full, exact, ref.data());
+                } else {
+                    gemm_f32(opt.m, opt.n, opt.k, a.data(), opt.k, false, b.data(), opt.n, false, ref.data(), opt.n);
+                }
                 double ref2 = 0;
                 for (float v : ref) ref2 += double(v) * double(v);
                 for (size_t si = 0; si < opt.strategies.size(); ++si) {
