@@ -225,4 +225,12 @@ void block_hadamard_cuda(const __nv_bfloat16* in, __nv_bfloat16* out, int64_t ro
     block_hadamard_any(in, out, rows, cols, block, axis, stream);
 }
 
+void block_hadamard_cuda(float* x, int64_t rows, int64_t cols, int64_t block, int axis, cudaStream_t stream) {
+    block_hadamard_any<float>(x, x, rows, cols, block, axis, stream);
+}
+
+void block_hadamard_cuda(__nv_bfloat16* x, int64_t rows, int64_t cols, int64_t block, int axis, cudaStream_t stream) {
+    block_hadamard_any<__nv_bfloat16>(x, x, rows, cols, block, axis, stream);
+}
+
 }  // namespace lowbit

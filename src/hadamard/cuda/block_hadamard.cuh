@@ -20,5 +20,8 @@ void block_hadamard_cuda(const float* in, float* out, int64_t rows, int64_t cols
                          cudaStream_t stream = 0);
 void block_hadamard_cuda(const __nv_bfloat16* in, __nv_bfloat16* out, int64_t rows, int64_t cols, int64_t block, int axis,
                          cudaStream_t stream = 0);
+// In place (as the CPU's hadamard_transform).
+void block_hadamard_cuda(float* x, int64_t rows, int64_t cols, int64_t block, int axis, cudaStream_t stream = 0);
+void block_hadamard_cuda(__nv_bfloat16* x, int64_t rows, int64_t cols, int64_t block, int axis, cudaStream_t stream = 0);
 
 }  // namespace lowbit

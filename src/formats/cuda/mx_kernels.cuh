@@ -1,0 +1,381 @@
+// mx_kernels.cuh — device building blocks and the MX quantization kernel templates shared by the MX
+// quantizer (formats/cuda/mx_quantize.cu), NVFP4 (nvfp4_quantize.cu) and the fused Hadamard+MXFP4 kernel
+// (hadamard/cuda/hadamard_mxfp4.cu). Internal to lowbit_cuda: only .cu files include it.
+//
+// Every value the kernels produce goes through the LOWBIT_HD scalar functions of the CPU references
+// (mx_scale_code, mx_encode, fwht_unnormalized, counter_random24) or through an equivalent whose
+// equality is argued here and tested bit for bit (e2m1_fast.h; the Hadamard scale folding below).
+//
+// Layouts (formats/blocked_view.h): codes [outer][inner] (E2M1 packed two per byte, low nibble first),
+// scales [outer][inner/32]; axis 1: outer = rows, axis 0: outer = cols (the transpose).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "core/bits.h"
+#include "core/counter_rng.h"
+#include "formats/cuda/e2m1_fast.h"
+#include "formats/mx_block.h"
+#include "hadamard/hadamard.h"
+
+namespace lowbit::cuda_detail {
+
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+// ------------------------------------------------------------------------------------------------
+// Loads. BF16 → FP32 is exact (the 16 bits become the top half of the float).
+
+__device__ __forceinline__ void bf16x2_to_float(uint32_t w, float& lo, float& hi) {
+    lo = __uint_as_float(w << 16);
+    hi = __uint_as_float(w & 0xFFFF0000u);
+}
+
+// 8 consecutive elements; p must be 16-byte aligned (BF16) or 32-byte aligned (FP32: two 16-byte loads).
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+    bf16x2_to_float(u.x, v[0], v[1]);
+    bf16x2_to_float(u.y, v[2], v[3]);
+    bf16x2_to_float(u.z, v[4], v[5]);
+    bf16x2_to_float(u.w, v[6], v[7]);
+}
+
+__device__ __forceinline__ float load1(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float load1(const __nv_bfloat16* p) {
+    return __uint_as_float(uint32_t(__ldg(reinterpret_cast<const unsigned short*>(p))) << 16);
+}
+
+// Elements (r, c) and (r, c+1) at p. vec: one 4-byte (BF16) / 8-byte (FP32) load, needs c even and cols
+// even; else two scalar loads, the second only when has1.
+__device__ __forceinline__ void load_pair(const float* p, bool vec, bool has1, float& a, float& b) {
+    if (vec) {
+        const float2 f = __ldg(reinterpret_cast<const float2*>(p));
+        a = f.x;
+        b = f.y;
+    } else {
+        a = __ldg(p);
+        b = has1 ? __ldg(p + 1) : 0.0f;
+    }
+}
+__device__ __forceinline__ void load_pair(const __nv_bfloat16* p, bool vec, bool has1, float& a, float& b) {
+    if (vec) {
+        bf16x2_to_float(__ldg(reinterpret_cast<const unsigned int*>(p)), a, b);
+    } else {
+        a = load1(p);
+        b = has1 ? load1(p + 1) : 0.0f;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Block maxima. max.NaN (sm_80+) returns NaN when either input is NaN, so the float maximum of |x| over a
+// block has the same E8M0 consequence as the CPU's integer max of abs_bits: NaN/Inf → scale 0xFF, and for
+// finite values the float order of |x| is the integer order of abs_bits.
+
+__device__ __forceinline__ float max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else  // host compilation of this device code (CPU emulation of the kernels in development)
+    return (a != a || b != b) ? __uint_as_float(0x7FFFFFFFu) : (a > b ? a : b);
+#endif
+}
+__device__ __forceinline__ float max_nan_abs(float acc, float x) { return max_nan(acc, fabsf(x)); }
+
+// ------------------------------------------------------------------------------------------------
+// Hadamard pieces. In-register stages use fwht_unnormalized<N> (hadamard.h). A stage whose partner
+// element lives in another lane (h = 8·lane_mask for 8 elements per lane) is one shuffle and one fma.
+// With u = the lower lane's value and v = the upper lane's (the CPU's x[i] = u + v; x[i+h] = u − v):
+// the lower lane computes fma(u, +1, v) = u + v, the upper lane fma(v, −1, u) = u − v, each rounded once.
+template <int N>
+__device__ __forceinline__ void fwht_shuffle_stage(float (&v)[N], int lane_mask, int lane) {
+    const float sigma = (lane & lane_mask) ? -1.0f : 1.0f;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        const float other = __shfl_xor_sync(kFullMask, v[j], lane_mask);
+        v[j] = __fmaf_rn(v[j], sigma, other);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Stochastic rounding draws: counter_random24(seed, i) with the seed mix hoisted and i·K stepped by
+// addition (i·K mod 2^64 is linear in i, so the draws are bit-identical).
+
+struct RandomStream {
+    uint64_t mixed;
+    __device__ explicit RandomStream(uint64_t seed) : mixed(mix64(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull)) {}
+    // draw for the index whose product with the golden-ratio constant is ik
+    __device__ __forceinline__ uint32_t at_scaled(uint64_t ik) const { return uint32_t(mix64(mixed ^ ik) >> 40); }
+    static constexpr uint64_t kStep = 0x9E3779B97F4A7C15ull;
+};
+
+// ------------------------------------------------------------------------------------------------
+// Per-block scale and the fast E2M1 path.
+//
+// The reference encodes element y (= t·hs for the Hadamard path, else x) as
+//     encode_element(e2m1, scale_pow2(y, n), ...),   n = 127 − scale.
+// Fast path: xs = t·mult with mult = hs·2^n (Hadamard) or 2^n, one multiply. Equality:
+//   * plain: scale_pow2(x, n) is the single multiply x·2^n whenever n ≥ −126 (scale ≤ 253).
+//   * Hadamard: round(round(t·hs)·2^n) = round(t·(hs·2^n)) when t·hs and the product are normal numbers
+//     (rounding commutes with power-of-two scaling there; hs·2^n is exact for −123 ≤ n ≤ 127). With
+//     n ≤ 100 any element whose y is subnormal has |xs| < 2^-26 on both sides, so both encode to the
+//     sign alone (E2M1's smallest step is 0.25). Hence the fast path is taken for scale ∈ [27, 250];
+//     blocks with a smaller scale (amax < ~2^-98) take the reference path (a larger one cannot occur for
+//     a 32-point transform: |y| ≤ FLT_MAX·2^-2.5 gives scale ≤ 250).
+//   * NaN scale: codes are 0 (masked after packing); all-zero block: every t is ±0, xs = ±0 either way.
+// The amax of y is round(amax(|t|)·hs) because rounding is monotonic, so it is computed once per block.
+struct MxBlockScale {
+    uint32_t scale;  // E8M0 byte, 0xFF = NaN
+    float mult;      // E2M1 fast path multiplier (unused otherwise)
+    bool fast_ok;
+};
+
+template <bool kHad>
+__device__ __forceinline__ MxBlockScale mx_block_scale(float amax_t, MxElement e, ScaleRule rule, float hs) {
+    const float amax = kHad ? amax_t * hs : amax_t;
+    const uint32_t bits = abs_bits(amax);
+    MxBlockScale b;
+    b.scale = mx_scale_code(bits, mx_spec(e), rule);
+    const int n = 127 - int(b.scale);
+    if (b.scale == kE8m0Nan) {
+        b.fast_ok = true;
+        b.mult = 1.0f;
+    } else if (kHad) {
+        b.fast_ok = bits == 0 || (b.scale >= 27 && b.scale <= 250);
+        b.mult = (n >= -123) ? hs * __uint_as_float(uint32_t(n + 127) << 23) : 1.0f;
+    } else {
+        b.fast_ok = b.scale <= 253;
+        b.mult = (n >= -126) ? __uint_as_float(uint32_t(n + 127) << 23) : 1.0f;
+    }
+    return b;
+}
+
+// The reference encoder, not inlined: used for MXFP6/MXFP8/MXINT8 (element type known at run time, one
+// copy of the code instead of one per unrolled element) and for E2M1 blocks off the fast path.
+static __device__ __noinline__ uint32_t mx_encode_reference(float y, uint32_t scale, MxElement e, Rounding r, uint32_t rnd) {
+    return mx_encode(y, uint8_t(scale), mx_spec(e), r, rnd);
+}
+
+template <Rounding R>
+__device__ __forceinline__ uint32_t e2m1_encode_fast(float xs, uint32_t rnd) {
+    if constexpr (R == Rounding::nearest_even) return e2m1_encode_rne(xs);
+    else if constexpr (R == Rounding::half_away) return e2m1_encode_away(xs);
+    else return e2m1_encode_stochastic(xs, rnd);
+}
+
+// Codes of 8 elements t[0..8) of one block; element j has SR index idx0 + j·idx_step.
+// kFp4 (E2M1, rounding kRoundT): w[0] = 8 nibbles (element j in bits 4j..4j+3), fast path when `fast`.
+// Otherwise element e with the run-time rounding (kRoundT only says whether to draw random bits):
+// w[0], w[1] = 8 bytes.
+template <bool kFp4, bool kHad, Rounding kRoundT>
+__device__ __forceinline__ void mx_encode8(const float (&t)[8], const MxBlockScale& b, bool fast, float hs, MxElement e,
+                                           Rounding rounding, const RandomStream& rs, uint64_t idx0, uint64_t idx_step,
+                                           uint32_t (&w)[2]) {
+    constexpr bool kDraw = kRoundT == Rounding::stochastic;
+    uint64_t ik = 0, dk = 0;
+    if constexpr (kDraw) {
+        ik = idx0 * RandomStream::kStep;
+        dk = idx_step * RandomStream::kStep;
+    }
+    uint32_t c[8];
+    if (kFp4 && fast) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            uint32_t rnd = 0;
+            if constexpr (kDraw) rnd = rs.at_scaled(ik + uint64_t(j) * dk);
+            c[j] = e2m1_encode_fast<kRoundT>(t[j] * b.mult, rnd);
+        }
+    } else {
+        const MxElement el = kFp4 ? MxElement::e2m1 : e;
+        const Rounding r = kFp4 ? kRoundT : rounding;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            uint32_t rnd = 0;
+            if constexpr (kDraw) rnd = rs.at_scaled(ik + uint64_t(j) * dk);
+            c[j] = mx_encode_reference(kHad ? t[j] * hs : t[j], b.scale, el, r, rnd);
+        }
+    }
+    if constexpr (kFp4) {
+        uint32_t p = c[7];
+#pragma unroll
+        for (int j = 6; j >= 0; --j) p = (p << 4) + c[j];  // + (not |): lets the compiler use one LEA
+        w[0] = b.scale == kE8m0Nan ? 0u : p;
+        w[1] = 0;
+    } else {
+        w[0] = c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24);
+        w[1] = c[4] | (c[5] << 8) | (c[6] << 16) | (c[7] << 24);
+    }
+}
+
+// Codes of one 32-element block (4 × 8) at blocked index bi (a multiple of 32): 16 or 32 bytes.
+template <bool kFp4>
+__device__ __forceinline__ void store_codes32(uint8_t* codes, int64_t bi, const uint32_t (&w)[4][2]) {
+    if constexpr (kFp4) {
+        reinterpret_cast<uint4*>(codes)[bi >> 5] = make_uint4(w[0][0], w[1][0], w[2][0], w[3][0]);
+    } else {
+        uint4* q = reinterpret_cast<uint4*>(codes) + (bi >> 4);
+        q[0] = make_uint4(w[0][0], w[0][1], w[1][0], w[1][1]);
+        q[1] = make_uint4(w[2][0], w[2][1], w[3][0], w[3][1]);
+    }
+}
+
+// Stores kb (1, 2, 4 or 8) scale bytes packed in s at scales + idx (idx a multiple of kb).
+__device__ __forceinline__ void store_scale_run(uint8_t* scales, int64_t idx, int kb, uint64_t s) {
+    switch (kb) {
+        case 8: *reinterpret_cast<unsigned long long*>(scales + idx) = s; break;
+        case 4: *reinterpret_cast<uint32_t*>(scales + idx) = uint32_t(s); break;
+        case 2: *reinterpret_cast<uint16_t*>(scales + idx) = uint16_t(s); break;
+        default: scales[idx] = uint8_t(s); break;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Encoding of one 32-element block held by one thread: t[32] → 16 (E2M1) or 32 code bytes at blocked
+// index bi (a multiple of 32); element j has SR index idx0 + j·idx_step.
+template <bool kFp4, bool kHad, Rounding kRoundT>
+__device__ __forceinline__ void mx_encode_block32(const float (&t)[32], const MxBlockScale& b, float hs, MxElement e,
+                                                  Rounding rounding, const RandomStream& rs, uint64_t idx0, uint64_t idx_step,
+                                                  int64_t bi, uint8_t* codes) {
+    uint32_t w[4][2];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        float t8[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) t8[j] = t[8 * m + j];
+        mx_encode8<kFp4, kHad, kRoundT>(t8, b, b.fast_ok, hs, e, rounding, rs, idx0 + uint64_t(8 * m) * idx_step, idx_step, w[m]);
+    }
+    store_codes32<kFp4>(codes, bi, w);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Axis 1 (blocks along rows). The matrix is a flat array of n = rows·cols elements (cols a multiple of
+// 32, so blocks never straddle rows, and the flat index is the SR index r·cols + c). One lane owns one
+// 32-element block: four (BF16) or eight (FP32) 16-byte loads, every Hadamard stage in registers, the
+// block maximum without shuffles, one 16-byte (E2M1) code store, and the warp's 32 scale bytes form one
+// 32-byte store. The 16-byte loads of a warp are 64 bytes apart; the two halves of each 32-byte sector
+// are read by consecutive load instructions, the second from L1. A lane does kRowsItems blocks (64 or
+// 128 bytes in flight per lane), the warp's blocks of item k being consecutive.
+constexpr int kRowsItems = 2;
+constexpr int kRowsThreads = 256;
+
+template <typename T>
+__device__ __forceinline__ void load32(const T* p, float (&v)[32]) {
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        float t8[8];
+        load8(p + 8 * m, t8);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[8 * m + j] = t8[j];
+    }
+}
+
+template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
+__global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restrict__ x, int64_t n, MxElement e, ScaleRule rule,
+                                                               Rounding rounding, float hs, uint64_t seed,
+                                                               uint8_t* __restrict__ codes, uint8_t* __restrict__ scales) {
+    const int lane = threadIdx.x & 31;
+    const int64_t nblocks = n >> 5;
+    const int64_t wbase = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * (kRowsItems * 32);  // first block of the warp
+    const MxElement el = kFp4 ? MxElement::e2m1 : e;
+    const RandomStream rs(seed);
+    float v[kRowsItems][32];
+#pragma unroll
+    for (int k = 0; k < kRowsItems; ++k) {
+        const int64_t blk = wbase + k * 32 + lane;
+        if (blk < nblocks) {
+            load32(x + blk * 32, v[k]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 32; ++j) v[k][j] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsItems; ++k) {
+        const int64_t blk = wbase + k * 32 + lane;
+        if constexpr (kHad) fwht_unnormalized<32>(v[k]);
+        float am = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) am = max_nan_abs(am, v[k][j]);
+        const MxBlockScale b = mx_block_scale<kHad>(am, el, rule, hs);
+        if (blk < nblocks) {
+            scales[blk] = uint8_t(b.scale);
+            mx_encode_block32<kFp4, kHad, kRoundT>(v[k], b, hs, el, rounding, rs, uint64_t(blk * 32), 1, blk * 32, codes);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Axis 0 (blocks down columns). A thread owns the column pair (c0, c0+1) and kb consecutive 32-row blocks;
+// each block's 32×2 values sit in registers (loads: one 4/8-byte access per row, 128/256 bytes per warp
+// per row, coalesced). In the transposed layout a column's codes are contiguous, so each column block
+// is one 16-byte (E2M1) or 32-byte store, and the kb scale bytes of a column are one store at the end.
+// Grid: blockIdx.x = col_tile · n_chunks + chunk (chunks of kb row blocks fastest, so that the stores
+// into one column's runs are close in time).
+constexpr int kColsThreads = 128;
+
+// Column c's block at rows r0..r0+31: SR indices (r0 + j)·cols + c, codes at blocked index c·rows + r0.
+template <bool kFp4, bool kHad, Rounding kRoundT>
+__device__ __forceinline__ void mx_encode_column_block(const float (&t)[32], const MxBlockScale& b, float hs, MxElement e,
+                                                       Rounding rounding, const RandomStream& rs, int64_t r0, int64_t c,
+                                                       int64_t rows, int64_t cols, uint8_t* codes) {
+    mx_encode_block32<kFp4, kHad, kRoundT>(t, b, hs, e, rounding, rs, uint64_t(r0 * cols + c), uint64_t(cols), c * rows + r0, codes);
+}
+
+template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
+__global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int kb,
+                                                               int64_t n_chunks, bool vec_pairs, MxElement e, ScaleRule rule,
+                                                               Rounding rounding, float hs, uint64_t seed,
+                                                               uint8_t* __restrict__ codes, uint8_t* __restrict__ scales) {
+    const int64_t chunk = int64_t(blockIdx.x) % n_chunks;
+    const int64_t tile = int64_t(blockIdx.x) / n_chunks;
+    const int64_t c0 = (tile * kColsThreads + threadIdx.x) * 2;
+    if (c0 >= cols) return;
+    const bool has1 = c0 + 1 < cols;
+    const int64_t rbs = rows >> 5;
+    const MxElement el = kFp4 ? MxElement::e2m1 : e;
+    const RandomStream rs(seed);
+    uint64_t sa = 0, sb = 0;
+    for (int i = 0; i < kb; ++i) {
+        const int64_t r0 = (chunk * kb + i) * 32;
+        float a[32], b[32];
+        const T* p = x + r0 * cols + c0;
+#pragma unroll
+        for (int r = 0; r < 32; ++r) load_pair(p + r * cols, vec_pairs, has1, a[r], b[r]);
+        if constexpr (kHad) {
+            fwht_unnormalized<32>(a);
+            fwht_unnormalized<32>(b);
+        }
+        float ama = 0.0f, amb = 0.0f;
+#pragma unroll
+        for (int r = 0; r < 32; ++r) {
+            ama = max_nan_abs(ama, a[r]);
+            amb = max_nan_abs(amb, b[r]);
+        }
+        const MxBlockScale qa = mx_block_scale<kHad>(ama, el, rule, hs);
+        const MxBlockScale qb = mx_block_scale<kHad>(amb, el, rule, hs);
+        sa |= uint64_t(qa.scale) << (8 * i);
+        sb |= uint64_t(qb.scale) << (8 * i);
+        mx_encode_column_block<kFp4, kHad, kRoundT>(a, qa, hs, el, rounding, rs, r0, c0, rows, cols, codes);
+        if (has1) mx_encode_column_block<kFp4, kHad, kRoundT>(b, qb, hs, el, rounding, rs, r0, c0 + 1, rows, cols, codes);
+    }
+    store_scale_run(scales, c0 * rbs + chunk * kb, kb, sa);
+    if (has1) store_scale_run(scales, (c0 + 1) * rbs + chunk * kb, kb, sb);
+}
+
+// Row blocks per thread in the column kernels: 4 when it divides the number of row blocks and leaves
+// enough threads (≥ 16 row blocks), else 2 or 1 (a run of kb scale bytes per column is one aligned store;
+// longer runs would leave too few threads in flight).
+inline int cols_blocks_per_thread(int64_t row_blocks) {
+    if (row_blocks % 4 == 0 && row_blocks >= 16) return 4;
+    if (row_blocks % 2 == 0) return 2;
+    return 1;
+}
+
+}  // namespace lowbit::cuda_detail
