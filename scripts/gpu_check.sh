@@ -99,16 +99,16 @@ else
     die "GoogleTest sources missing: run 'bash scripts/gpu_check.sh --prepare' on the dev machine and carry .gpu_deps"
 fi
 
-CXXFLAGS="-O2 -std=c++20 -ffp-contract=off -Wall -Isrc $FMT_INC $FMT_GXX_DEF $CLI_INC -DLOWBIT_NO_BLAS -I/usr/local/cuda/include"
-ARCH="-gencode=arch=compute_90a,code=sm_90a"
-NVFLAGS="-O3 -std=c++20 --fmad=false -lineinfo $ARCH -Isrc $FMT_INC -DLOWBIT_HAVE_CUDA=1 -DFMT_USE_CONSTEXPR=1 -Xcompiler=-ffp-contract=off"
-
 # CLI11 / nlohmann-json (header-only) for the lowbit binary: system or .gpu_deps.
 CLI_INC=""
 if [ ! -f /usr/include/CLI/CLI.hpp ] || [ ! -f /usr/include/nlohmann/json.hpp ]; then
     [ -f .gpu_deps/include/CLI/CLI.hpp ] || die "CLI11 headers missing: run 'bash scripts/gpu_check.sh --prepare' and carry .gpu_deps"
     CLI_INC="-I$ROOT/.gpu_deps/include"
 fi
+CXXFLAGS="-O2 -std=c++20 -ffp-contract=off -Wall -Isrc $FMT_INC $FMT_GXX_DEF $CLI_INC -DLOWBIT_NO_BLAS -I/usr/local/cuda/include"
+ARCH="-gencode=arch=compute_90a,code=sm_90a"
+NVFLAGS="-O3 -std=c++20 --fmad=false -lineinfo $ARCH -Isrc $FMT_INC -DLOWBIT_HAVE_CUDA=1 -DFMT_USE_CONSTEXPR=1 -Xcompiler=-ffp-contract=off"
+
 # Every CPU source of lowbit_lib; no BLAS on the GPU image, so gemm_cpu.cpp uses its plain loop.
 CPU_SRC=$(cd src && ls core/*.cpp formats/*.cpp hadamard/*.cpp io/*.cpp adahop/*.cpp)
 CLI_SRC=$(cd src && ls cli/*.cpp)
