@@ -181,6 +181,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
 say "GPU tests -> $OUT/gpu_tests.txt"
 timeout 240 "$BUILD/test_cuda_kernels" --gtest_color=no > "$OUT/gpu_tests.txt" 2>&1
 TEST_RC=$?
+timeout 240 "$BUILD/test_cuda_adahop" --gtest_color=no >> "$OUT/gpu_tests.txt" 2>&1
+ADAHOP_RC=$?
+[ "$TEST_RC" = 0 ] && TEST_RC=$ADAHOP_RC
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|^\[==========\]|^\[  PASSED  \]" "$OUT/gpu_tests.txt" | tail -40
 if [ "$TEST_RC" != 0 ]; then
     echo "---- first failures:"
@@ -193,6 +196,12 @@ if [ "$NO_BENCH" = 0 ]; then
     timeout 120 "$BUILD/bench_kernels" --json "$OUT/bench_kernels.json" --commit "$COMMIT" > "$OUT/bench_kernels.txt" 2>&1
     BENCH_RC=$?
     [ "$BENCH_RC" = 0 ] || tail -20 "$OUT/bench_kernels.txt"
+    say "AdaHOP overheads -> $OUT/bench_adahop.json"
+    timeout 120 "$BUILD/bench_adahop" --json "$OUT/bench_adahop.json" --commit "$COMMIT" > "$OUT/bench_adahop.txt" 2>&1 \
+        || { BENCH_RC=1; tail -20 "$OUT/bench_adahop.txt"; }
+    say "analyze pairs on the GPU -> $OUT/analyze_pairs_cuda.json"
+    timeout 240 "$BUILD/lowbit" analyze pairs --device cuda --json --plot "$OUT/analyze_pairs_cuda.svg" \
+        > "$OUT/analyze_pairs_cuda.json" 2> "$OUT/analyze_pairs_cuda.err" || { BENCH_RC=1; tail -5 "$OUT/analyze_pairs_cuda.err"; }
 fi
 
 # ---------------------------------------------------------------------------------------------------
