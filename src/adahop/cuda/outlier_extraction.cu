@@ -47,7 +47,7 @@ int64_t split(const T* x, int64_t rows, int64_t cols, bool by_rows, int64_t k, O
     k = k < 0 ? 0 : (k > n ? n : k);
     if (n > INT32_MAX) cuda_input_error("outlier extraction: dimension beyond 2^31");
     const bool l2 = metric == OutlierMetric::l2;
-    row_col_sums_cuda(x, rows, cols, !l2, ws.stats, stream);
+    row_col_sums_cuda(x, rows, cols, ws.stats, stream);
     if (clean != x) CUDA_CHECK(cudaMemcpyAsync(clean, x, size_t(rows * cols) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
     if (k == 0) return 0;
     if (ws.keys_in.size() < size_t(n)) {

@@ -1,5 +1,5 @@
 // outlier_stats.cuh — one pass over a matrix on the GPU for AdaHOP's outlier statistics: per-row and
-// per-column sums of x and x² (FP64) and, optionally, max |x|. The detector turns them into the pattern
+// per-column sums of x and x² (FP64) and max |x|. The detector turns them into the pattern
 // label (outlier_detector.h); outlier extraction ranks rows/columns by them.
 // Napkin math: reads the matrix once (4096×2048 BF16 = 16.8 MB → 3.9 µs at 4.3 TB/s), writes R + C sums;
 // FP64 adds ≈ 4 per element (34 MFLOP at ~30 TFLOP/s FP64 ≈ 1 µs, hidden under the loads).
@@ -23,13 +23,14 @@ struct OutlierStatsWorkspace {
     DeviceBuffer<uint32_t> row_max;  // [R] max |x| as float bits
     DeviceBuffer<uint32_t> col_max;  // [C]
     DeviceBuffer<double> moments;    // [6]: mean, std, kurtosis of the row variances, then of the column ones
+    DeviceBuffer<uint8_t> partials;  // per-tile partial sums (outlier_stats.cu)
     void reserve(int64_t rows, int64_t cols);
 };
 
-// Zeroes and accumulates ws.row_sums / col_sums (and row_max / col_max when with_absmax).
-void row_col_sums_cuda(const float* x, int64_t rows, int64_t cols, bool with_absmax, OutlierStatsWorkspace& ws,
+// Computes ws.row_sums / col_sums (Σx, Σx²) and ws.row_max / col_max (max |x| as float bits).
+void row_col_sums_cuda(const float* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                        cudaStream_t stream = 0);
-void row_col_sums_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, bool with_absmax, OutlierStatsWorkspace& ws,
+void row_col_sums_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                        cudaStream_t stream = 0);
 
 // From the sums: the moments of the row and column variances into ws.moments (asynchronous).

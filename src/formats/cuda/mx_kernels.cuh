@@ -262,7 +262,10 @@ __device__ __forceinline__ void mx_encode_block32(const float (&t)[32], const Mx
 // 32-byte store. The 16-byte loads of a warp are 64 bytes apart; the two halves of each 32-byte sector
 // are read by consecutive load instructions, the second from L1. A lane does kRowsItems blocks (64 or
 // 128 bytes in flight per lane), the warp's blocks of item k being consecutive.
-constexpr int kRowsItems = 2;
+#ifndef LOWBIT_MX_ROWS_ITEMS  // kernel-lab override (dev/bench_variants.sh)
+#define LOWBIT_MX_ROWS_ITEMS 2
+#endif
+constexpr int kRowsItems = LOWBIT_MX_ROWS_ITEMS;
 constexpr int kRowsThreads = 256;
 
 template <typename T>
