@@ -107,6 +107,21 @@ TEST(AdahopCuda, OutlierExtractionMatchesCpu) {
             }
 }
 
+TEST(AdahopCuda, OutlierExtractionLargeDimensionUsesTheRadixSortPath) {
+    SKIP_WITHOUT_GPU();
+    OutlierExtractionWorkspace ws;
+    const int64_t r = 9000, c = 64, k = 64;  // 9000 rows > the one-block top-k limit
+    auto x = synthetic_operand(r, c, Pattern::row, 29, 0.01);
+    const OutlierSplit cpu = split_outlier_rows(x.data(), r, c, k, OutlierMetric::l2);
+    auto dx = upload(x);
+    DeviceBuffer<float> slice(cpu.slice.size());
+    DeviceBuffer<int32_t> idx(static_cast<size_t>(k));
+    split_outliers_cuda(dx.data(), r, c, true, k, OutlierMetric::l2, dx.data(), slice.data(), idx.data(), ws);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(download(idx, size_t(k)), cpu.indices);
+    EXPECT_EQ(download(slice, cpu.slice.size()), cpu.slice);
+}
+
 TEST(AdahopCuda, LpMatmulMatchesCpu) {
     SKIP_WITHOUT_GPU();
     LpMatmulCuda gpu;
