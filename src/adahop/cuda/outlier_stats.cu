@@ -129,6 +129,8 @@ __global__ void reduce_partials_kernel(const Partial* __restrict__ row_part, int
     const int64_t n = is_row ? col_tiles : row_tiles, stride = is_row ? rows : cols;
     double s = 0, q = 0;
     uint32_t m = 0;
+    // unrolled so that many independent loads are in flight: a plain loop waited ~0.6 µs per tile
+#pragma unroll 16
     for (int64_t k = 0; k < n; ++k) {
         const Partial v = p[k * stride];
         s += v.s;

@@ -262,8 +262,10 @@ __device__ __forceinline__ void mx_encode_block32(const float (&t)[32], const Mx
 // 32-byte store. The 16-byte loads of a warp are 64 bytes apart; the two halves of each 32-byte sector
 // are read by consecutive load instructions, the second from L1. A lane does kRowsItems blocks (64 or
 // 128 bytes in flight per lane), the warp's blocks of item k being consecutive.
-#ifndef LOWBIT_MX_ROWS_ITEMS  // kernel-lab override (dev/bench_variants.sh)
-#define LOWBIT_MX_ROWS_ITEMS 2
+#ifndef LOWBIT_MX_ROWS_ITEMS  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
+// 1 block per lane: 2 gave 108 registers and 25 % occupancy (ncu), 0.55 of copy bandwidth for the fused
+// Hadamard+MXFP4 kernel on the H200; 1 gives 0.67 (bench/results/gpu_kernels_h200.md).
+#define LOWBIT_MX_ROWS_ITEMS 1
 #endif
 constexpr int kRowsItems = LOWBIT_MX_ROWS_ITEMS;
 constexpr int kRowsThreads = 256;
