@@ -24,6 +24,7 @@ struct OutlierStatsWorkspace {
     DeviceBuffer<uint32_t> col_max;  // [C]
     DeviceBuffer<double> moments;    // [6]: mean, std, kurtosis of the row variances, then of the column ones
     DeviceBuffer<uint8_t> partials;  // per-tile partial sums (outlier_stats.cu)
+    DeviceBuffer<double> powers;     // [8]: Σv, Σv², Σv³, Σv⁴ of the row variances, then of the column ones
     void reserve(int64_t rows, int64_t cols);
 };
 
@@ -33,7 +34,7 @@ void row_col_sums_cuda(const float* x, int64_t rows, int64_t cols, OutlierStatsW
 void row_col_sums_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                        cudaStream_t stream = 0);
 
-// From the sums: the moments of the row and column variances into ws.moments (asynchronous).
+// The moments of the row and column variances into ws.moments (asynchronous; after row_col_sums_cuda).
 void variance_moments_cuda(int64_t rows, int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 
 // The whole detector: sums, moments, then (after synchronising `stream`) the label on the host.
