@@ -59,9 +59,9 @@ r = c.lowbit("formats", "roundtrip", "--format", "mxfp4", c.path("does_not_exist
 c.check("missing file exits 3", r.returncode == 3 and "cannot open" in r.stderr, r.stderr)
 
 # hadamard: unsupported size gets advice
-np.save(odd, np.ones((2, 19 * 16), np.float32))
+np.save(odd, np.ones((2, 23 * 16), np.float32))  # 368 = 23·16: no Hadamard order
 r = c.lowbit("hadamard", odd, out, expect_rc=None)
-c.check("hadamard of 304 columns exits 3", r.returncode == 3, (r.returncode, r.stderr))
+c.check("hadamard of 368 columns exits 3", r.returncode == 3, (r.returncode, r.stderr))
 c.check("hadamard suggests a block-diagonal transform", "block" in r.stderr, r.stderr)
 
 c.finish()
