@@ -1,7 +1,7 @@
 // test_adahop_kernels.cu — the AdaHOP CUDA paths against their CPU references: detector statistics and
 // labels, outlier extraction (indices, slices, clean operands bit for bit), and lp_matmul (quantized
 // operands bit for bit, products within FP32 summation-order tolerance). Skips without a CUDA device.
-#include <gtest/gtest.h>
+#include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
 #include <cmath>
 #include <vector>
@@ -12,18 +12,11 @@
 #include "formats/element_codec.h"
 
 using namespace lowbit;
+using namespace lowbit::testing_util;
 
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
-
-template <typename T>
-DeviceBuffer<T> upload(const std::vector<T>& v) {
-    DeviceBuffer<T> d(v.size());
-    d.upload(v.data(), v.size());
-    return d;
-}
+// The first n elements of a device buffer.
 template <typename T>
 std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
     std::vector<T> v(n);
@@ -54,7 +47,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST(AdahopCuda, DetectorMatchesCpu) {
-    SKIP_WITHOUT_GPU();
+    REQUIRE_GPU();
     OutlierStatsWorkspace ws;
     const int64_t shapes[][2] = {{512, 768}, {1000, 333}, {64, 4096}, {3, 5}};
     for (auto sh : shapes)
@@ -63,7 +56,7 @@ TEST(AdahopCuda, DetectorMatchesCpu) {
             auto x = synthetic_operand(r, c, p, 17);
             for (float& v : x) v += 0.3f;  // non-zero mean exercises the one-pass variance
             const PatternStats cpu = detect_outlier_pattern(x.data(), r, c);
-            auto dx = upload(x);
+            auto dx = to_device(x);
             const PatternStats gpu = detect_outlier_pattern_cuda(dx.data(), r, c, {}, ws);
             EXPECT_EQ(gpu.pattern, cpu.pattern) << r << "x" << c << " " << pattern_name(p);
             EXPECT_NEAR(gpu.cv_row, cpu.cv_row, 1e-6 * (1 + cpu.cv_row));
@@ -72,19 +65,19 @@ TEST(AdahopCuda, DetectorMatchesCpu) {
             // BF16 input: the CPU reference sees the same BF16 values
             const auto xb = bf16_values(x);
             const PatternStats cpu_b = detect_outlier_pattern(xb.data(), r, c);
-            auto dxb = upload(to_bf16(x));
+            auto dxb = to_device(to_bf16(x));
             const PatternStats gpu_b = detect_outlier_pattern_cuda(dxb.data(), r, c, {}, ws);
             EXPECT_EQ(gpu_b.pattern, cpu_b.pattern);
             EXPECT_NEAR(gpu_b.cv_row, cpu_b.cv_row, 1e-6 * (1 + cpu_b.cv_row));
         }
     std::vector<float> bad(64 * 64, 1.0f);
     bad[100] = NAN;
-    auto db = upload(bad);
+    auto db = to_device(bad);
     EXPECT_THROW(detect_outlier_pattern_cuda(db.data(), 64, 64, {}, ws), Error);
 }
 
 TEST(AdahopCuda, OutlierExtractionMatchesCpu) {
-    SKIP_WITHOUT_GPU();
+    REQUIRE_GPU();
     OutlierExtractionWorkspace ws;
     for (bool by_rows : {true, false})
         for (OutlierMetric m : {OutlierMetric::l2, OutlierMetric::absmax})
@@ -92,7 +85,7 @@ TEST(AdahopCuda, OutlierExtractionMatchesCpu) {
                 const int64_t r = 300, c = 256, k = 7;
                 auto x = synthetic_operand(r, c, by_rows ? Pattern::row : Pattern::col, 23, 0.03);
                 const OutlierSplit cpu = by_rows ? split_outlier_rows(x.data(), r, c, k, m) : split_outlier_cols(x.data(), r, c, k, m);
-                auto dx = upload(x);
+                auto dx = to_device(x);
                 DeviceBuffer<float> clean(x.size()), slice(cpu.slice.size());
                 DeviceBuffer<int32_t> idx(static_cast<size_t>(k));
                 float* clean_ptr = in_place ? dx.data() : clean.data();
@@ -108,12 +101,12 @@ TEST(AdahopCuda, OutlierExtractionMatchesCpu) {
 }
 
 TEST(AdahopCuda, OutlierExtractionLargeDimensionUsesTheRadixSortPath) {
-    SKIP_WITHOUT_GPU();
+    REQUIRE_GPU();
     OutlierExtractionWorkspace ws;
     const int64_t r = 9000, c = 64, k = 64;  // 9000 rows > the one-block top-k limit
     auto x = synthetic_operand(r, c, Pattern::row, 29, 0.01);
     const OutlierSplit cpu = split_outlier_rows(x.data(), r, c, k, OutlierMetric::l2);
-    auto dx = upload(x);
+    auto dx = to_device(x);
     DeviceBuffer<float> slice(cpu.slice.size());
     DeviceBuffer<int32_t> idx(static_cast<size_t>(k));
     split_outliers_cuda(dx.data(), r, c, true, k, OutlierMetric::l2, dx.data(), slice.data(), idx.data(), ws);
@@ -123,11 +116,11 @@ TEST(AdahopCuda, OutlierExtractionLargeDimensionUsesTheRadixSortPath) {
 }
 
 TEST(AdahopCuda, LpMatmulMatchesCpu) {
-    SKIP_WITHOUT_GPU();
+    REQUIRE_GPU();
     LpMatmulCuda gpu;
     const int64_t m = 256, k = 320, n = 128;  // OHT on the GPU needs power-of-two M and N
     auto a = synthetic_operand(m, k, Pattern::row, 31), b = synthetic_operand(k, n, Pattern::col, 32);
-    auto da = upload(a), db = upload(b);
+    auto da = to_device(a), db = to_device(b);
     DeviceBuffer<float> dc(size_t(m * n));
     struct Fmt { bool nvfp4; MxElement e; };
     const Fmt fmts[] = {{false, MxElement::e2m1}, {false, MxElement::e4m3}, {true, MxElement::e2m1}};
@@ -169,11 +162,11 @@ TEST(AdahopCuda, LpMatmulMatchesCpu) {
 }
 
 TEST(AdahopCuda, LpMatmulIdentitiesWithoutQuantization) {
-    SKIP_WITHOUT_GPU();
+    REQUIRE_GPU();
     LpMatmulCuda gpu;
     const int64_t m = 128, k = 96, n = 64;
     auto a = synthetic_operand(m, k, Pattern::row, 41), b = synthetic_operand(k, n, Pattern::none, 42);
-    auto da = upload(a), db = upload(b);
+    auto da = to_device(a), db = to_device(b);
     DeviceBuffer<float> dc(size_t(m * n)), dref(size_t(m * n));
     gpu.gemm(da.data(), db.data(), m, k, n, false, dref.data());
     const auto ref = download(dref, size_t(m * n));

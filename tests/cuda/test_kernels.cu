@@ -5,9 +5,7 @@
 // over odd shapes. Outputs are poisoned with 0xAB before each launch, so unwritten bytes fail.
 // Tests that need a GPU skip without one; the CPU-side checks (fast E2M1 encoders on a sample, launcher
 // argument errors) run everywhere.
-#include "core/cuda_device.h"  // first: it prepares fmt for nvcc
-
-#include <gtest/gtest.h>
+#include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
 #include <algorithm>
 #include <cmath>
@@ -32,15 +30,9 @@
 
 using namespace lowbit;
 
+using namespace lowbit::testing_util;
+
 namespace {
-
-bool have_gpu() {
-    static const bool ok = cuda_device_available();
-    return ok;
-}
-
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
 struct Shape {
     int64_t rows, cols;
@@ -73,18 +65,6 @@ std::vector<float> from_bf16(const std::vector<uint16_t>& h) {
 // ---------------------------------------------------------------------------------------------------
 // Device transfer helpers.
 
-template <typename T>
-DeviceBuffer<T> to_device(const std::vector<T>& v) {
-    DeviceBuffer<T> d(v.size());
-    d.upload(v.data(), v.size());
-    return d;
-}
-template <typename T>
-std::vector<T> to_host(const DeviceBuffer<T>& d) {
-    std::vector<T> v(d.size());
-    d.download(v.data(), v.size());
-    return v;
-}
 template <typename T>
 DeviceBuffer<T> poisoned(size_t count) {
     DeviceBuffer<T> d(count);

@@ -333,6 +333,31 @@ __device__ __forceinline__ void mx_encode_column_block(const float (&t)[32], con
     mx_encode_block32<kFp4, kHad, kRoundT>(t, b, hs, e, rounding, rs, uint64_t(r0 * cols + c), uint64_t(cols), c * rows + r0, codes);
 }
 
+// The 32-row blocks of columns c0 and c0+1 held in registers: Hadamard (kHad), block maxima, scales, codes
+// (column c0 written when write_a, c0+1 when write_b). Returns scale(c0) | scale(c0+1) << 8. Shared by the
+// column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
+template <bool kFp4, bool kHad, Rounding kRoundT>
+__device__ __forceinline__ uint32_t mx_encode_column_pair(float (&a)[32], float (&b)[32], bool write_a, bool write_b,
+                                                          MxElement el, ScaleRule rule, Rounding rounding, float hs,
+                                                          const RandomStream& rs, int64_t r0, int64_t c0, int64_t rows,
+                                                          int64_t cols, uint8_t* codes) {
+    if constexpr (kHad) {
+        fwht_unnormalized<32>(a);
+        fwht_unnormalized<32>(b);
+    }
+    float ama = 0.0f, amb = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 32; ++r) {
+        ama = max_nan_abs(ama, a[r]);
+        amb = max_nan_abs(amb, b[r]);
+    }
+    const MxBlockScale qa = mx_block_scale<kHad>(ama, el, rule, hs);
+    const MxBlockScale qb = mx_block_scale<kHad>(amb, el, rule, hs);
+    if (write_a) mx_encode_column_block<kFp4, kHad, kRoundT>(a, qa, hs, el, rounding, rs, r0, c0, rows, cols, codes);
+    if (write_b) mx_encode_column_block<kFp4, kHad, kRoundT>(b, qb, hs, el, rounding, rs, r0, c0 + 1, rows, cols, codes);
+    return uint32_t(qa.scale) | uint32_t(qb.scale) << 8;
+}
+
 template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
 __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int kb,
                                                                int64_t n_chunks, bool vec_pairs, MxElement e, ScaleRule rule,
@@ -353,22 +378,10 @@ __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restri
         const T* p = x + r0 * cols + c0;
 #pragma unroll
         for (int r = 0; r < 32; ++r) load_pair(p + r * cols, vec_pairs, has1, a[r], b[r]);
-        if constexpr (kHad) {
-            fwht_unnormalized<32>(a);
-            fwht_unnormalized<32>(b);
-        }
-        float ama = 0.0f, amb = 0.0f;
-#pragma unroll
-        for (int r = 0; r < 32; ++r) {
-            ama = max_nan_abs(ama, a[r]);
-            amb = max_nan_abs(amb, b[r]);
-        }
-        const MxBlockScale qa = mx_block_scale<kHad>(ama, el, rule, hs);
-        const MxBlockScale qb = mx_block_scale<kHad>(amb, el, rule, hs);
-        sa |= uint64_t(qa.scale) << (8 * i);
-        sb |= uint64_t(qb.scale) << (8 * i);
-        mx_encode_column_block<kFp4, kHad, kRoundT>(a, qa, hs, el, rounding, rs, r0, c0, rows, cols, codes);
-        if (has1) mx_encode_column_block<kFp4, kHad, kRoundT>(b, qb, hs, el, rounding, rs, r0, c0 + 1, rows, cols, codes);
+        const uint32_t sc = mx_encode_column_pair<kFp4, kHad, kRoundT>(a, b, true, has1, el, rule, rounding, hs, rs, r0, c0,
+                                                                       rows, cols, codes);
+        sa |= uint64_t(sc & 0xFFu) << (8 * i);
+        sb |= uint64_t(sc >> 8) << (8 * i);
     }
     store_scale_run(scales, c0 * rbs + chunk * kb, kb, sa);
     if (has1) store_scale_run(scales, (c0 + 1) * rbs + chunk * kb, kb, sb);

@@ -77,22 +77,10 @@ __global__ void __launch_bounds__(kBothThreads) hadamard_mxfp4_both_kernel(
             float a[32], b[32];
 #pragma unroll
             for (int r = 0; r < 32; ++r) bf16x2_to_float(raw[r], a[r], b[r]);
-            fwht_unnormalized<32>(a);
-            fwht_unnormalized<32>(b);
-            float ama = 0.0f, amb = 0.0f;
-#pragma unroll
-            for (int r = 0; r < 32; ++r) {
-                ama = max_nan_abs(ama, a[r]);
-                amb = max_nan_abs(amb, b[r]);
-            }
-            const MxBlockScale qa = mx_block_scale<true>(ama, E, rule, hs);
-            const MxBlockScale qb = mx_block_scale<true>(amb, E, rule, hs);
-            sa |= uint64_t(qa.scale) << (8 * i);
-            sb |= uint64_t(qb.scale) << (8 * i);
-            if (col_ok) {
-                mx_encode_column_block<true, true, kRoundT>(a, qa, hs, E, kRoundT, rs, r0, c0, rows, cols, codes_c);
-                mx_encode_column_block<true, true, kRoundT>(b, qb, hs, E, kRoundT, rs, r0, c0 + 1, rows, cols, codes_c);
-            }
+            const uint32_t sc = mx_encode_column_pair<true, true, kRoundT>(a, b, col_ok, col_ok, E, rule, kRoundT, hs, rs, r0,
+                                                                           c0, rows, cols, codes_c);
+            sa |= uint64_t(sc & 0xFFu) << (8 * i);
+            sb |= uint64_t(sc >> 8) << (8 * i);
         }
         __syncwarp();
 

@@ -1,0 +1,35 @@
+// cuda_test_util.h — what the GPU test suites share: the skip-without-GPU guard and host↔device copies of
+// std::vectors (whole buffers).
+#pragma once
+
+#include "core/cuda_device.h"  // first: it prepares fmt for nvcc
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace lowbit::testing_util {
+
+inline bool have_gpu() {
+    static const bool ok = cuda_device_available();
+    return ok;
+}
+
+template <typename T>
+DeviceBuffer<T> to_device(const std::vector<T>& v) {
+    DeviceBuffer<T> d(v.size());
+    d.upload(v.data(), v.size());
+    return d;
+}
+
+template <typename T>
+std::vector<T> to_host(const DeviceBuffer<T>& d) {
+    std::vector<T> v(d.size());
+    d.download(v.data(), v.size());
+    return v;
+}
+
+}  // namespace lowbit::testing_util
+
+#define REQUIRE_GPU() \
+    if (!::lowbit::testing_util::have_gpu()) GTEST_SKIP() << "no CUDA device"
