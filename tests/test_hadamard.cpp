@@ -283,21 +283,25 @@ TEST(Hadamard, MatchesDenseDoubleMatrix) {
         }
 }
 
+// Transforms the identity (row i becomes (H e_i)ᵀ, a column of H) and returns max |M·Mᵀ − I|.
+double orthonormality_error(int64_t n) {
+    std::vector<float> mat(size_t(n * n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) mat[size_t(i * n + i)] = 1.0f;
+    hadamard_transform(mat.data(), n, n, HadamardOptions{});
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t k = 0; k < n; ++k) s += double(mat[i * n + k]) * mat[j * n + k];
+            worst = std::max(worst, std::abs(s - (i == j ? 1.0 : 0.0)));
+        }
+    return worst;
+}
+
 TEST(Hadamard, OrthonormalPowersOfTwo) {
     for (int64_t n = 1; n <= 4096; n *= 2) {
         if (n <= 512) {
-            // Build the matrix from identity columns and check M·Mᵀ = I.
-            std::vector<float> mat(size_t(n * n), 0.0f);
-            for (int64_t i = 0; i < n; ++i) mat[size_t(i * n + i)] = 1.0f;
-            hadamard_transform(mat.data(), n, n, HadamardOptions{});  // row i = H e_i (H symmetric)
-            double worst = 0;
-            for (int64_t i = 0; i < n; ++i)
-                for (int64_t j = 0; j < n; ++j) {
-                    double s = 0;
-                    for (int64_t k = 0; k < n; ++k) s += double(mat[i * n + k]) * mat[j * n + k];
-                    worst = std::max(worst, std::abs(s - (i == j ? 1.0 : 0.0)));
-                }
-            EXPECT_LT(worst, 1e-6) << "n = " << n;
+            EXPECT_LT(orthonormality_error(n), 1e-6) << "n = " << n;
         }
         auto x = random_vector(size_t(n), uint32_t(n + 7));
         auto y = x;
@@ -318,17 +322,7 @@ TEST(Hadamard, OrthonormalNonPowerOfTwo) {
     sizes.push_back(40 * 128);
     for (int64_t n : sizes) {
         if (n <= 700) {
-            std::vector<float> mat(size_t(n * n), 0.0f);
-            for (int64_t i = 0; i < n; ++i) mat[size_t(i * n + i)] = 1.0f;
-            hadamard_transform(mat.data(), n, n, HadamardOptions{});  // row i = (H e_i)ᵀ = column i of H
-            double worst = 0;
-            for (int64_t i = 0; i < n; ++i)
-                for (int64_t j = 0; j < n; ++j) {
-                    double s = 0;
-                    for (int64_t k = 0; k < n; ++k) s += double(mat[i * n + k]) * mat[j * n + k];
-                    worst = std::max(worst, std::abs(s - (i == j ? 1.0 : 0.0)));
-                }
-            EXPECT_LT(worst, 1e-5) << "n = " << n;
+            EXPECT_LT(orthonormality_error(n), 1e-5) << "n = " << n;
         }
         for (uint32_t seed : {1u, 2u, 3u}) {
             auto x = random_vector(size_t(n), seed * 7919u + uint32_t(n));

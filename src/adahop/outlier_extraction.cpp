@@ -32,14 +32,22 @@ namespace {
 double accumulate_metric(double acc, float v, OutlierMetric m) {
     return m == OutlierMetric::l2 ? acc + double(v) * double(v) : std::max(acc, double(std::fabs(v)));
 }
+
+// Score of every row (by_rows) or column: Σx² for L2 (the ranking of the norm), max |x| for absmax.
+std::vector<double> outlier_scores(const float* x, int64_t rows, int64_t cols, bool by_rows, OutlierMetric metric) {
+    std::vector<double> score(static_cast<size_t>(by_rows ? rows : cols), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            double& sc = score[size_t(by_rows ? r : c)];
+            sc = accumulate_metric(sc, x[r * cols + c], metric);
+        }
+    return score;
+}
 }  // namespace
 
 OutlierSplit split_outlier_rows(const float* x, int64_t rows, int64_t cols, int64_t k, OutlierMetric metric) {
-    std::vector<double> score(size_t(rows), 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) score[size_t(r)] = accumulate_metric(score[size_t(r)], x[r * cols + c], metric);
     OutlierSplit s;
-    s.indices = top_k_indices(score, k);
+    s.indices = top_k_indices(outlier_scores(x, rows, cols, true, metric), k);
     s.clean.assign(x, x + rows * cols);
     s.slice.resize(s.indices.size() * size_t(cols));
     for (size_t i = 0; i < s.indices.size(); ++i) {
@@ -51,11 +59,8 @@ OutlierSplit split_outlier_rows(const float* x, int64_t rows, int64_t cols, int6
 }
 
 OutlierSplit split_outlier_cols(const float* x, int64_t rows, int64_t cols, int64_t k, OutlierMetric metric) {
-    std::vector<double> score(size_t(cols), 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) score[size_t(c)] = accumulate_metric(score[size_t(c)], x[r * cols + c], metric);
     OutlierSplit s;
-    s.indices = top_k_indices(score, k);
+    s.indices = top_k_indices(outlier_scores(x, rows, cols, false, metric), k);
     s.clean.assign(x, x + rows * cols);
     const int64_t kk = int64_t(s.indices.size());
     s.slice.resize(size_t(rows * kk));
