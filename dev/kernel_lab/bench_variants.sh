@@ -15,5 +15,5 @@ for v in "$@"; do
     nvcc -gencode=arch=compute_90a,code=sm_90a -o build-gpu/bench_$name $OBJ/bench_kernels.o $base $OBJ/v_$name.mxq.o $OBJ/v_$name.hm.o -lcublas -lpthread
     echo "== variant $v"
     grep -A2 "mx_rows_kernelI13__nv_bfloat16Lb1ELb1ELNS_8RoundingE0" build-gpu/v_$name.ptxas | grep -o "Used [0-9]* registers" | head -1 || true
-    ./build-gpu/bench_$name --reps 20 | sed -n '/^kernel /,$p' | grep -E "memcpy|mxfp4 rceil axis 1|hadamard\+mxfp4 axis 1 |hadamard\+mxfp4 both "
+    ./build-gpu/bench_$name --reps 20 | sed -n '/^kernel /,$p' | grep -E "memcpy|mxfp4 rceil axis|hadamard\+mxfp4 axis [01] |hadamard\+mxfp4 both "
 done

@@ -391,6 +391,9 @@ __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restri
 // enough threads (≥ 16 row blocks), else 2 or 1 (a run of kb scale bytes per column is one aligned store;
 // longer runs would leave too few threads in flight).
 inline int cols_blocks_per_thread(int64_t row_blocks) {
+#if defined(LOWBIT_MX_COLS_KB)  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
+    if (row_blocks % LOWBIT_MX_COLS_KB == 0) return LOWBIT_MX_COLS_KB;
+#endif
     if (row_blocks % 4 == 0 && row_blocks >= 16) return 4;
     if (row_blocks % 2 == 0) return 2;
     return 1;
