@@ -387,9 +387,8 @@ __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restri
     if (has1) store_scale_run(scales, (c0 + 1) * rbs + chunk * kb, kb, sb);
 }
 
-// Row blocks per thread in the column kernels: 4 when it divides the number of row blocks and leaves
-// enough threads (≥ 16 row blocks), else 2 or 1 (a run of kb scale bytes per column is one aligned store;
-// longer runs would leave too few threads in flight).
+// Row blocks per thread in the column kernels: 2 when it divides the number of row blocks, else 1 (a run
+// of kb scale bytes per column is one aligned store; longer runs leave too few threads in flight).
 inline int cols_blocks_per_thread(int64_t row_blocks) {
 #if defined(LOWBIT_MX_COLS_KB)  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
     if (row_blocks % LOWBIT_MX_COLS_KB == 0) return LOWBIT_MX_COLS_KB;
