@@ -1,6 +1,9 @@
 // outlier_extraction.cu — top-k row/column selection, gather/zero, and the sliver scatter.
 #include "adahop/cuda/outlier_extraction.cuh"
 
+#include <algorithm>
+
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
 namespace lowbit {
@@ -40,48 +43,34 @@ __global__ void scatter_kernel(const float* src, int64_t k, const int32_t* indic
 
 unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
-// Top-k in one block for n ≤ kBlockTopkMax: bitonic sort of (score desc, index asc) in shared memory, then
-// a bitonic sort of the first k indices ascending. One launch instead of CUB's multi-pass radix sorts,
-// which cost ~80 µs at n = 4096 (launch-bound); same order as the stable sort, hence the same indices.
-constexpr int kBlockTopkMax = 8192, kBlockTopkThreads = 1024;
-
-__device__ __forceinline__ bool ranks_before(double ka, int32_t ia, double kb, int32_t ib) {
-    return ka > kb || (ka == kb && ia < ib);
-}
+// Top-k in one block for n ≤ kBlockTopkMax: a CUB block radix sort of (~score bits, index) — scores are
+// non-negative, so their FP64 bit patterns order like the values, and complementing them sorts the largest
+// first; radix sort is stable, so ties keep the lower index first, as the CPU reference ranks them — then a
+// bitonic sort of the first k indices ascending. One launch: CUB's device-wide sorts cost ~80 µs at
+// n = 4096 (launch-bound), a shared-memory bitonic sort of all n about as much.
+constexpr int kBlockTopkThreads = 512, kBlockTopkItems = 16, kBlockTopkMax = kBlockTopkThreads * kBlockTopkItems;
+using BlockTopkSort = cub::BlockRadixSort<uint64_t, kBlockTopkThreads, kBlockTopkItems, int32_t>;
 
 __global__ void __launch_bounds__(kBlockTopkThreads) block_topk_kernel(const double* sums, const uint32_t* maxbits, int n,
-                                                                      bool l2, int p2, int k, int k2, int32_t* out) {
-    extern __shared__ unsigned char smem[];
-    double* key = reinterpret_cast<double*>(smem);
-    int32_t* idx = reinterpret_cast<int32_t*>(key + p2);
-    for (int i = threadIdx.x; i < p2; i += blockDim.x) {
-        key[i] = i < n ? (l2 ? sums[2 * i + 1] : double(__uint_as_float(maxbits[i]))) : -INFINITY;
-        idx[i] = i < n ? i : INT32_MAX;
+                                                                      bool l2, int k, int k2, int32_t* out) {
+    extern __shared__ unsigned char smem[];  // BlockTopkSort::TempStorage, then reused for the k indices
+    uint64_t key[kBlockTopkItems];
+    int32_t idx[kBlockTopkItems];
+#pragma unroll
+    for (int j = 0; j < kBlockTopkItems; ++j) {
+        const int i = threadIdx.x * kBlockTopkItems + j;  // blocked arrangement
+        const double score = i < n ? (l2 ? sums[2 * i + 1] : double(__uint_as_float(maxbits[i]))) : 0.0;
+        key[j] = i < n ? ~uint64_t(__double_as_longlong(score)) : ~uint64_t(0);
+        idx[j] = i < n ? i : INT32_MAX;
     }
+    BlockTopkSort(*reinterpret_cast<BlockTopkSort::TempStorage*>(smem)).Sort(key, idx);
     __syncthreads();
-    for (int size = 2; size <= p2; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = threadIdx.x; i < p2; i += blockDim.x) {
-                const int j = i ^ stride;
-                if (j > i) {
-                    const bool forward = (i & size) == 0;  // this run is ordered "ranks_before", the other reversed
-                    const bool swap = forward ? ranks_before(key[j], idx[j], key[i], idx[i])
-                                              : ranks_before(key[i], idx[i], key[j], idx[j]);
-                    if (swap) {
-                        const double tk = key[i];
-                        key[i] = key[j];
-                        key[j] = tk;
-                        const int32_t ti = idx[i];
-                        idx[i] = idx[j];
-                        idx[j] = ti;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-    // the first k indices, ascending (pad to k2 = next power of two with INT32_MAX)
-    for (int i = threadIdx.x; i < k2; i += blockDim.x)
-        if (i >= k) idx[i] = INT32_MAX;
+    int32_t* first = reinterpret_cast<int32_t*>(smem);  // ranks 0..k2-1, padded with INT32_MAX
+#pragma unroll
+    for (int j = 0; j < kBlockTopkItems; ++j) {
+        const int rank = threadIdx.x * kBlockTopkItems + j;
+        if (rank < k2) first[rank] = rank < k ? idx[j] : INT32_MAX;
+    }
     __syncthreads();
     for (int size = 2; size <= k2; size <<= 1)
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
@@ -89,16 +78,16 @@ __global__ void __launch_bounds__(kBlockTopkThreads) block_topk_kernel(const dou
                 const int j = i ^ stride;
                 if (j > i) {
                     const bool up = (i & size) == 0;
-                    if (up ? idx[i] > idx[j] : idx[i] < idx[j]) {
-                        const int32_t t = idx[i];
-                        idx[i] = idx[j];
-                        idx[j] = t;
+                    if (up ? first[i] > first[j] : first[i] < first[j]) {
+                        const int32_t t = first[i];
+                        first[i] = first[j];
+                        first[j] = t;
                     }
                 }
             }
             __syncthreads();
         }
-    for (int i = threadIdx.x; i < k; i += blockDim.x) out[i] = idx[i];
+    for (int i = threadIdx.x; i < k; i += blockDim.x) out[i] = first[i];
 }
 
 int next_pow2(int64_t n) {
@@ -121,10 +110,10 @@ int64_t split(const T* x, int64_t rows, int64_t cols, bool by_rows, int64_t k, O
     const uint32_t* maxbits = by_rows ? ws.stats.row_max.data() : ws.stats.col_max.data();
     const int64_t other = by_rows ? cols : rows;
     if (n <= kBlockTopkMax) {
-        const int p2 = next_pow2(n), k2 = next_pow2(k);
-        const size_t smem = size_t(p2) * (sizeof(double) + sizeof(int32_t));
+        const int k2 = next_pow2(k);
+        const size_t smem = std::max(sizeof(BlockTopkSort::TempStorage), size_t(k2) * sizeof(int32_t));
         CUDA_CHECK(cudaFuncSetAttribute(block_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        block_topk_kernel<<<1, kBlockTopkThreads, smem, stream>>>(sums, maxbits, int(n), l2, p2, int(k), k2, indices);
+        block_topk_kernel<<<1, kBlockTopkThreads, smem, stream>>>(sums, maxbits, int(n), l2, int(k), k2, indices);
         CUDA_CHECK(cudaGetLastError());
         gather_zero_kernel<<<blocks_for(k * other, 256), 256, 0, stream>>>(clean, rows, cols, by_rows, indices, k, slice);
         CUDA_CHECK(cudaGetLastError());
