@@ -1,0 +1,410 @@
+// eval.cpp — the SOTU corpus, llama.cpp-compatible perplexity windows, and the KLD base file (write and
+// compare). The log-softmax arithmetic follows llama.cpp's (float max, double Σexpf, float log) so that
+// the 16-bit records written here match llama.cpp's for the same logits.
+#include "model/eval.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/thread_pool.h"
+
+#ifndef LOWBIT_SOURCE_DIR
+#define LOWBIT_SOURCE_DIR "."
+#endif
+
+namespace lowbit {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------------
+// corpus
+
+std::string shared_data_dir() {
+    std::vector<std::string> tried;
+    if (const char* env = std::getenv("LOWBIT_SHARED_DATA"); env && *env) {
+        LOWBIT_CHECK(fs::is_directory(env), ErrorKind::input, "LOWBIT_SHARED_DATA={} is not a directory", env);
+        return env;
+    }
+    for (const std::string& d : {std::string("/work/shared/data"), std::string(LOWBIT_SOURCE_DIR) + "/../shared/data"}) {
+        if (fs::is_directory(d)) return d;
+        tried.push_back(d);
+    }
+    fail(ErrorKind::input, "shared data directory not found (looked in $LOWBIT_SHARED_DATA, {}); set LOWBIT_SHARED_DATA "
+         "to the folder holding corpora/sotu",
+         fmt::join(tried, ", "));
+}
+
+std::vector<std::string> corpus_names() { return {"sotu-test", "sotu-validation", "sotu-train"}; }
+
+std::string read_corpus_text(const std::string& name) {
+    int lo = 0, hi = 0;
+    bool complement = false;
+    if (name == "sotu-test") {
+        lo = 2011, hi = 2021;
+    } else if (name == "sotu-validation") {
+        lo = 2001, hi = 2010;
+    } else if (name == "sotu-train") {
+        lo = 2001, hi = 2021, complement = true;
+    } else {
+        fail(ErrorKind::usage, "unknown corpus '{}' (known: {})", name, fmt::join(corpus_names(), ", "));
+    }
+    const fs::path dir = fs::path(shared_data_dir()) / "corpora" / "sotu";
+    LOWBIT_CHECK(fs::is_directory(dir), ErrorKind::input, "{}: the SOTU corpus directory is missing", dir.string());
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string f = e.path().filename().string();
+        if (e.path().extension() != ".txt" || f.size() < 5 || f[4] != '_') continue;
+        const int year = std::atoi(f.substr(0, 4).c_str());
+        if (year <= 0) continue;
+        const bool inside = year >= lo && year <= hi;
+        if (inside != complement) files.push_back(e.path());
+    }
+    LOWBIT_CHECK(!files.empty(), ErrorKind::input, "{}: no YEAR_NAME_PARTY.txt files for corpus '{}'", dir.string(), name);
+    std::sort(files.begin(), files.end());
+    std::string text;
+    for (const auto& p : files) {
+        std::ifstream in(p, std::ios::binary);
+        LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: cannot read", p.string());
+        std::stringstream ss;
+        ss << in.rdbuf();
+        std::string t = ss.str();
+        while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+        if (!text.empty()) text += "\n\n";
+        text += t;
+    }
+    return text;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// scoring primitives
+
+namespace {
+
+struct Softmax {
+    float max_logit;
+    int64_t argmax;
+    float log_sum_exp;  // log Σ exp(l − max)
+};
+
+Softmax softmax_stats(const float* logits, int64_t n) {
+    Softmax s{logits[0], 0, 0.0f};
+    for (int64_t i = 1; i < n; ++i)
+        if (logits[i] > s.max_logit) s.max_logit = logits[i], s.argmax = i;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(logits[i] - s.max_logit);
+    s.log_sum_exp = float(std::log(sum));
+    return s;
+}
+
+}  // namespace
+
+double token_nll(const float* logits, int64_t n_vocab, int32_t tok) {
+    const Softmax s = softmax_stats(logits, n_vocab);
+    return double(s.max_logit + s.log_sum_exp - logits[tok]);
+}
+
+double kld_encode_record(const float* logits, int64_t n_vocab, int32_t tok, uint16_t* record) {
+    const Softmax s = softmax_stats(logits, n_vocab);
+    float min_logit = logits[0];
+    for (int64_t i = 1; i < n_vocab; ++i) min_logit = std::min(min_logit, logits[i]);
+    min_logit = std::max(min_logit, s.max_logit - 16.0f);  // keep 16 nats below the top: finer steps
+    const float min_log_prob = min_logit - s.max_logit - s.log_sum_exp;
+    const float scale = (s.max_logit - min_logit) / 65535.0f;
+    const float header[2] = {scale, min_log_prob};
+    std::memcpy(record, header, sizeof(header));
+    uint16_t* q = record + 4;
+    const int64_t slots = kld_record_slots(n_vocab) - 4;
+    std::fill(q, q + slots, uint16_t(0));
+    if (scale != 0.0f) {
+        const float inv_scale = 1.0f / scale;
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            if (!(logits[i] > min_logit)) continue;
+            const float code = std::nearbyint(inv_scale * (logits[i] - min_logit));  // ties to even
+            q[i] = uint16_t(std::min(code, 65535.0f));
+        }
+    }
+    return double(s.max_logit + s.log_sum_exp - logits[tok]);
+}
+
+KldStep kld_compare_record(const float* logits, int64_t n_vocab, const uint16_t* record, int32_t tok) {
+    const Softmax s = softmax_stats(logits, n_vocab);
+    float header[2];
+    std::memcpy(header, record, sizeof(header));
+    const float scale = header[0], min_log_prob = header[1];
+    const uint16_t* q = record + 4;
+    KldStep r;
+    r.nll = double(s.max_logit + s.log_sum_exp - logits[tok]);
+    r.nll_base = -double(scale * float(q[tok]) + min_log_prob);
+    const float log_norm = s.max_logit + s.log_sum_exp;  // log p_model(i) = logits[i] − log_norm
+    double sum = 0.0;
+    int64_t base_top = 0;
+    float base_top_lp = 0.0f;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+        const float lp_base = scale * float(q[i]) + min_log_prob;
+        if (i == 0 || lp_base > base_top_lp) base_top_lp = lp_base, base_top = i;
+        if (lp_base > -16.0f) sum += double(std::exp(lp_base) * (lp_base - logits[i] + log_norm));
+    }
+    r.kld = sum;
+    r.same_top = base_top == s.argmax;
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// KLD base file
+
+KldBaseHeader read_kld_base_header(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: cannot open the KLD base file", path);
+    char magic[8];
+    in.read(magic, 8);
+    LOWBIT_CHECK(in.good() && std::memcmp(magic, "_logits_", 8) == 0, ErrorKind::input,
+                 "{}: not a KLD base file (no '_logits_' magic); make one with `lowbit eval --save-logits` or "
+                 "llama-perplexity --kl-divergence-base",
+                 path);
+    KldBaseHeader h;
+    in.read(reinterpret_cast<char*>(&h.n_ctx), 4);
+    in.read(reinterpret_cast<char*>(&h.n_vocab), 4);
+    in.read(reinterpret_cast<char*>(&h.n_chunk), 4);
+    LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: truncated header", path);
+    LOWBIT_CHECK(h.n_ctx >= 4 && h.n_vocab > 0 && h.n_chunk > 0, ErrorKind::input,
+                 "{}: implausible header (n_ctx {}, n_vocab {}, n_chunk {})", path, h.n_ctx, h.n_vocab, h.n_chunk);
+    const uint64_t n_tok = uint64_t(h.n_ctx) * uint64_t(h.n_chunk);
+    h.data_offset = 20 + 4 * n_tok;
+    const uint64_t n_score = uint64_t(h.n_ctx - 1 - h.n_ctx / 2);
+    const uint64_t need = h.data_offset + uint64_t(h.n_chunk) * n_score * uint64_t(kld_record_slots(h.n_vocab)) * 2;
+    const uint64_t size = fs::file_size(path);
+    LOWBIT_CHECK(size >= need, ErrorKind::input,
+                 "{}: {} bytes, but n_ctx {}, n_vocab {} and n_chunk {} need {}; the file is truncated", path, size,
+                 h.n_ctx, h.n_vocab, h.n_chunk, need);
+    h.tokens.resize(size_t(n_tok));
+    in.read(reinterpret_cast<char*>(h.tokens.data()), std::streamsize(4 * n_tok));
+    LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: truncated token list", path);
+    return h;
+}
+
+namespace {
+
+// Streams a KLD base file to `path.tmp-<pid>` and renames it into place on commit().
+class KldBaseWriter {
+public:
+    KldBaseWriter(const std::string& path, int32_t n_ctx, int32_t n_vocab, int32_t n_chunk, const int32_t* tokens)
+        : path_(path), tmp_(fmt::format("{}.tmp-{}", path, getpid())) {
+        out_.open(tmp_, std::ios::binary | std::ios::trunc);
+        LOWBIT_CHECK(out_.good(), ErrorKind::input, "{}: cannot create (for --save-logits)", tmp_);
+        out_.write("_logits_", 8);
+        out_.write(reinterpret_cast<const char*>(&n_ctx), 4);
+        out_.write(reinterpret_cast<const char*>(&n_vocab), 4);
+        out_.write(reinterpret_cast<const char*>(&n_chunk), 4);
+        out_.write(reinterpret_cast<const char*>(tokens), std::streamsize(4 * int64_t(n_ctx) * n_chunk));
+    }
+    ~KldBaseWriter() {
+        if (!committed_) {
+            out_.close();
+            std::remove(tmp_.c_str());
+        }
+    }
+    void write(const uint16_t* data, int64_t n) {
+        out_.write(reinterpret_cast<const char*>(data), std::streamsize(2 * n));
+        LOWBIT_CHECK(out_.good(), ErrorKind::runtime, "{}: write failed (disk full?)", tmp_);
+    }
+    void commit() {
+        out_.close();
+        LOWBIT_CHECK(!out_.fail(), ErrorKind::runtime, "{}: write failed", tmp_);
+        LOWBIT_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, ErrorKind::runtime, "cannot rename {} to {}", tmp_,
+                     path_);
+        committed_ = true;
+    }
+
+private:
+    std::string path_, tmp_;
+    std::ofstream out_;
+    bool committed_ = false;
+};
+
+struct MeanErr {
+    double mean = 0, err = 0;
+};
+
+// Mean and the standard error of the mean, sqrt(var/(n − 1)) as llama.cpp prints it.
+MeanErr mean_err(double sum, double sum2, int64_t n) {
+    MeanErr r;
+    if (n <= 0) return r;
+    r.mean = sum / double(n);
+    const double var = sum2 / double(n) - r.mean * r.mean;
+    r.err = n > 1 && var > 0 ? std::sqrt(var / double(n - 1)) : 0.0;
+    return r;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// evaluation
+
+PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, int64_t n_vocab,
+                                     const PerplexityOptions& opt, const WindowLogitsFn& logits_fn) {
+    LOWBIT_CHECK(opt.save_logits.empty() || opt.kld_base.empty(), ErrorKind::usage,
+                 "--save-logits and --kld-base cannot be used together");
+    PerplexityResult res;
+    res.n_vocab = n_vocab;
+    res.n_text_tokens = int64_t(text_tokens.size());
+    int64_t n_ctx = opt.n_ctx;
+    std::vector<int32_t> base_tokens;
+    KldBaseHeader base;
+    std::ifstream base_in;
+    if (!opt.kld_base.empty()) {
+        base = read_kld_base_header(opt.kld_base);
+        LOWBIT_CHECK(base.n_vocab == n_vocab, ErrorKind::input,
+                     "{}: the base logits have a vocabulary of {}, the model {}; compare models that share a tokenizer",
+                     opt.kld_base, base.n_vocab, n_vocab);
+        LOWBIT_CHECK(n_ctx == base.n_ctx, ErrorKind::usage,
+                     "{}: the base file was made with n_ctx {}, this run asks for {}; pass --ctx {}", opt.kld_base,
+                     base.n_ctx, n_ctx, base.n_ctx);
+        if (!text_tokens.empty()) {
+            const size_t n = std::min(text_tokens.size(), base.tokens.size());
+            LOWBIT_CHECK(std::equal(base.tokens.begin(), base.tokens.begin() + n, text_tokens.begin()), ErrorKind::input,
+                         "{}: its tokens differ from this text's; the base logits were made from another text or "
+                         "tokenizer",
+                         opt.kld_base);
+        }
+        base_in.open(opt.kld_base, std::ios::binary);
+    }
+    const std::vector<int32_t>& tokens = opt.kld_base.empty() ? text_tokens : base.tokens;
+    LOWBIT_CHECK(n_ctx >= 4, ErrorKind::usage, "--ctx {} is too small (at least 4)", n_ctx);
+    if (opt.kld_base.empty())
+        LOWBIT_CHECK(int64_t(tokens.size()) >= 2 * n_ctx, ErrorKind::input,
+                     "the text tokenizes to {} tokens; perplexity with a context of {} needs at least {} (llama.cpp's "
+                     "rule) — use a longer text or a smaller --ctx",
+                     tokens.size(), n_ctx, 2 * n_ctx);
+    const int64_t n_chunk_max = int64_t(tokens.size()) / n_ctx;
+    const int64_t n_chunk = opt.max_chunks < 0 ? n_chunk_max : std::min(opt.max_chunks, n_chunk_max);
+    LOWBIT_CHECK(n_chunk > 0, ErrorKind::usage, "--chunks {} leaves nothing to evaluate", opt.max_chunks);
+    LOWBIT_CHECK(!opt.add_bos || opt.bos_id >= 0, ErrorKind::input,
+                 "the vocabulary adds BOS but has no BOS id (tokenizer.ggml.bos_token_id)");
+    const int64_t first = n_ctx / 2, n_score = n_ctx - 1 - first, slots = kld_record_slots(n_vocab);
+    res.n_ctx = n_ctx;
+    res.n_chunks = n_chunk;
+
+    std::unique_ptr<KldBaseWriter> writer;
+    if (!opt.save_logits.empty())
+        writer = std::make_unique<KldBaseWriter>(opt.save_logits, int32_t(n_ctx), int32_t(n_vocab), int32_t(n_chunk),
+                                                 tokens.data());
+
+    const int64_t batch = std::max<int64_t>(1, opt.seqs_per_batch);
+    const int64_t keep = n_ctx - first;  // logit rows per window from the forward
+    std::vector<int32_t> window;
+    std::vector<float> logits;
+    std::vector<uint16_t> records(writer || !opt.kld_base.empty() ? size_t(n_score * slots) : 0);
+    std::vector<double> nll(static_cast<size_t>(n_score)), nll_base(nll.size()), kld(nll.size());
+    std::vector<char> same_top(static_cast<size_t>(n_score));
+    std::vector<double> all_kld;
+    double sum_nll = 0, sum_nll2 = 0, sum_kld = 0, sum_kld2 = 0, sum_dnll = 0, sum_dnll2 = 0, sum_nll_base = 0;
+    int64_t count = 0, n_same = 0;
+
+    std::unique_ptr<ProgressLine> progress;
+    if (opt.progress) progress = std::make_unique<ProgressLine>("eval", n_chunk * n_ctx, "tok");
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t c0 = 0; c0 < n_chunk; c0 += batch) {
+        const int64_t nb = std::min(batch, n_chunk - c0);
+        window.assign(tokens.begin() + c0 * n_ctx, tokens.begin() + (c0 + nb) * n_ctx);
+        if (opt.add_bos)
+            for (int64_t s = 0; s < nb; ++s) window[s * n_ctx] = opt.bos_id;
+        logits.resize(size_t(nb * keep * n_vocab));
+        logits_fn(window.data(), BatchShape{nb, n_ctx}, first, logits.data());
+
+        for (int64_t s = 0; s < nb; ++s) {
+            const int64_t chunk = c0 + s;
+            const float* lg = logits.data() + s * keep * n_vocab;
+            const int32_t* target = tokens.data() + chunk * n_ctx + first + 1;  // original tokens
+            if (!opt.kld_base.empty()) {
+                base_in.seekg(std::streamoff(base.data_offset + uint64_t(chunk) * n_score * slots * 2));
+                base_in.read(reinterpret_cast<char*>(records.data()), std::streamsize(records.size() * 2));
+                LOWBIT_CHECK(base_in.good(), ErrorKind::input, "{}: read failed at chunk {}", opt.kld_base, chunk);
+            }
+            parallel_for(n_score, 8, [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                    const float* row = lg + r * n_vocab;
+                    if (writer) {
+                        nll[r] = kld_encode_record(row, n_vocab, target[r], records.data() + r * slots);
+                    } else if (!opt.kld_base.empty()) {
+                        const KldStep k = kld_compare_record(row, n_vocab, records.data() + r * slots, target[r]);
+                        nll[r] = k.nll, nll_base[r] = k.nll_base, kld[r] = k.kld, same_top[r] = k.same_top;
+                    } else {
+                        nll[r] = token_nll(row, n_vocab, target[r]);
+                    }
+                }
+            });
+            double chunk_sum = 0;
+            for (int64_t r = 0; r < n_score; ++r) {  // fixed order: results do not depend on threads
+                LOWBIT_CHECK(std::isfinite(nll[r]), ErrorKind::runtime,
+                             "non-finite log-likelihood at window {}, position {}: the model produced NaN/Inf logits",
+                             chunk, first + r);
+                chunk_sum += nll[r];
+                sum_nll += nll[r];
+                sum_nll2 += nll[r] * nll[r];
+                if (!opt.kld_base.empty()) {
+                    sum_kld += kld[r];
+                    sum_kld2 += kld[r] * kld[r];
+                    const double dn = nll[r] - nll_base[r];
+                    sum_dnll += dn;
+                    sum_dnll2 += dn * dn;
+                    sum_nll_base += nll_base[r];
+                    n_same += same_top[r];
+                    all_kld.push_back(kld[r]);
+                }
+            }
+            count += n_score;
+            res.chunk_ppl.push_back(std::exp(chunk_sum / double(n_score)));
+            if (writer) writer->write(records.data(), n_score * slots);
+        }
+        if (progress) progress->update((c0 + nb) * n_ctx);
+    }
+    if (progress) progress->finish();
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    res.tokens_per_second = res.seconds > 0 ? double(n_chunk * n_ctx) / res.seconds : 0;
+    if (writer) writer->commit();
+
+    res.n_scored = count;
+    const MeanErr m = mean_err(sum_nll, sum_nll2, count);
+    res.mean_nll = m.mean;
+    res.ppl = std::exp(m.mean);
+    res.ppl_err = res.ppl * m.err;
+    if (!opt.kld_base.empty()) {
+        res.has_kld = true;
+        const MeanErr k = mean_err(sum_kld, sum_kld2, count);
+        res.kld_mean = k.mean;
+        res.kld_err = k.err;
+        std::sort(all_kld.begin(), all_kld.end());
+        res.kld_median = all_kld[all_kld.size() / 2];
+        res.kld_p99 = all_kld[std::min(all_kld.size() - 1, size_t(0.99 * double(all_kld.size())))];
+        res.kld_max = all_kld.back();
+        const double p = double(n_same) / double(count);
+        res.top1_agreement = p;
+        res.top1_err = count > 1 ? std::sqrt(p * (1 - p) / double(count - 1)) : 0.0;
+        const MeanErr d = mean_err(sum_dnll, sum_dnll2, count);
+        res.ln_ppl_ratio = d.mean;
+        res.ln_ppl_ratio_err = d.err;
+        res.ppl_ratio = std::exp(d.mean);
+        res.ppl_base = std::exp(sum_nll_base / double(count));
+    }
+    return res;
+}
+
+WindowLogitsFn cpu_window_logits(const LlamaModel& m) {
+    return [&m](const int32_t* tokens, BatchShape shape, int64_t first_pos, float* out) {
+        const std::vector<float> lg = forward_logits(m, tokens, shape, first_pos);
+        std::copy(lg.begin(), lg.end(), out);
+    };
+}
+
+}  // namespace lowbit

@@ -1,0 +1,106 @@
+// eval.h — perplexity with llama.cpp's protocol (interop.md §7.2) and KL divergence against reference
+// logits stored in llama.cpp's KLD base-file format (§7.3), plus the SOTU evaluation corpus.
+//
+// Protocol (tools/perplexity/perplexity.cpp, `perplexity()`): the whole text is tokenized once (with BOS
+// when the vocabulary adds one); the tokens are cut into n_chunk = n_tokens / n_ctx non-overlapping
+// windows (remainder dropped, at least 2·n_ctx tokens required); the first token of every window is
+// replaced by BOS when the vocabulary adds BOS; the logits of positions first = n_ctx/2 … n_ctx−2 score
+// tokens first+1 … n_ctx−1 (n_ctx − 1 − n_ctx/2 tokens per window). PPL = exp(mean NLL), and the ± is
+// PPL·sqrt(var(NLL)/(count − 1)).
+//
+// KLD base file: "_logits_", i32 n_ctx, i32 n_vocab, i32 n_chunk, the n_ctx·n_chunk original tokens
+// (i32), then per window and scored position nv = 2·⌈n_vocab/2⌉ + 4 u16 slots: f32 scale and f32
+// min_log_prob in the first four, then each logit quantized between max − 16 and max (log-probabilities
+// below max-logit − 16 are stored as 0 and skipped by the reader). lowbit writes it byte-compatibly
+// (`--save-logits`) and reads llama.cpp's or its own (`--kld-base`): KLD(base‖model) mean ± error,
+// top-1 agreement, and PPL(model)/PPL(base) = exp(mean(NLL − NLL_base)). NLL_base is read from the
+// 16-bit record, so it is floored at ~16 nats + log-sum-exp, exactly as in llama.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/forward_cpu.h"
+
+namespace lowbit {
+
+// --- corpus ---
+
+// The shared data directory: $LOWBIT_SHARED_DATA, else /work/shared/data, else <source>/../shared/data.
+// Fails (input) naming the places it looked.
+std::string shared_data_dir();
+// Named corpora: "sotu-test" (years 2011–2021), "sotu-validation" (2001–2010), "sotu-train" (the rest).
+// Files are data/corpora/sotu/YEAR_NAME_PARTY.txt, taken in file-name order (year first), each with its
+// trailing whitespace removed, joined with "\n\n".
+std::string read_corpus_text(const std::string& name);
+std::vector<std::string> corpus_names();
+
+// --- scoring primitives (llama.cpp's arithmetic: float max, double sum of expf) ---
+
+// −log softmax(logits)[tok].
+double token_nll(const float* logits, int64_t n_vocab, int32_t tok);
+
+// u16 slots per scored position in a KLD base file.
+inline int64_t kld_record_slots(int64_t n_vocab) { return 2 * ((n_vocab + 1) / 2) + 4; }
+// Writes one record (kld_record_slots(n_vocab) slots) for `logits`; returns −log softmax[tok].
+double kld_encode_record(const float* logits, int64_t n_vocab, int32_t tok, uint16_t* record);
+
+struct KldStep {
+    double kld = 0;       // Σ p_base (log p_base − log p_model) over stored entries above −16
+    double nll = 0;       // model
+    double nll_base = 0;  // from the record
+    bool same_top = false;
+};
+KldStep kld_compare_record(const float* logits, int64_t n_vocab, const uint16_t* record, int32_t tok);
+
+// --- KLD base file ---
+
+struct KldBaseHeader {
+    int32_t n_ctx = 0;
+    int32_t n_vocab = 0;
+    int32_t n_chunk = 0;
+    std::vector<int32_t> tokens;  // n_ctx · n_chunk
+    uint64_t data_offset = 0;     // where chunk 0's records start
+};
+KldBaseHeader read_kld_base_header(const std::string& path);
+
+// --- evaluation ---
+
+// Produces the logits of positions first_pos..n_tok−1 of n_seq windows: [n_seq, n_tok − first_pos, vocab].
+// The CPU forward is one implementation; a CUDA forward plugs in the same way.
+using WindowLogitsFn = std::function<void(const int32_t* tokens, BatchShape shape, int64_t first_pos, float* logits)>;
+
+struct PerplexityOptions {
+    int64_t n_ctx = 512;
+    int64_t max_chunks = -1;     // −1: all
+    int64_t seqs_per_batch = 1;  // windows per forward call
+    bool add_bos = false;        // replace each window's first token by bos_id
+    int32_t bos_id = -1;
+    std::string save_logits;     // write a KLD base file here
+    std::string kld_base;        // compare against this KLD base file (its tokens are used)
+    bool progress = true;        // progress line on stderr
+};
+
+struct PerplexityResult {
+    int64_t n_ctx = 0, n_chunks = 0, n_text_tokens = 0, n_scored = 0, n_vocab = 0;
+    double mean_nll = 0, ppl = 0, ppl_err = 0;
+    std::vector<double> chunk_ppl;  // perplexity of each window's scored half
+    double seconds = 0, tokens_per_second = 0;  // all n_chunks·n_ctx tokens through the model
+    // With a KLD base:
+    bool has_kld = false;
+    double kld_mean = 0, kld_err = 0, kld_median = 0, kld_p99 = 0, kld_max = 0;
+    double top1_agreement = 0, top1_err = 0;  // fraction of positions where the argmax agrees
+    double ppl_base = 0, ln_ppl_ratio = 0, ln_ppl_ratio_err = 0, ppl_ratio = 0;
+};
+
+// `tokens` is the tokenized text (ignored for the windows when opt.kld_base is set, except that it
+// must then agree with the base file's tokens if non-empty). n_vocab is the model's vocabulary.
+PerplexityResult evaluate_perplexity(const std::vector<int32_t>& tokens, int64_t n_vocab, const PerplexityOptions& opt,
+                                     const WindowLogitsFn& logits_fn);
+
+// The CPU forward of an in-memory model as a WindowLogitsFn.
+WindowLogitsFn cpu_window_logits(const LlamaModel& m);
+
+}  // namespace lowbit

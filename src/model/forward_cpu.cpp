@@ -1,0 +1,216 @@
+// forward_cpu.cpp — RMSNorm, RoPE, causal GQA attention, SwiGLU, and the block/model forward on the CPU.
+#include "model/forward_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+#include "core/thread_pool.h"
+
+namespace lowbit {
+
+void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y) {
+    parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = x + r * d;
+            float* yr = y + r * d;
+            double ss = 0.0;
+            for (int64_t i = 0; i < d; ++i) ss += double(xr[i]) * double(xr[i]);
+            const float inv = float(1.0 / std::sqrt(ss / double(d) + double(eps)));
+            for (int64_t i = 0; i < d; ++i) yr[i] = (xr[i] * inv) * w[i];
+        }
+    });
+}
+
+void rope_tables(const LlamaConfig& c, int64_t n_tok, std::vector<float>& cos_t, std::vector<float>& sin_t) {
+    const std::vector<double> inv = rope_inv_freq(c);
+    const int64_t half = int64_t(inv.size());
+    cos_t.resize(size_t(n_tok * half));
+    sin_t.resize(size_t(n_tok * half));
+    for (int64_t p = 0; p < n_tok; ++p)
+        for (int64_t i = 0; i < half; ++i) {
+            const double a = double(p) * inv[i];
+            cos_t[p * half + i] = float(std::cos(a));
+            sin_t[p * half + i] = float(std::sin(a));
+        }
+}
+
+void apply_rope(float* x, BatchShape shape, int64_t n_heads, int64_t head_dim, RopePairing pairing,
+                const float* cos_t, const float* sin_t) {
+    const int64_t half = head_dim / 2, width = n_heads * head_dim;
+    // pair i of a head: elements (2i, 2i+1) when adjacent, (i, i + half) when halves.
+    const int64_t stride_i = pairing == RopePairing::adjacent ? 2 : 1;
+    const int64_t offset_b = pairing == RopePairing::adjacent ? 1 : half;
+    parallel_for(shape.rows(), 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t pos = r % shape.n_tok;
+            const float* cr = cos_t + pos * half;
+            const float* sr = sin_t + pos * half;
+            for (int64_t h = 0; h < n_heads; ++h) {
+                float* xh = x + r * width + h * head_dim;
+                for (int64_t i = 0; i < half; ++i) {
+                    float& a = xh[i * stride_i];
+                    float& b = xh[i * stride_i + offset_b];
+                    const float a0 = a, b0 = b;
+                    a = a0 * cr[i] - b0 * sr[i];
+                    b = a0 * sr[i] + b0 * cr[i];
+                }
+            }
+        }
+    });
+}
+
+void attention_causal(const float* q, const float* k, const float* v, BatchShape shape, int64_t n_heads,
+                      int64_t n_kv_heads, int64_t head_dim, float* out) {
+    const int64_t T = shape.n_tok, hd = head_dim;
+    const int64_t q_width = n_heads * hd, kv_width = n_kv_heads * hd;
+    const int64_t group = n_heads / n_kv_heads;
+    const float scale = float(1.0 / std::sqrt(double(hd)));
+    // One task per (sequence, query head). The loops are arranged so the compiler vectorizes them without
+    // reassociating sums (no -ffast-math): scores are built as s[j] += q[e]·kᵀ[e][j] over a transposed
+    // key block, and the context as o[e] += p[j]·v[j][e].
+    parallel_for(shape.n_seq * n_heads, 1, [&](int64_t t0, int64_t t1) {
+        std::vector<float> kt(static_cast<size_t>(hd * T)), s(static_cast<size_t>(T));
+        std::vector<float> acc(static_cast<size_t>(hd));
+        for (int64_t task = t0; task < t1; ++task) {
+            const int64_t seq = task / n_heads, h = task % n_heads, g = h / group;
+            const float* qs = q + seq * T * q_width + h * hd;
+            const float* ks = k + seq * T * kv_width + g * hd;
+            const float* vs = v + seq * T * kv_width + g * hd;
+            float* os = out + seq * T * q_width + h * hd;
+            for (int64_t j = 0; j < T; ++j)
+                for (int64_t e = 0; e < hd; ++e) kt[e * T + j] = ks[j * kv_width + e];
+            for (int64_t t = 0; t < T; ++t) {
+                const float* qt = qs + t * q_width;
+                const int64_t n = t + 1;  // keys 0..t
+                std::fill(s.begin(), s.begin() + n, 0.0f);
+                for (int64_t e = 0; e < hd; ++e) {
+                    const float qe = qt[e] * scale;
+                    const float* kr = kt.data() + e * T;
+                    for (int64_t j = 0; j < n; ++j) s[j] += qe * kr[j];
+                }
+                float m = s[0];
+                for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
+                double sum = 0.0;
+                for (int64_t j = 0; j < n; ++j) {
+                    s[j] = std::exp(s[j] - m);
+                    sum += s[j];
+                }
+                const float inv = float(1.0 / sum);
+                std::fill(acc.begin(), acc.end(), 0.0f);
+                for (int64_t j = 0; j < n; ++j) {
+                    const float p = s[j];
+                    const float* vj = vs + j * kv_width;
+                    for (int64_t e = 0; e < hd; ++e) acc[e] += p * vj[e];
+                }
+                float* ot = os + t * q_width;
+                for (int64_t e = 0; e < hd; ++e) ot[e] = acc[e] * inv;
+            }
+        }
+    });
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out) {
+    parallel_for(n, 1 << 14, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const float g = gate[i];
+            out[i] = g / (1.0f + std::exp(-g)) * up[i];
+        }
+    });
+}
+
+std::vector<float> embed_tokens(const LlamaConfig& c, const float* token_embd, const int32_t* tokens, BatchShape shape) {
+    const int64_t d = c.hidden_size, rows = shape.rows();
+    for (int64_t r = 0; r < rows; ++r)
+        LOWBIT_CHECK(tokens[r] >= 0 && tokens[r] < c.vocab_size, ErrorKind::input,
+                     "token id {} at position {} of sequence {} is outside the vocabulary (0..{}); were the tokens "
+                     "made by this model's tokenizer?",
+                     tokens[r], r % shape.n_tok, r / shape.n_tok, c.vocab_size - 1);
+    std::vector<float> hidden(static_cast<size_t>(rows * d));
+    parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+            std::copy(token_embd + int64_t(tokens[r]) * d, token_embd + (int64_t(tokens[r]) + 1) * d,
+                      hidden.begin() + r * d);
+    });
+    return hidden;
+}
+
+namespace {
+
+void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n) {
+    parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+            for (int64_t i = 0; i < n; ++i) y[r * n + i] += bias[i];
+    });
+}
+
+}  // namespace
+
+void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, float* hidden, BatchShape shape,
+                   BlockScratch& s) {
+    LOWBIT_CHECK(shape.n_seq > 0 && shape.n_tok > 0, ErrorKind::usage, "block {}: empty batch ({} x {})", layer,
+                 shape.n_seq, shape.n_tok);
+    const int64_t rows = shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
+    s.attn_in.resize(size_t(rows * d));
+    s.q.resize(size_t(rows * qd));
+    s.k.resize(size_t(rows * kvd));
+    s.v.resize(size_t(rows * kvd));
+    s.attn_ctx.resize(size_t(rows * qd));
+    s.ffn_in.resize(size_t(rows * d));
+    s.ffn_act.resize(size_t(rows * f));
+    s.up.resize(size_t(rows * f));
+    if (s.rope_n_tok != shape.n_tok) {
+        rope_tables(c, shape.n_tok, s.rope_cos, s.rope_sin);
+        s.rope_n_tok = shape.n_tok;
+    }
+
+    // Attention: x·Wᵀ for W [out, in] is gemm(A = x, B = W transposed).
+    rms_norm_rows(hidden, b.attn_norm.data(), rows, d, c.rms_eps, s.attn_in.data());
+    gemm_f32(rows, qd, d, s.attn_in.data(), d, false, b.wq.data(), d, true, s.q.data(), qd);
+    gemm_f32(rows, kvd, d, s.attn_in.data(), d, false, b.wk.data(), d, true, s.k.data(), kvd);
+    gemm_f32(rows, kvd, d, s.attn_in.data(), d, false, b.wv.data(), d, true, s.v.data(), kvd);
+    if (c.qkv_bias) {
+        add_bias_rows(s.q.data(), b.bq.data(), rows, qd);
+        add_bias_rows(s.k.data(), b.bk.data(), rows, kvd);
+        add_bias_rows(s.v.data(), b.bv.data(), rows, kvd);
+    }
+    apply_rope(s.q.data(), shape, c.n_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data());
+    apply_rope(s.k.data(), shape, c.n_kv_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data());
+    attention_causal(s.q.data(), s.k.data(), s.v.data(), shape, c.n_heads, c.n_kv_heads, c.head_dim, s.attn_ctx.data());
+    // Residual add fused into the GEMM (beta = 1).
+    gemm_f32(rows, d, qd, s.attn_ctx.data(), qd, false, b.wo.data(), qd, true, hidden, d, 1.0f);
+
+    // SwiGLU MLP.
+    rms_norm_rows(hidden, b.ffn_norm.data(), rows, d, c.rms_eps, s.ffn_in.data());
+    gemm_f32(rows, f, d, s.ffn_in.data(), d, false, b.w_gate.data(), d, true, s.ffn_act.data(), f);
+    gemm_f32(rows, f, d, s.ffn_in.data(), d, false, b.w_up.data(), d, true, s.up.data(), f);
+    swiglu(s.ffn_act.data(), s.up.data(), rows * f, s.ffn_act.data());
+    gemm_f32(rows, d, f, s.ffn_act.data(), f, false, b.w_down.data(), f, true, hidden, d, 1.0f);
+}
+
+void final_norm_and_logits(const LlamaConfig& c, const float* output_norm, const float* output_matrix,
+                           const float* hidden, int64_t n_rows, float* logits) {
+    const int64_t d = c.hidden_size;
+    std::vector<float> xn(static_cast<size_t>(n_rows * d));
+    rms_norm_rows(hidden, output_norm, n_rows, d, c.rms_eps, xn.data());
+    gemm_f32(n_rows, c.vocab_size, d, xn.data(), d, false, output_matrix, d, true, logits, c.vocab_size);
+}
+
+std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos) {
+    const LlamaConfig& c = m.config;
+    LOWBIT_CHECK(first_pos >= 0 && first_pos < shape.n_tok, ErrorKind::usage,
+                 "forward: first logit position {} outside the window of {} tokens", first_pos, shape.n_tok);
+    std::vector<float> hidden = embed_tokens(c, m.weights.token_embd.data(), tokens, shape);
+    BlockScratch scratch;
+    for (int64_t l = 0; l < c.n_layers; ++l) block_forward(c, m.weights.blocks[l], l, hidden.data(), shape, scratch);
+    const int64_t keep = shape.n_tok - first_pos, d = c.hidden_size;
+    std::vector<float> logits(static_cast<size_t>(shape.n_seq * keep * c.vocab_size));
+    for (int64_t sq = 0; sq < shape.n_seq; ++sq)
+        final_norm_and_logits(c, m.weights.output_norm.data(), m.weights.output_matrix(),
+                              hidden.data() + (sq * shape.n_tok + first_pos) * d, keep,
+                              logits.data() + sq * keep * c.vocab_size);
+    return logits;
+}
+
+}  // namespace lowbit

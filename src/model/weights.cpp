@@ -1,0 +1,220 @@
+// weights.cpp — shape checks, random models, the q/k row permutation, and ModelReader for GGUF files
+// (tensor names of interop.md §2.4) and HF safetensors checkpoints (model.layers.N.self_attn.q_proj...).
+#include "model/weights.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/random_fill.h"
+#include "io/gguf_file.h"
+
+namespace lowbit {
+
+namespace {
+
+void check_size(const std::vector<float>& v, int64_t expected, const std::string& tensor, const std::string& what) {
+    LOWBIT_CHECK(int64_t(v.size()) == expected, ErrorKind::input, "{}: tensor {} has {} values, the config needs {}",
+                 what, tensor, v.size(), expected);
+}
+
+}  // namespace
+
+void check_block_shapes(const LlamaConfig& c, const BlockWeights& b, int64_t layer, const std::string& what) {
+    const int64_t d = c.hidden_size;
+    auto name = [&](const char* t) { return fmt::format("blk.{}.{}", layer, t); };
+    check_size(b.attn_norm, d, name("attn_norm"), what);
+    check_size(b.wq, c.q_dim() * d, name("attn_q"), what);
+    check_size(b.wk, c.kv_dim() * d, name("attn_k"), what);
+    check_size(b.wv, c.kv_dim() * d, name("attn_v"), what);
+    check_size(b.wo, d * c.q_dim(), name("attn_output"), what);
+    if (c.qkv_bias) {
+        check_size(b.bq, c.q_dim(), name("attn_q.bias"), what);
+        check_size(b.bk, c.kv_dim(), name("attn_k.bias"), what);
+        check_size(b.bv, c.kv_dim(), name("attn_v.bias"), what);
+    } else {
+        LOWBIT_CHECK(b.bq.empty() && b.bk.empty() && b.bv.empty(), ErrorKind::input,
+                     "{}: layer {} has q/k/v biases but the config says it has none", what, layer);
+    }
+    check_size(b.ffn_norm, d, name("ffn_norm"), what);
+    check_size(b.w_gate, c.ffn_size * d, name("ffn_gate"), what);
+    check_size(b.w_up, c.ffn_size * d, name("ffn_up"), what);
+    check_size(b.w_down, d * c.ffn_size, name("ffn_down"), what);
+}
+
+void check_weight_shapes(const LlamaConfig& c, const LlamaWeights& w, const std::string& what) {
+    check_size(w.token_embd, c.vocab_size * c.hidden_size, "token_embd", what);
+    check_size(w.output_norm, c.hidden_size, "output_norm", what);
+    if (c.tied_embeddings)
+        LOWBIT_CHECK(w.output.empty(), ErrorKind::input, "{}: tied embeddings but an output matrix is present", what);
+    else
+        check_size(w.output, c.vocab_size * c.hidden_size, "output", what);
+    LOWBIT_CHECK(int64_t(w.blocks.size()) == c.n_layers, ErrorKind::input, "{}: {} blocks, the config has {}", what,
+                 w.blocks.size(), c.n_layers);
+    for (int64_t l = 0; l < c.n_layers; ++l) check_block_shapes(c, w.blocks[l], l, what);
+}
+
+LlamaWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, float scale) {
+    uint64_t stream = seed * 1000003ull;
+    auto gauss = [&](int64_t n, float s, float mean = 0.0f) {
+        std::vector<float> v(static_cast<size_t>(n));
+        fill_gaussian(v.data(), n, ++stream);
+        for (auto& x : v) x = mean + s * x;
+        return v;
+    };
+    const int64_t d = c.hidden_size;
+    LlamaWeights w;
+    w.token_embd = gauss(c.vocab_size * d, 1.0f);
+    w.output_norm = gauss(d, 0.1f, 1.0f);
+    if (!c.tied_embeddings) w.output = gauss(c.vocab_size * d, scale);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        BlockWeights b;
+        b.attn_norm = gauss(d, 0.1f, 1.0f);
+        b.wq = gauss(c.q_dim() * d, scale);
+        b.wk = gauss(c.kv_dim() * d, scale);
+        b.wv = gauss(c.kv_dim() * d, scale);
+        b.wo = gauss(d * c.q_dim(), scale);
+        if (c.qkv_bias) {
+            b.bq = gauss(c.q_dim(), 0.1f);
+            b.bk = gauss(c.kv_dim(), 0.1f);
+            b.bv = gauss(c.kv_dim(), 0.1f);
+        }
+        b.ffn_norm = gauss(d, 0.1f, 1.0f);
+        b.w_gate = gauss(c.ffn_size * d, scale);
+        b.w_up = gauss(c.ffn_size * d, scale);
+        b.w_down = gauss(d * c.ffn_size, scale);
+        w.blocks.push_back(std::move(b));
+    }
+    return w;
+}
+
+namespace {
+
+// to_gguf: destination row h·hd + 2i + j takes source row h·hd + j·hd/2 + i; to_hf the inverse.
+std::vector<float> permute_rows(const std::vector<float>& w, int64_t n_heads, int64_t head_dim, int64_t cols,
+                                bool to_gguf) {
+    LOWBIT_CHECK(int64_t(w.size()) == n_heads * head_dim * cols && head_dim % 2 == 0, ErrorKind::input,
+                 "q/k permutation: {} values do not form {} heads of {} rows of {}", w.size(), n_heads, head_dim, cols);
+    std::vector<float> out(w.size());
+    const int64_t half = head_dim / 2;
+    for (int64_t h = 0; h < n_heads; ++h)
+        for (int64_t i = 0; i < half; ++i)
+            for (int64_t j = 0; j < 2; ++j) {
+                const int64_t gguf_row = h * head_dim + 2 * i + j, hf_row = h * head_dim + j * half + i;
+                const int64_t src = to_gguf ? hf_row : gguf_row, dst = to_gguf ? gguf_row : hf_row;
+                std::copy(w.begin() + src * cols, w.begin() + (src + 1) * cols, out.begin() + dst * cols);
+            }
+    return out;
+}
+
+}  // namespace
+
+std::vector<float> permute_qk_rows_to_gguf(const std::vector<float>& w, int64_t n_heads, int64_t head_dim, int64_t cols) {
+    return permute_rows(w, n_heads, head_dim, cols, true);
+}
+
+std::vector<float> permute_qk_rows_to_hf(const std::vector<float>& w, int64_t n_heads, int64_t head_dim, int64_t cols) {
+    return permute_rows(w, n_heads, head_dim, cols, false);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GGUF
+
+namespace {
+
+class GgufModelReader final : public ModelReader {
+public:
+    explicit GgufModelReader(const std::string& path) : file_(GgufFile::open(path)) {
+        path_ = path;
+        config_ = config_from_gguf(file_);
+        if (config_.name.empty()) config_.name = std::filesystem::path(path).stem().string();
+    }
+    std::string format() const override { return "gguf"; }
+
+    std::vector<float> token_embedding() const override {
+        return matrix("token_embd.weight", config_.vocab_size, config_.hidden_size);
+    }
+    std::vector<float> output_norm() const override { return vector("output_norm.weight", config_.hidden_size); }
+    std::vector<float> output() const override {
+        if (config_.tied_embeddings) return {};
+        return matrix("output.weight", config_.vocab_size, config_.hidden_size);
+    }
+    BlockWeights block(int64_t l) const override {
+        LOWBIT_CHECK(l >= 0 && l < config_.n_layers, ErrorKind::usage, "{}: no block {} (the model has {})", path_, l,
+                     config_.n_layers);
+        const LlamaConfig& c = config_;
+        const int64_t d = c.hidden_size;
+        auto n = [&](const char* t) { return fmt::format("blk.{}.{}", l, t); };
+        BlockWeights b;
+        b.attn_norm = vector(n("attn_norm.weight"), d);
+        b.wq = matrix(n("attn_q.weight"), c.q_dim(), d);
+        b.wk = matrix(n("attn_k.weight"), c.kv_dim(), d);
+        b.wv = matrix(n("attn_v.weight"), c.kv_dim(), d);
+        b.wo = matrix(n("attn_output.weight"), d, c.q_dim());
+        if (c.qkv_bias) {
+            b.bq = vector(n("attn_q.bias"), c.q_dim());
+            b.bk = vector(n("attn_k.bias"), c.kv_dim());
+            b.bv = vector(n("attn_v.bias"), c.kv_dim());
+        }
+        b.ffn_norm = vector(n("ffn_norm.weight"), d);
+        b.w_gate = matrix(n("ffn_gate.weight"), c.ffn_size, d);
+        b.w_up = matrix(n("ffn_up.weight"), c.ffn_size, d);
+        b.w_down = matrix(n("ffn_down.weight"), d, c.ffn_size);
+        return b;
+    }
+    std::vector<ModelTensorSummary> tensor_summaries() const override {
+        std::vector<ModelTensorSummary> s;
+        for (const auto& t : file_.tensors()) s.push_back({t.name, t.ne, gguf_type_name(t.type), t.n_bytes});
+        return s;
+    }
+
+private:
+    // [rows, cols] row-major = GGUF ne [cols, rows].
+    std::vector<float> matrix(const std::string& name, int64_t rows, int64_t cols) const {
+        const GgufTensorInfo* t = file_.find_tensor(name);
+        LOWBIT_CHECK(t != nullptr, ErrorKind::input, "{}: tensor '{}' is missing", path_, name);
+        LOWBIT_CHECK(t->ne.size() == 2 && t->ne[0] == cols && t->ne[1] == rows, ErrorKind::input,
+                     "{}: tensor '{}' has ne [{}], the config needs [{}, {}]", path_, name, fmt::join(t->ne, ", "), cols,
+                     rows);
+        return file_.tensor_to_f32(*t);
+    }
+    std::vector<float> vector(const std::string& name, int64_t n) const {
+        const GgufTensorInfo* t = file_.find_tensor(name);
+        LOWBIT_CHECK(t != nullptr, ErrorKind::input, "{}: tensor '{}' is missing", path_, name);
+        LOWBIT_CHECK(t->n_elements() == n, ErrorKind::input, "{}: tensor '{}' has {} values, the config needs {}",
+                     path_, name, t->n_elements(), n);
+        return file_.tensor_to_f32(*t);
+    }
+
+    GgufFile file_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelReader> open_safetensors_model_reader(const std::string& dir) {
+    fail(ErrorKind::input, "{}: Hugging Face checkpoints are not readable yet (io/safetensors.h pending)", dir);
+}
+
+std::unique_ptr<ModelReader> ModelReader::open(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    LOWBIT_CHECK(fs::exists(path, ec), ErrorKind::input,
+                 "{}: no such file or directory (expected a .gguf file or a Hugging Face checkpoint directory)", path);
+    if (fs::is_directory(path, ec)) return open_safetensors_model_reader(path);
+    if (fs::path(path).filename() == "config.json") return open_safetensors_model_reader(fs::path(path).parent_path().string());
+    return std::make_unique<GgufModelReader>(path);
+}
+
+LlamaModel load_llama_model(const ModelReader& r) {
+    LlamaModel m;
+    m.config = r.config();
+    m.weights.token_embd = r.token_embedding();
+    m.weights.output_norm = r.output_norm();
+    m.weights.output = r.output();
+    for (int64_t l = 0; l < m.config.n_layers; ++l) m.weights.blocks.push_back(r.block(l));
+    check_weight_shapes(m.config, m.weights, r.path());
+    return m;
+}
+
+LlamaModel load_llama_model(const std::string& path) { return load_llama_model(*ModelReader::open(path)); }
+
+}  // namespace lowbit
