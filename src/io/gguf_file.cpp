@@ -461,9 +461,9 @@ void GgufFile::parse_all() {
     const uint64_t n_tensors = r.read<uint64_t>("tensor count");
     const uint64_t n_kv = r.read<uint64_t>("metadata count");
     if (n_kv > r.remaining() / kMinKvBytes)
-        fail(ErrorKind::input, "{}: corrupt header: {} metadata pairs cannot fit in a file of {} bytes", name_, n_kv, size);
+        fail(ErrorKind::input, "{}: truncated or corrupt header: {} metadata pairs cannot fit in a file of {} bytes", name_, n_kv, size);
     if (n_tensors > r.remaining() / kMinTensorInfoBytes)
-        fail(ErrorKind::input, "{}: corrupt header: {} tensor infos cannot fit in a file of {} bytes", name_, n_tensors,
+        fail(ErrorKind::input, "{}: truncated or corrupt header: {} tensor infos cannot fit in a file of {} bytes", name_, n_tensors,
              size);
 
     kv_.reserve(size_t(n_kv));
