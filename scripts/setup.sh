@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh — installs everything lowbit needs on a fresh Debian 12 machine. Idempotent.
 #   Debian packages: build tools and header-only/compiled libraries the C++ code uses.
-#   PyPI packages (into .venv/, test-time cross-checks only): numpy, scipy, gguf, ml_dtypes.
+#   PyPI packages (into .venv/, test-time cross-checks only): numpy, scipy, gguf, ml_dtypes, tokenizers.
 # The CUDA 13 toolkit is expected at /usr/local/cuda (it is not a Debian package); without it the
 # build skips the CUDA targets and says so.
 set -euo pipefail
@@ -21,11 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-pip_packages=(numpy scipy "gguf==0.19.0" "ml_dtypes==0.6.0")
+pip_packages=(numpy scipy "gguf==0.19.0" "ml_dtypes==0.6.0" "tokenizers==0.23.3")
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, scipy, gguf, ml_dtypes" 2>/dev/null; then
+if ! .venv/bin/python -c "import numpy, scipy, gguf, ml_dtypes, tokenizers" 2>/dev/null; then
     echo "setup: installing PyPI packages into .venv: ${pip_packages[*]}"
     .venv/bin/python -m pip install -q --disable-pip-version-check "${pip_packages[@]}"
 fi
