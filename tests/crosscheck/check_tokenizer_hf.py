@@ -4,7 +4,9 @@
     again from the tokenizer.json that HF saves (merges written as [a, b] pairs);
   * Llama 3 (llama.cpp's llama-bpe vocabulary GGUF; HF: Split(llama3 regex) + ByteLevel, ignore_merges);
   * SmolLM2-135M-Instruct when its GGUF is in the lowbit cache (scripts/fetch_model.sh); HF rebuilt from
-    the GGUF metadata read by gguf-py: Digits(individual) + ByteLevel — llama.cpp's "smollm" id.
+    the GGUF metadata read by gguf-py: Digits(individual) + ByteLevel — llama.cpp's "smollm" id;
+  * the pre-tokenizer scanners alone (gpt2, llama-bpe, qwen2, smollm) against HF's Split(regex), on the
+    same texts and on every input of llama.cpp's tokenizer vectors.
 Our ids come from `lowbit tokenize --json` where the CLI has that command (GGUF vocabularies) and from the
 test tool tool_tokenize otherwise. Needs the shared data (skips without it)."""
 import glob
@@ -45,6 +47,7 @@ LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
 
 cli_has_tokenize = c.lowbit("tokenize", "--help", expect_rc=None).returncode == 0
 totals = {}
+used = {}
 
 
 def ours_tool(source_args):
@@ -56,13 +59,18 @@ def ours_tool(source_args):
 
 
 def ours_gguf(path):
-    if not cli_has_tokenize:
-        return ours_tool(["--gguf", path])
-    out = {}
-    for f in files:
-        r = c.lowbit("tokenize", "--model", path, "--text", f, "--bos", "off", "--json")
-        out[f] = json.loads(r.stdout)["ids"]
-    return out
+    if cli_has_tokenize:
+        try:
+            out = {}
+            for f in files:
+                r = c.lowbit("tokenize", "--model", path, "--text", f, "--bos", "off", "--json")
+                out[f] = json.loads(r.stdout)["ids"]
+            used["lowbit tokenize"] = True
+            return out
+        except (RuntimeError, ValueError, KeyError) as e:
+            print(f"note: lowbit tokenize failed on {os.path.basename(path)} ({e}); using tool_tokenize")
+    used["tool_tokenize"] = True
+    return ours_tool(["--gguf", path])
 
 
 def compare(name, hf, ours):
@@ -78,7 +86,7 @@ def compare(name, hf, ours):
             detail = (f"{len(mine)} vs {len(theirs)} tokens; first difference at {k}: ours {mine[k:k + 5]} "
                       f"HF {theirs[k:k + 5]} around {hf.decode(theirs[max(0, k - 5):k + 5])!r}")
         c.check(f"{name} on {os.path.basename(f)}", same, detail)
-    totals[name] = n_tokens
+    totals[f"{name}: SOTU tokens"] = n_tokens
 
 
 def hf_from_gguf(path, pre_tokenizer, ignore_merges=False):
@@ -129,7 +137,43 @@ if os.path.isfile(smollm):
 else:
     print(f"note: {smollm} not found (scripts/fetch_model.sh fetches it); SmolLM2 not compared")
 
+# The pre-tokenizer scanners alone against HF's regex splitting, on the SOTU test split and on every input
+# of llama.cpp's tokenizer vectors (exotic scripts, emoji, whitespace runs).
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+hf_pre = {
+    "gpt2": pre_tokenizers.Split(Regex(GPT2_REGEX), behavior="isolated"),
+    "llama-bpe": pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated"),
+    "qwen2": pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated"),
+    "smollm": pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                       pre_tokenizers.Split(Regex(GPT2_REGEX), behavior="isolated")]),
+}
+cases = set()
+for inp in glob.glob(os.path.join(data, "tokenizers", "llama-cpp-vectors", "*.inp")):
+    with open(inp, encoding="utf-8") as fh:
+        cases.update(fh.read().split("\n__ggml_vocab_test__\n"))
+case_files = []
+for k, text in enumerate(sorted(cases)):
+    case_files.append(c.path(f"vector_case_{k}.txt"))
+    with open(case_files[-1], "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+for pre, hf in hf_pre.items():
+    r = subprocess.run([tool, "--gpt2", os.path.join(data, "tokenizers", "gpt2"), "--pre", pre, "--pre-tokens",
+                        *files, *case_files], capture_output=True, text=True, encoding="utf-8")
+    if r.returncode != 0:
+        raise RuntimeError(f"tool_tokenize --pre {pre} exited {r.returncode}: {r.stderr.strip()}")
+    ours = json.loads(r.stdout)
+    n_words = 0
+    for f in files + case_files:
+        with open(f, encoding="utf-8", newline="") as fh:
+            text = fh.read()
+        theirs = [w for w, _ in hf.pre_tokenize_str(text)]
+        n_words += len(theirs)
+        c.check(f"pre-tokens of {pre} on {os.path.basename(f)}", ours[f] == theirs,
+                f"ours {ours[f][:12]} HF {theirs[:12]}")
+    totals[f"pre-tokenizer {pre} (SOTU + {len(case_files)} vector inputs), words"] = n_words
+
 for name, n in totals.items():
-    print(f"{name}: {n} SOTU tokens compared")
-print(f"ids from {'lowbit tokenize' if cli_has_tokenize else 'tool_tokenize'} for GGUF vocabularies")
+    print(f"compared — {name}: {n}")
+print(f"ids of the GGUF vocabularies from {' and '.join(used)}")
 c.finish()
