@@ -89,6 +89,30 @@ __device__ __forceinline__ float max_nan(float a, float b) {
 }
 __device__ __forceinline__ float max_nan_abs(float acc, float x) { return max_nan(acc, fabsf(x)); }
 
+// max over |v[j]| of a 32-element block. max.NaN is associative and commutative, so a chain and a tree
+// give the same result; the chain measured faster in the row kernel (H200: 0.66 against 0.46 of copy
+// bandwidth for the fused axis-1 kernel), the tree is kept as a kernel-lab variant.
+#ifndef LOWBIT_MX_AMAX_TREE
+#define LOWBIT_MX_AMAX_TREE 0
+#endif
+__device__ __forceinline__ float block_amax32(const float (&v)[32]) {
+#if LOWBIT_MX_AMAX_TREE
+    float m[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) m[j] = max_nan(fabsf(v[j]), fabsf(v[j + 16]));
+#pragma unroll
+    for (int h = 8; h >= 1; h >>= 1)
+#pragma unroll
+        for (int j = 0; j < h; ++j) m[j] = max_nan(m[j], m[j + h]);
+    return m[0];
+#else
+    float am = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) am = max_nan_abs(am, v[j]);
+    return am;
+#endif
+}
+
 // ------------------------------------------------------------------------------------------------
 // Hadamard pieces. In-register stages use fwht_unnormalized<N> (hadamard.h). A stage whose partner
 // element lives in another lane (h = 8·lane_mask for 8 elements per lane) is one shuffle and one fma.
@@ -171,11 +195,11 @@ __device__ __forceinline__ uint32_t e2m1_encode_fast(float xs, uint32_t rnd) {
 }
 
 // Codes of 8 elements t[0..8) of one block; element j has SR index idx0 + j·idx_step.
-// kFp4 (E2M1, rounding kRoundT): w[0] = 8 nibbles (element j in bits 4j..4j+3), fast path when `fast`.
+// kFp4 (E2M1, rounding kRoundT): w[0] = 8 nibbles (element j in bits 4j..4j+3), the fast path when kFast.
 // Otherwise element e with the run-time rounding (kRoundT only says whether to draw random bits):
 // w[0], w[1] = 8 bytes.
-template <bool kFp4, bool kHad, Rounding kRoundT>
-__device__ __forceinline__ void mx_encode8(const float (&t)[8], const MxBlockScale& b, bool fast, float hs, MxElement e,
+template <bool kFp4, bool kHad, Rounding kRoundT, bool kFast>
+__device__ __forceinline__ void mx_encode8(const float (&t)[8], const MxBlockScale& b, float hs, MxElement e,
                                            Rounding rounding, const RandomStream& rs, uint64_t idx0, uint64_t idx_step,
                                            uint32_t (&w)[2]) {
     constexpr bool kDraw = kRoundT == Rounding::stochastic;
@@ -185,7 +209,7 @@ __device__ __forceinline__ void mx_encode8(const float (&t)[8], const MxBlockSca
         dk = idx_step * RandomStream::kStep;
     }
     uint32_t c[8];
-    if (kFp4 && fast) {
+    if constexpr (kFp4 && kFast) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             uint32_t rnd = 0;
@@ -214,16 +238,20 @@ __device__ __forceinline__ void mx_encode8(const float (&t)[8], const MxBlockSca
     }
 }
 
-// Codes of one 32-element block (4 × 8) at blocked index bi (a multiple of 32): 16 or 32 bytes.
+// Codes of one 32-element block (4 × 8): 16 (E2M1) or 32 bytes, as one or two 16-byte chunks at dst.
+template <bool kFp4>
+__device__ __forceinline__ void store_code_chunks(uint4* dst, const uint32_t (&w)[4][2]) {
+    if constexpr (kFp4) {
+        dst[0] = make_uint4(w[0][0], w[1][0], w[2][0], w[3][0]);
+    } else {
+        dst[0] = make_uint4(w[0][0], w[0][1], w[1][0], w[1][1]);
+        dst[1] = make_uint4(w[2][0], w[2][1], w[3][0], w[3][1]);
+    }
+}
+// The same at blocked index bi (a multiple of 32) of the code array.
 template <bool kFp4>
 __device__ __forceinline__ void store_codes32(uint8_t* codes, int64_t bi, const uint32_t (&w)[4][2]) {
-    if constexpr (kFp4) {
-        reinterpret_cast<uint4*>(codes)[bi >> 5] = make_uint4(w[0][0], w[1][0], w[2][0], w[3][0]);
-    } else {
-        uint4* q = reinterpret_cast<uint4*>(codes) + (bi >> 4);
-        q[0] = make_uint4(w[0][0], w[0][1], w[1][0], w[1][1]);
-        q[1] = make_uint4(w[2][0], w[2][1], w[3][0], w[3][1]);
-    }
+    store_code_chunks<kFp4>(reinterpret_cast<uint4*>(codes) + (bi >> (kFp4 ? 5 : 4)), w);
 }
 
 // Stores kb (1, 2, 4 or 8) scale bytes packed in s at scales + idx (idx a multiple of kb).
@@ -237,20 +265,35 @@ __device__ __forceinline__ void store_scale_run(uint8_t* scales, int64_t idx, in
 }
 
 // ------------------------------------------------------------------------------------------------
-// Encoding of one 32-element block held by one thread: t[32] → 16 (E2M1) or 32 code bytes at blocked
-// index bi (a multiple of 32); element j has SR index idx0 + j·idx_step.
+// Encoding of one 32-element block held by one thread: t[32] → the words store_code_chunks writes;
+// element j has SR index idx0 + j·idx_step.
+template <bool kFp4, bool kHad, Rounding kRoundT>
+__device__ __forceinline__ void mx_block32_codes(const float (&t)[32], const MxBlockScale& b, float hs, MxElement e,
+                                                 Rounding rounding, const RandomStream& rs, uint64_t idx0, uint64_t idx_step,
+                                                 uint32_t (&w)[4][2]) {
+    // One branch per block (not per 8 elements): the 32 fast encodes are one straight-line sequence.
+    if (kFp4 && b.fast_ok) {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const float(&t8)[8] = *reinterpret_cast<const float(*)[8]>(&t[8 * m]);
+            mx_encode8<kFp4, kHad, kRoundT, true>(t8, b, hs, e, rounding, rs, idx0 + uint64_t(8 * m) * idx_step, idx_step, w[m]);
+        }
+    } else {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const float(&t8)[8] = *reinterpret_cast<const float(*)[8]>(&t[8 * m]);
+            mx_encode8<kFp4, kHad, kRoundT, false>(t8, b, hs, e, rounding, rs, idx0 + uint64_t(8 * m) * idx_step, idx_step, w[m]);
+        }
+    }
+}
+
+// ... and stored at blocked index bi (a multiple of 32) of the code array.
 template <bool kFp4, bool kHad, Rounding kRoundT>
 __device__ __forceinline__ void mx_encode_block32(const float (&t)[32], const MxBlockScale& b, float hs, MxElement e,
                                                   Rounding rounding, const RandomStream& rs, uint64_t idx0, uint64_t idx_step,
                                                   int64_t bi, uint8_t* codes) {
     uint32_t w[4][2];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-        float t8[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) t8[j] = t[8 * m + j];
-        mx_encode8<kFp4, kHad, kRoundT>(t8, b, b.fast_ok, hs, e, rounding, rs, idx0 + uint64_t(8 * m) * idx_step, idx_step, w[m]);
-    }
+    mx_block32_codes<kFp4, kHad, kRoundT>(t, b, hs, e, rounding, rs, idx0, idx_step, w);
     store_codes32<kFp4>(codes, bi, w);
 }
 
@@ -305,10 +348,7 @@ __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restri
     for (int k = 0; k < kRowsItems; ++k) {
         const int64_t blk = wbase + k * 32 + lane;
         if constexpr (kHad) fwht_unnormalized<32>(v[k]);
-        float am = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) am = max_nan_abs(am, v[k][j]);
-        const MxBlockScale b = mx_block_scale<kHad>(am, el, rule, hs);
+        const MxBlockScale b = mx_block_scale<kHad>(block_amax32(v[k]), el, rule, hs);
         if (blk < nblocks) {
             scales[blk] = uint8_t(b.scale);
             mx_encode_block32<kFp4, kHad, kRoundT>(v[k], b, hs, el, rounding, rs, uint64_t(blk * 32), 1, blk * 32, codes);
@@ -317,84 +357,127 @@ __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restri
 }
 
 // ------------------------------------------------------------------------------------------------
-// Axis 0 (blocks down columns). A thread owns the column pair (c0, c0+1) and kb consecutive 32-row blocks;
-// each block's 32×2 values sit in registers (loads: one 4/8-byte access per row, 128/256 bytes per warp
-// per row, coalesced). In the transposed layout a column's codes are contiguous, so each column block
-// is one 16-byte (E2M1) or 32-byte store, and the kb scale bytes of a column are one store at the end.
-// Grid: blockIdx.x = col_tile · n_chunks + chunk (chunks of kb row blocks fastest, so that the stores
-// into one column's runs are close in time).
-constexpr int kColsThreads = 128;
+// Axis 0 (blocks down columns). A CTA of kColsWarps warps owns a tile of kColsTileCols = 32 columns ×
+// kColsWarps 32-row blocks: warp w takes row block stripe·kColsWarps + w, lane l column 32·tile + l, whose
+// 32 values sit in registers (one 2/4-byte load per row: 64/128 coalesced bytes per warp and row). One
+// column per lane keeps the kernel at the register count of the row kernel (~55, 4 CTAs per SM); two per
+// lane needed 110 registers, 25 % occupancy and reached 0.20 of copy bandwidth (ncu: 16 cycles per issued
+// instruction, DRAM 12 % busy). In the transposed output a column's codes are contiguous, so the CTA stages
+// its codes and scales in shared memory and writes each column's kColsWarps blocks as one contiguous run
+// (8 × 16 bytes = a full 128-byte line for E2M1) instead of one 16-byte store per thread and block.
+// Grid: blockIdx.x = stripe · col_tiles + tile, column tiles fastest, so the CTAs in flight read whole
+// rows of the matrix.
+#ifndef LOWBIT_MX_COLS_WARPS  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
+#define LOWBIT_MX_COLS_WARPS 8
+#endif
+constexpr int kColsWarps = LOWBIT_MX_COLS_WARPS;
+constexpr int kColsThreads = 32 * kColsWarps;
+constexpr int kColsTileCols = 32;
 
-// Column c's block at rows r0..r0+31: SR indices (r0 + j)·cols + c, codes at blocked index c·rows + r0.
-template <bool kFp4, bool kHad, Rounding kRoundT>
-__device__ __forceinline__ void mx_encode_column_block(const float (&t)[32], const MxBlockScale& b, float hs, MxElement e,
-                                                       Rounding rounding, const RandomStream& rs, int64_t r0, int64_t c,
-                                                       int64_t rows, int64_t cols, uint8_t* codes) {
-    mx_encode_block32<kFp4, kHad, kRoundT>(t, b, hs, e, rounding, rs, uint64_t(r0 * cols + c), uint64_t(cols), c * rows + r0, codes);
+// Shared-memory staging of the axis-0 output of a tile of kCols columns. Column col's 16-byte code chunk
+// k (block k / kPerBlock) lives at chunk k ^ swizzle(col): the 8 lanes of a quarter-warp (8 consecutive
+// columns) write 8 distinct chunk positions = 32 distinct banks; the swizzle is even for 8-bit codes, so a
+// block's two chunks stay adjacent and in order.
+template <bool kFp4, int kCols>
+struct ColsTileStage {
+    static constexpr int kPerBlock = kFp4 ? 1 : 2;            // 16-byte chunks per 32-element block
+    static constexpr int kPerCol = kColsWarps * kPerBlock;    // chunks per column
+    static constexpr int kSwizzleMask = (kPerCol - 1) & ~(kPerBlock - 1);
+    uint4 codes[kCols][kPerCol];
+    uint8_t scales[kCols][kColsWarps];
+
+    __device__ static int swizzle(int col) { return (col * kPerBlock) & kSwizzleMask; }
+    __device__ uint4* block_chunks(int col, int rb) { return &codes[col][(rb * kPerBlock) ^ swizzle(col)]; }
+};
+
+// Grid of the column kernels: tiles of tile_cols columns × kColsWarps row blocks, column tiles fastest.
+struct ColsGrid {
+    int64_t col_tiles, stripes;
+    ColsGrid(int64_t rows, int64_t cols, int64_t tile_cols)
+        : col_tiles((cols + tile_cols - 1) / tile_cols), stripes((rows / 32 + kColsWarps - 1) / kColsWarps) {}
+    unsigned blocks() const { return unsigned(col_tiles * stripes); }
+};
+
+// The 32-row block r0.. of column c held in registers: Hadamard (kHad), block maximum, scale, and the code
+// chunks into the stage (col = the column within the tile, rb = the row block within the tile). Shared by
+// the column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
+template <bool kFp4, bool kHad, Rounding kRoundT, int kCols>
+__device__ __forceinline__ void mx_encode_column(float (&a)[32], MxElement el, ScaleRule rule, Rounding rounding, float hs,
+                                                 const RandomStream& rs, int64_t r0, int64_t c, int64_t cols,
+                                                 ColsTileStage<kFp4, kCols>& stage, int col, int rb) {
+    if constexpr (kHad) fwht_unnormalized<32>(a);
+    const MxBlockScale q = mx_block_scale<kHad>(block_amax32(a), el, rule, hs);
+    uint32_t w[4][2];  // SR indices (r0 + j)·cols + c
+    mx_block32_codes<kFp4, kHad, kRoundT>(a, q, hs, el, rounding, rs, uint64_t(r0 * cols + c), uint64_t(cols), w);
+    store_code_chunks<kFp4>(stage.block_chunks(col, rb), w);
+    stage.scales[col][rb] = uint8_t(q.scale);
 }
 
-// The 32-row blocks of columns c0 and c0+1 held in registers: Hadamard (kHad), block maxima, scales, codes
-// (column c0 written when write_a, c0+1 when write_b). Returns scale(c0) | scale(c0+1) << 8. Shared by the
-// column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
-template <bool kFp4, bool kHad, Rounding kRoundT>
-__device__ __forceinline__ uint32_t mx_encode_column_pair(float (&a)[32], float (&b)[32], bool write_a, bool write_b,
-                                                          MxElement el, ScaleRule rule, Rounding rounding, float hs,
-                                                          const RandomStream& rs, int64_t r0, int64_t c0, int64_t rows,
-                                                          int64_t cols, uint8_t* codes) {
-    if constexpr (kHad) {
-        fwht_unnormalized<32>(a);
-        fwht_unnormalized<32>(b);
+// Writes a staged tile (after __syncthreads): columns c_first.. (< cols), row blocks rb_first..rb_first+nrb.
+// Consecutive threads take consecutive chunks of one column, so a warp store covers whole column runs.
+template <bool kFp4, int kCols>
+__device__ __forceinline__ void write_cols_tile(const ColsTileStage<kFp4, kCols>& stage, int64_t c_first, int64_t rb_first,
+                                                int nrb, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
+                                                uint8_t* __restrict__ scales) {
+    using Stage = ColsTileStage<kFp4, kCols>;
+    const int64_t col_bytes = kFp4 ? rows / 2 : rows;  // code bytes of one column
+    for (int q = threadIdx.x; q < kCols * Stage::kPerCol; q += blockDim.x) {
+        const int col = q / Stage::kPerCol, p = q % Stage::kPerCol;
+        const int k = p ^ Stage::swizzle(col);  // logical chunk
+        const int64_t c = c_first + col;
+        if (c < cols && k / Stage::kPerBlock < nrb)
+            reinterpret_cast<uint4*>(codes + c * col_bytes + rb_first * (kFp4 ? 16 : 32))[k] = stage.codes[col][p];
     }
-    float ama = 0.0f, amb = 0.0f;
+    const int64_t rbs = rows >> 5;
+    for (int col = threadIdx.x; col < kCols; col += blockDim.x) {
+        const int64_t c = c_first + col;
+        if (c >= cols) break;
+        const int64_t idx = c * rbs + rb_first;
+        if (nrb == kColsWarps && idx % kColsWarps == 0) {
+            uint64_t s = 0;
 #pragma unroll
-    for (int r = 0; r < 32; ++r) {
-        ama = max_nan_abs(ama, a[r]);
-        amb = max_nan_abs(amb, b[r]);
+            for (int i = 0; i < kColsWarps; ++i) s |= uint64_t(stage.scales[col][i]) << (8 * i);
+            store_scale_run(scales, idx, kColsWarps, s);
+        } else {
+            for (int i = 0; i < nrb; ++i) scales[idx + i] = stage.scales[col][i];
+        }
     }
-    const MxBlockScale qa = mx_block_scale<kHad>(ama, el, rule, hs);
-    const MxBlockScale qb = mx_block_scale<kHad>(amb, el, rule, hs);
-    if (write_a) mx_encode_column_block<kFp4, kHad, kRoundT>(a, qa, hs, el, rounding, rs, r0, c0, rows, cols, codes);
-    if (write_b) mx_encode_column_block<kFp4, kHad, kRoundT>(b, qb, hs, el, rounding, rs, r0, c0 + 1, rows, cols, codes);
-    return uint32_t(qa.scale) | uint32_t(qb.scale) << 8;
+}
+
+// Row blocks of the tile of CTA `stripe`: rb_first and how many exist (the last stripe may be partial).
+__device__ __forceinline__ int cols_tile_row_blocks(int64_t rows, int64_t stripe, int64_t& rb_first) {
+    const int64_t rbs = rows >> 5;
+    rb_first = stripe * kColsWarps;
+    return int(rbs - rb_first < kColsWarps ? rbs - rb_first : kColsWarps);
 }
 
 template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
-__global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, int kb,
-                                                               int64_t n_chunks, bool vec_pairs, MxElement e, ScaleRule rule,
-                                                               Rounding rounding, float hs, uint64_t seed,
-                                                               uint8_t* __restrict__ codes, uint8_t* __restrict__ scales) {
-    const int64_t chunk = int64_t(blockIdx.x) % n_chunks;
-    const int64_t tile = int64_t(blockIdx.x) / n_chunks;
-    const int64_t c0 = (tile * kColsThreads + threadIdx.x) * 2;
-    if (c0 >= cols) return;
-    const bool has1 = c0 + 1 < cols;
-    const int64_t rbs = rows >> 5;
-    const MxElement el = kFp4 ? MxElement::e2m1 : e;
-    const RandomStream rs(seed);
-    uint64_t sa = 0, sb = 0;
-    for (int i = 0; i < kb; ++i) {
-        const int64_t r0 = (chunk * kb + i) * 32;
-        float a[32], b[32];
-        const T* p = x + r0 * cols + c0;
+__global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
+                                                               int64_t col_tiles, MxElement e, ScaleRule rule, Rounding rounding,
+                                                               float hs, uint64_t seed, uint8_t* __restrict__ codes,
+                                                               uint8_t* __restrict__ scales) {
+    __shared__ ColsTileStage<kFp4, kColsTileCols> stage;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t tile = int64_t(blockIdx.x) % col_tiles, stripe = int64_t(blockIdx.x) / col_tiles;
+    int64_t rb_first;
+    const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
+    const int64_t c = tile * kColsTileCols + lane;
+    if (warp < nrb && c < cols) {
+        const int64_t r0 = (rb_first + warp) * 32;
+        float a[32];
+        const T* p = x + r0 * cols + c;
 #pragma unroll
-        for (int r = 0; r < 32; ++r) load_pair(p + r * cols, vec_pairs, has1, a[r], b[r]);
-        const uint32_t sc = mx_encode_column_pair<kFp4, kHad, kRoundT>(a, b, true, has1, el, rule, rounding, hs, rs, r0, c0,
-                                                                       rows, cols, codes);
-        sa |= uint64_t(sc & 0xFFu) << (8 * i);
-        sb |= uint64_t(sc >> 8) << (8 * i);
+        for (int r = 0; r < 32; ++r) a[r] = load1(p + r * cols);
+        mx_encode_column<kFp4, kHad, kRoundT>(a, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed), r0, c, cols,
+                                              stage, lane, warp);
     }
-    store_scale_run(scales, c0 * rbs + chunk * kb, kb, sa);
-    if (has1) store_scale_run(scales, (c0 + 1) * rbs + chunk * kb, kb, sb);
+    __syncthreads();
+    write_cols_tile(stage, tile * kColsTileCols, rb_first, nrb, rows, cols, codes, scales);
 }
 
-// Row blocks per thread in the column kernels: 2 when it divides the number of row blocks, else 1 (a run
-// of kb scale bytes per column is one aligned store; longer runs leave too few threads in flight).
+// Row blocks per thread in the NVFP4 column kernel: 2 when it divides the number of row blocks, else 1 (a
+// run of kb scale bytes per column is one aligned store; longer runs leave too few threads in flight).
 inline int cols_blocks_per_thread(int64_t row_blocks) {
-#if defined(LOWBIT_MX_COLS_KB)  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
-    if (row_blocks % LOWBIT_MX_COLS_KB == 0) return LOWBIT_MX_COLS_KB;
-#endif
-    // 2 (not 4): more threads in flight; measured on the H200 at 8192² BF16, fused axis 0 253 → 236 µs
-    // (kernel lab, bench/results/README.md). The kernels stay latency-bound (ncu: 81 % of stalls on loads).
     if (row_blocks % 2 == 0) return 2;
     return 1;
 }

@@ -34,11 +34,9 @@ void launch_mx(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleRule ru
         mx_rows_kernel<T, kFp4, false, kRoundT><<<unsigned(blocks), kRowsThreads, 0, stream>>>(x, n, e, rule, opt.rounding, 1.0f,
                                                                                              opt.seed, codes, scales);
     } else {
-        const int kb = cols_blocks_per_thread(rows / 32);
-        const int64_t n_chunks = rows / 32 / kb;
-        const int64_t tiles = (cols + 2 * kColsThreads - 1) / (2 * kColsThreads);
-        mx_cols_kernel<T, kFp4, false, kRoundT><<<unsigned(n_chunks * tiles), kColsThreads, 0, stream>>>(
-            x, rows, cols, kb, n_chunks, cols % 2 == 0, e, rule, opt.rounding, 1.0f, opt.seed, codes, scales);
+        const ColsGrid grid(rows, cols, kColsTileCols);
+        mx_cols_kernel<T, kFp4, false, kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
+            x, rows, cols, grid.col_tiles, e, rule, opt.rounding, 1.0f, opt.seed, codes, scales);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -53,7 +51,7 @@ void mx_quantize_any(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleR
     cuda_check_aligned(x, 16, "input", "mx_quantize_cuda");
     cuda_check_aligned(codes, 16, "codes", "mx_quantize_cuda");
     cuda_check_aligned(scales, 16, "scales", "mx_quantize_cuda");
-    if (opt.axis == 0 && (rows / 32) * ((cols + 255) / 256) > 0x7FFFFFFFll)
+    if (opt.axis == 0 && (rows / 32 / kColsWarps + 1) * (cols / kColsTileCols + 1) > 0x7FFFFFFFll)
         cuda_input_error("mx_quantize_cuda: matrix too large for one launch");
     if (e == MxElement::e2m1) {
         switch (opt.rounding) {

@@ -14,8 +14,9 @@
 //   axis 1 → mx_rows_kernel<bf16, e2m1, Hadamard> (mx_kernels.cuh): a lane owns a 32-element block (four
 //            16-byte loads), all 5 butterfly stages in registers, one 16-byte code store per lane and one
 //            32-byte scale store per warp; no shuffles.
-//   axis 0 → mx_cols_kernel<bf16, e2m1, Hadamard>: a lane owns 2 columns × 32 rows, all 5 stages in
-//            registers, a 16-byte code store per column block, kb scale bytes per column in one store.
+//   axis 0 → mx_cols_kernel<bf16, e2m1, Hadamard>: a lane owns 1 column × 32 rows, all 5 stages in
+//            registers; the CTA's codes and scales are staged in shared memory and written as whole
+//            column runs (mx_kernels.cuh).
 //   both   → hadamard_mxfp4_both_kernel below: the axis-0 work on the loaded registers, and the same tile,
 //            staged through shared memory (4 KB per warp), re-read as 8-element row chunks for the axis-1
 //            work — one read of the input.
@@ -33,61 +34,71 @@ using namespace cuda_detail;
 
 namespace {
 
-constexpr int kBothThreads = 128;
-constexpr int kBothWarps = kBothThreads / 32;
+// A CTA owns a tile of 64 columns × kColsWarps row blocks (column tiles fastest, as mx_cols_kernel), warp w
+// the 32×64 warp tile of row block stripe·kColsWarps + w:
+//   load:   lane l reads the word of columns cw + 2l, cw + 2l + 1 of each of the 32 rows (128 bytes per warp
+//           and row) into shared memory, row r's word w at word w ^ 4·(r % 8);
+//   axis 0: lane l takes column cw + 2l, then cw + 2l + 1, reading its 32 values back (lane l reads word
+//           l ^ 4·(r % 8) of row r: 32 distinct banks) and does the mx_cols_kernel work, staging codes
+//           and scales for whole-column-run stores (one column at a time keeps ~60 registers);
+//   axis 1: lane l reads row l as eight 16-byte chunks (chunk m at chunk m ^ (l % 8); each quarter-warp
+//           reads 8 distinct chunks = 32 distinct banks) and quantizes the row's two blocks as
+//           mx_rows_kernel does, storing them directly (32 bytes = one sector). No shuffles anywhere.
+constexpr int kBothTileCols = 64;
+#ifndef LOWBIT_MX_BOTH_MIN_BLOCKS  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
+// 3 CTAs per SM caps the kernel at 85 registers (8 bytes of spills) instead of 102 (2 CTAs).
+#define LOWBIT_MX_BOTH_MIN_BLOCKS 3
+#endif
 
-// A warp owns a 64-column strip and kb consecutive 32-row blocks of it. Per 32×64 tile:
-//   axis 0: lane l holds columns cw + 2l, cw + 2l + 1 (one 4-byte load per row, 128 bytes per warp) and
-//           does the mx_cols_kernel work on them;
-//   axis 1: the raw tile goes to shared memory, row r's word w (columns cw + 2w, +1) at word
-//           w ^ 4·(r % 8): the 4-byte writes of a row still hit 32 distinct banks, and when lane l then
-//           reads row l as eight 16-byte chunks (chunk m at chunk m ^ (l % 8)), each quarter-warp reads 8
-//           distinct chunks = 32 distinct banks. Lane l quantizes the two blocks of row r0 + l as
-//           mx_rows_kernel does (no shuffles anywhere).
 template <Rounding kRoundT>
-__global__ void __launch_bounds__(kBothThreads) hadamard_mxfp4_both_kernel(
-    const __nv_bfloat16* __restrict__ x, int64_t rows, int64_t cols, int kb, int64_t n_chunks, ScaleRule rule, float hs,
+__global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadamard_mxfp4_both_kernel(
+    const __nv_bfloat16* __restrict__ x, int64_t rows, int64_t cols, int64_t col_tiles, ScaleRule rule, float hs,
     uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, uint8_t* __restrict__ codes_c,
     uint8_t* __restrict__ scales_c) {
-    __shared__ __align__(16) uint32_t tile[kBothWarps][32][32];
+    __shared__ __align__(16) uint32_t tile[kColsWarps][32][32];
+    __shared__ ColsTileStage<true, kBothTileCols> stage;
     constexpr MxElement E = MxElement::e2m1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t chunk = int64_t(blockIdx.x) % n_chunks;
-    const int64_t ctile = int64_t(blockIdx.x) / n_chunks;
-    const int64_t cw = (ctile * kBothWarps + warp) * 64;
-    if (cw >= cols) return;  // whole warp
+    const int64_t ctile = int64_t(blockIdx.x) % col_tiles, stripe = int64_t(blockIdx.x) / col_tiles;
+    int64_t rb_first;
+    const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
+    const int64_t cbs = cols >> 5;
+    const int64_t cw = ctile * kBothTileCols;
     const int64_t c0 = cw + 2 * lane;
     const bool col_ok = c0 < cols;            // cols % 32 == 0, so c0 + 1 < cols as well
     const bool hi_block_ok = cw + 32 < cols;  // axis 1: the strip's second block exists
-    const int64_t rbs = rows >> 5, cbs = cols >> 5;
-    const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
-    const RandomStream rs(seed);
-    uint32_t(&my_tile)[32][32] = tile[warp];
-
-    uint64_t sa = 0, sb = 0;
-    for (int i = 0; i < kb; ++i) {
-        const int64_t r0 = (chunk * kb + i) * 32;
-        uint32_t raw[32];
+    if (warp < nrb) {
+        const int64_t r0 = (rb_first + warp) * 32;
+        const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
+        const RandomStream rs(seed);
+        uint32_t(&my_tile)[32][32] = tile[warp];
+        {
+            uint32_t raw[32];
 #pragma unroll
-        for (int r = 0; r < 32; ++r) raw[r] = col_ok ? __ldg(xw + (((r0 + r) * cols + c0) >> 1)) : 0u;
+            for (int r = 0; r < 32; ++r) raw[r] = col_ok ? __ldg(xw + (((r0 + r) * cols + c0) >> 1)) : 0u;
 #pragma unroll
-        for (int r = 0; r < 32; ++r) my_tile[r][lane ^ (4 * (r & 7))] = raw[r];
-
-        {  // blocks down the columns
-            float a[32], b[32];
-#pragma unroll
-            for (int r = 0; r < 32; ++r) bf16x2_to_float(raw[r], a[r], b[r]);
-            const uint32_t sc = mx_encode_column_pair<true, true, kRoundT>(a, b, col_ok, col_ok, E, rule, kRoundT, hs, rs, r0,
-                                                                           c0, rows, cols, codes_c);
-            sa |= uint64_t(sc & 0xFFu) << (8 * i);
-            sb |= uint64_t(sc >> 8) << (8 * i);
+            for (int r = 0; r < 32; ++r) my_tile[r][lane ^ (4 * (r & 7))] = raw[r];
         }
         __syncwarp();
 
+        if (col_ok) {  // blocks down the columns: c0, then c0 + 1
+#pragma unroll 1
+            for (int half = 0; half < 2; ++half) {
+                float a[32];
+#pragma unroll
+                for (int r = 0; r < 32; ++r) {
+                    const uint32_t w = my_tile[r][lane ^ (4 * (r & 7))];
+                    a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
+                }
+                mx_encode_column<true, true, kRoundT>(a, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage, 2 * lane + half,
+                                                      warp);
+            }
+        }
+
         {  // blocks along the rows: lane l takes row r0 + l, blocks (cw, cw + 32)
             const int64_t row = r0 + lane;
-            uint32_t sc[2];
-#pragma unroll
+            uint32_t sc = 0;  // scale of block 0 | scale of block 1 << 8
+#pragma unroll 1
             for (int beta = 0; beta < 2; ++beta) {
                 float v[32];
 #pragma unroll
@@ -100,29 +111,23 @@ __global__ void __launch_bounds__(kBothThreads) hadamard_mxfp4_both_kernel(
                     bf16x2_to_float(u.w, v[8 * m + 6], v[8 * m + 7]);
                 }
                 fwht_unnormalized<32>(v);
-                float am = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 32; ++j) am = max_nan_abs(am, v[j]);
-                const MxBlockScale q = mx_block_scale<true>(am, E, rule, hs);
-                sc[beta] = q.scale;
+                const MxBlockScale q = mx_block_scale<true>(block_amax32(v), E, rule, hs);
+                sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;
                 if (beta == 0 || hi_block_ok)
                     mx_encode_block32<true, true, kRoundT>(v, q, hs, E, kRoundT, rs, uint64_t(off), 1, off, codes_r);
             }
             const int64_t si = row * cbs + (cw >> 5);
             if (hi_block_ok && (si & 1) == 0) {
-                *reinterpret_cast<uint16_t*>(scales_r + si) = uint16_t(sc[0] | (sc[1] << 8));
+                *reinterpret_cast<uint16_t*>(scales_r + si) = uint16_t(sc);
             } else {
-                scales_r[si] = uint8_t(sc[0]);
-                if (hi_block_ok) scales_r[si + 1] = uint8_t(sc[1]);
+                scales_r[si] = uint8_t(sc);
+                if (hi_block_ok) scales_r[si + 1] = uint8_t(sc >> 8);
             }
         }
-        __syncwarp();  // the next tile overwrites shared memory
     }
-    if (col_ok) {
-        store_scale_run(scales_c, c0 * rbs + chunk * kb, kb, sa);
-        store_scale_run(scales_c, (c0 + 1) * rbs + chunk * kb, kb, sb);
-    }
+    __syncthreads();
+    write_cols_tile(stage, cw, rb_first, nrb, rows, cols, codes_c, scales_c);
 }
 
 template <Rounding kRoundT>
@@ -131,11 +136,9 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     constexpr MxElement E = MxElement::e2m1;
     const float hs = hadamard_inv_sqrt(32);
     if (along_rows.requested() && along_cols.requested()) {
-        const int kb = cols_blocks_per_thread(rows / 32);
-        const int64_t n_chunks = rows / 32 / kb;
-        const int64_t tiles = (cols + 64 * kBothWarps - 1) / (64 * kBothWarps);
-        hadamard_mxfp4_both_kernel<kRoundT><<<unsigned(n_chunks * tiles), kBothThreads, 0, stream>>>(
-            x, rows, cols, kb, n_chunks, opt.rule, hs, opt.seed, along_rows.codes, along_rows.scales, along_cols.codes,
+        const ColsGrid grid(rows, cols, kBothTileCols);
+        hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
+            x, rows, cols, grid.col_tiles, opt.rule, hs, opt.seed, along_rows.codes, along_rows.scales, along_cols.codes,
             along_cols.scales);
         CUDA_CHECK(cudaGetLastError());
         return;
@@ -147,11 +150,9 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
         mx_rows_kernel<__nv_bfloat16, true, true, kRoundT><<<unsigned(blocks), kRowsThreads, 0, stream>>>(
             x, n, E, opt.rule, opt.rounding, hs, opt.seed, along_rows.codes, along_rows.scales);
     } else {
-        const int kb = cols_blocks_per_thread(rows / 32);
-        const int64_t n_chunks = rows / 32 / kb;
-        const int64_t tiles = (cols + 2 * kColsThreads - 1) / (2 * kColsThreads);
-        mx_cols_kernel<__nv_bfloat16, true, true, kRoundT><<<unsigned(n_chunks * tiles), kColsThreads, 0, stream>>>(
-            x, rows, cols, kb, n_chunks, cols % 2 == 0, E, opt.rule, opt.rounding, hs, opt.seed, along_cols.codes,
+        const ColsGrid grid(rows, cols, kColsTileCols);
+        mx_cols_kernel<__nv_bfloat16, true, true, kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
+            x, rows, cols, grid.col_tiles, E, opt.rule, opt.rounding, hs, opt.seed, along_cols.codes,
             along_cols.scales);
     }
     CUDA_CHECK(cudaGetLastError());
@@ -173,7 +174,7 @@ void hadamard_mxfp4_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, con
             cuda_check_aligned(o->codes, 16, "codes", op);
             cuda_check_aligned(o->scales, 16, "scales", op);
         }
-    if ((rows / 32 + 1) * (cols / 64 + 1) > 0x7FFFFFFFll) cuda_input_error(std::string(op) + ": matrix too large for one launch");
+    if ((rows / 32 / kColsWarps + 1) * (cols / kColsTileCols + 1) > 0x7FFFFFFFll) cuda_input_error(std::string(op) + ": matrix too large for one launch");
     switch (opt.rounding) {
         case Rounding::nearest_even:
             return launch_hadamard_mxfp4<Rounding::nearest_even>(x, rows, cols, opt, along_rows, along_cols, stream);
