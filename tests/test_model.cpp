@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "model/eval.h"
 #include "model/forward_cpu.h"
+#include "model/hf_export.h"
 #include "model/weights.h"
 
 using namespace lowbit;
@@ -541,6 +542,37 @@ TEST(ModelFiles, MissingTensorIsNamed) {
     std::remove(path.c_str());
 }
 
+TEST(ModelFiles, HfExportUnpermutesAndReadsBack) {
+    for (bool bias : {false, true}) {
+        const LlamaModel hf = tiny_model(bias, !bias, 51);
+        const std::string gguf = temp_path("exp.gguf"), dir = temp_path(fmt::format("hf{}", int(bias)));
+        if (bias)
+            write_model_gguf(hf, "qwen2", gguf);
+        else
+            write_model_gguf(to_gguf_layout(hf), "llama", gguf);
+        // Tiny shards force the sharded layout (index + several files).
+        const HfExportReport rep = export_hf_checkpoint(*ModelReader::open(gguf), dir, bias ? kHfShardBytes : 40000);
+        EXPECT_EQ(rep.unpermuted_qk, !bias);
+        EXPECT_EQ(std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors.index.json"), !bias);
+        const auto reader = ModelReader::open(dir);
+        EXPECT_EQ(reader->format(), "safetensors");
+        EXPECT_EQ(reader->config().architecture, bias ? "qwen2" : "llama");
+        EXPECT_EQ(reader->config().rope_pairing, RopePairing::halves);
+        // The exported q/k rows are the HF originals, exactly.
+        EXPECT_EQ(reader->block(1).wq, hf.weights.blocks[1].wq);
+        EXPECT_EQ(reader->block(2).wk, hf.weights.blocks[2].wk);
+        if (bias) {
+            EXPECT_EQ(reader->block(0).bk, hf.weights.blocks[0].bk);
+        }
+        const LlamaModel back = load_llama_model(*reader);
+        const int64_t T = 9;
+        const std::vector<int32_t> tok = random_tokens(T, hf.config.vocab_size, 12);
+        EXPECT_EQ(forward_logits(back, tok.data(), {1, T}), forward_logits(hf, tok.data(), {1, T}));
+        std::remove(gguf.c_str());
+        std::filesystem::remove_all(dir);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // evaluation
 
@@ -689,4 +721,48 @@ TEST(ModelEval, SotuCorpusSplits) {
     const std::string val = read_corpus_text("sotu-validation");
     EXPECT_GT(val.size(), 100000u);
     expect_error_mentions([] { read_corpus_text("wikitext"); }, "unknown corpus");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// the real model (skips when scripts/fetch_model.sh has not been run)
+
+#include "io/model_registry.h"
+#include "model/tokenizer.h"
+
+TEST(ModelReal, SmolLm2LogitsAreFiniteAndSotuPerplexityIsSane) {
+    const std::string path = cached_model_path("smollm2-135m");
+    if (path.empty() || !std::filesystem::exists(path)) GTEST_SKIP() << "SmolLM2-135M GGUF absent (run scripts/fetch_model.sh)";
+    std::string text;
+    try {
+        text = read_corpus_text("sotu-test");
+    } catch (const Error& e) {
+        GTEST_SKIP() << "SOTU corpus not available: " << e.what();
+    }
+    const LlamaModel m = load_llama_model(path);
+    const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(path));
+    EXPECT_EQ(m.config.n_layers, 30);
+    EXPECT_EQ(m.config.rope_pairing, RopePairing::adjacent);
+    EXPECT_TRUE(m.config.tied_embeddings);
+    const std::vector<int32_t> tokens = tok.encode(text, tok.add_bos());
+
+    PerplexityOptions opt;
+    opt.n_ctx = 256;
+    opt.max_chunks = 2;
+    opt.add_bos = tok.add_bos();
+    opt.bos_id = tok.bos_id();
+    opt.progress = false;
+    const PerplexityResult r = evaluate_perplexity(tokens, m.config.vocab_size, opt, cpu_window_logits(m));
+    std::printf("SmolLM2-135M Q4_1, sotu-test, 2 windows of 256: PPL %.4f +/- %.4f\n", r.ppl, r.ppl_err);
+    EXPECT_TRUE(std::isfinite(r.ppl));
+    EXPECT_GT(r.ppl, 3.0);   // a 135M model does not know these speeches by heart
+    EXPECT_LT(r.ppl, 60.0);  // but it does model English (a broken forward gives hundreds to thousands)
+
+    // Logits are finite everywhere in a window, and the wrong RoPE pairing is much worse (the GGUF's q/k
+    // rows really are permuted for adjacent pairs).
+    const std::vector<float> lg = forward_logits(m, tokens.data(), {1, 64});
+    for (float x : lg) ASSERT_TRUE(std::isfinite(x));
+    LlamaModel wrong = m;
+    wrong.config.rope_pairing = RopePairing::halves;
+    const PerplexityResult rw = evaluate_perplexity(tokens, m.config.vocab_size, opt, cpu_window_logits(wrong));
+    EXPECT_GT(rw.ppl, 1.5 * r.ppl) << "halves pairing PPL " << rw.ppl;
 }

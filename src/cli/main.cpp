@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     lowbit::register_hadamard_command(app);
     lowbit::register_demo_command(app);
     lowbit::register_analyze_command(app);
+    lowbit::register_model_commands(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

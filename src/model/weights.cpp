@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/random_fill.h"
 #include "io/gguf_file.h"
+#include "io/safetensors.h"
 
 namespace lowbit {
 
@@ -190,8 +191,83 @@ private:
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------------
+// HF safetensors
+
+namespace {
+
+class SafetensorsModelReader final : public ModelReader {
+public:
+    explicit SafetensorsModelReader(const std::string& dir)
+        : st_(SafetensorsModel::open(dir)) {
+        path_ = dir;
+        config_ = config_from_hf_file((std::filesystem::path(dir) / "config.json").string());
+        config_.name = std::filesystem::path(dir).filename().string();
+        if (config_.name.empty()) config_.name = std::filesystem::path(dir).parent_path().filename().string();
+    }
+    std::string format() const override { return "safetensors"; }
+
+    std::vector<float> token_embedding() const override {
+        return get("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size});
+    }
+    std::vector<float> output_norm() const override { return get("model.norm.weight", {config_.hidden_size}); }
+    std::vector<float> output() const override {
+        if (config_.tied_embeddings) return {};
+        return get("lm_head.weight", {config_.vocab_size, config_.hidden_size});
+    }
+    BlockWeights block(int64_t l) const override {
+        LOWBIT_CHECK(l >= 0 && l < config_.n_layers, ErrorKind::usage, "{}: no block {} (the model has {})", path_, l,
+                     config_.n_layers);
+        const LlamaConfig& c = config_;
+        const int64_t d = c.hidden_size;
+        auto n = [&](const char* t) { return fmt::format("model.layers.{}.{}", l, t); };
+        BlockWeights b;
+        b.attn_norm = get(n("input_layernorm.weight"), {d});
+        b.wq = get(n("self_attn.q_proj.weight"), {c.q_dim(), d});
+        b.wk = get(n("self_attn.k_proj.weight"), {c.kv_dim(), d});
+        b.wv = get(n("self_attn.v_proj.weight"), {c.kv_dim(), d});
+        b.wo = get(n("self_attn.o_proj.weight"), {d, c.q_dim()});
+        if (c.qkv_bias) {
+            b.bq = get(n("self_attn.q_proj.bias"), {c.q_dim()});
+            b.bk = get(n("self_attn.k_proj.bias"), {c.kv_dim()});
+            b.bv = get(n("self_attn.v_proj.bias"), {c.kv_dim()});
+        }
+        b.ffn_norm = get(n("post_attention_layernorm.weight"), {d});
+        b.w_gate = get(n("mlp.gate_proj.weight"), {c.ffn_size, d});
+        b.w_up = get(n("mlp.up_proj.weight"), {c.ffn_size, d});
+        b.w_down = get(n("mlp.down_proj.weight"), {d, c.ffn_size});
+        return b;
+    }
+    std::vector<ModelTensorSummary> tensor_summaries() const override {
+        std::vector<ModelTensorSummary> s;
+        for (const auto& name : st_.tensor_names()) {
+            const SafetensorsTensor& t = st_.tensor(name);
+            s.push_back({t.name, t.shape, safetensors_dtype_name(t.dtype), t.n_bytes()});
+        }
+        return s;
+    }
+
+private:
+    std::vector<float> get(const std::string& name, const std::vector<int64_t>& shape) const {
+        LOWBIT_CHECK(st_.has(name), ErrorKind::input, "{}: tensor '{}' is missing", path_, name);
+        const SafetensorsTensor& t = st_.tensor(name);
+        LOWBIT_CHECK(t.shape == shape, ErrorKind::input, "{}: tensor '{}' has shape [{}], the config needs [{}]", path_,
+                     name, fmt::join(t.shape, ", "), fmt::join(shape, ", "));
+        return st_.tensor_to_f32(name);
+    }
+
+    SafetensorsModel st_;
+};
+
+}  // namespace
+
 std::unique_ptr<ModelReader> open_safetensors_model_reader(const std::string& dir) {
-    fail(ErrorKind::input, "{}: Hugging Face checkpoints are not readable yet (io/safetensors.h pending)", dir);
+    namespace fs = std::filesystem;
+    LOWBIT_CHECK(fs::exists(fs::path(dir) / "config.json"), ErrorKind::input,
+                 "{}: no config.json; a Hugging Face checkpoint directory holds config.json and model.safetensors "
+                 "(or model.safetensors.index.json with its shards)",
+                 dir);
+    return std::make_unique<SafetensorsModelReader>(dir);
 }
 
 std::unique_ptr<ModelReader> ModelReader::open(const std::string& path) {

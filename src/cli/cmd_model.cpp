@@ -1,0 +1,342 @@
+// cmd_model.cpp — `lowbit info`, `lowbit tokenize`, `lowbit eval` and `lowbit export-hf`: a Llama-family
+// model (GGUF file, HF checkpoint directory, or a known short name such as smollm2-135m) from the
+// command line. eval follows llama.cpp's perplexity protocol and reads/writes its KLD base files.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/gguf_file.h"
+#include "io/model_registry.h"
+#include "model/config.h"
+#include "model/eval.h"
+#include "model/forward_cpu.h"
+#include "model/hf_export.h"
+#include "model/tokenizer.h"
+#include "model/weights.h"
+
+namespace lowbit {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: cannot open the text file", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// The tokenizer of a model: a GGUF's own vocabulary, an HF directory's tokenizer.json, or `override_path`
+// (a .gguf or a tokenizer.json).
+Tokenizer load_tokenizer(const std::string& model_path, const std::string& override_path) {
+    const std::string p = override_path.empty() ? model_path : resolve_model_path(override_path);
+    if (fs::is_directory(p)) {
+        const fs::path tj = fs::path(p) / "tokenizer.json";
+        LOWBIT_CHECK(fs::exists(tj), ErrorKind::input,
+                     "{}: no tokenizer.json in the checkpoint; pass --tokenizer with a GGUF or tokenizer.json", p);
+        return Tokenizer::from_hf_json(tj.string());
+    }
+    if (fs::path(p).filename() == "config.json") return load_tokenizer(fs::path(p).parent_path().string(), "");
+    if (fs::path(p).extension() == ".json") return Tokenizer::from_hf_json(p);
+    return Tokenizer::from_gguf(GgufFile::open(p));
+}
+
+bool bos_choice(const std::string& mode, const Tokenizer& tok) {
+    if (mode == "on") return true;
+    if (mode == "off") return false;
+    return tok.add_bos();
+}
+
+// --- info ---
+
+struct InfoArgs {
+    std::string model;
+    bool json = false, tensors = false;
+};
+
+void run_info(const InfoArgs& a) {
+    const std::string path = resolve_model_path(a.model);
+    const auto reader = ModelReader::open(path);
+    const LlamaConfig& c = reader->config();
+    const auto tensors = reader->tensor_summaries();
+    std::map<std::string, std::pair<int64_t, uint64_t>> by_type;  // type → (count, bytes)
+    uint64_t total_bytes = 0;
+    for (const auto& t : tensors) {
+        auto& e = by_type[t.type];
+        e.first += 1;
+        e.second += t.n_bytes;
+        total_bytes += t.n_bytes;
+    }
+    std::unique_ptr<Tokenizer> tok;
+    try {
+        tok = std::make_unique<Tokenizer>(load_tokenizer(path, ""));
+    } catch (const Error&) {
+        // A checkpoint without a tokenizer is still described.
+    }
+    const double bpw = double(total_bytes) * 8.0 / double(c.total_params());
+    if (a.json) {
+        nlohmann::json j = {{"model", path},
+                            {"format", reader->format()},
+                            {"architecture", c.architecture},
+                            {"name", c.name},
+                            {"vocab_size", c.vocab_size},
+                            {"hidden_size", c.hidden_size},
+                            {"n_layers", c.n_layers},
+                            {"n_heads", c.n_heads},
+                            {"n_kv_heads", c.n_kv_heads},
+                            {"head_dim", c.head_dim},
+                            {"ffn_size", c.ffn_size},
+                            {"context_length", c.context_length},
+                            {"rms_eps", c.rms_eps},
+                            {"rope_theta", c.rope_theta},
+                            {"rope_pairing", rope_pairing_name(c.rope_pairing)},
+                            {"rope_scaling", rope_scaling_name(c.rope_scaling)},
+                            {"rope_freqs_tensor", !c.rope_freq_divisors.empty()},
+                            {"qkv_bias", c.qkv_bias},
+                            {"tied_embeddings", c.tied_embeddings},
+                            {"parameters", c.total_params()},
+                            {"tensor_bytes", total_bytes},
+                            {"bits_per_weight", bpw}};
+        nlohmann::json types = nlohmann::json::object();
+        for (const auto& [t, e] : by_type) types[t] = {{"tensors", e.first}, {"bytes", e.second}};
+        j["tensor_types"] = types;
+        if (tok)
+            j["tokenizer"] = {{"model", tok->model()},     {"pre", tok->pre()},         {"vocab_size", tok->vocab_size()},
+                              {"bos_id", tok->bos_id()},   {"eos_id", tok->eos_id()},   {"add_bos", tok->add_bos()}};
+        if (a.tensors) {
+            nlohmann::json tl = nlohmann::json::array();
+            for (const auto& t : tensors) tl.push_back({{"name", t.name}, {"shape", t.shape}, {"type", t.type}, {"bytes", t.n_bytes}});
+            j["tensors"] = tl;
+        }
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("model        %s (%s)\n", path.c_str(), reader->format().c_str());
+    std::printf("architecture %s%s%s\n", c.architecture.c_str(), c.name.empty() ? "" : "  ", c.name.c_str());
+    std::printf("sizes        vocab %lld, d %lld, layers %lld, heads %lld (kv %lld, head_dim %lld), ffn %lld, context %lld\n",
+                (long long)c.vocab_size, (long long)c.hidden_size, (long long)c.n_layers, (long long)c.n_heads,
+                (long long)c.n_kv_heads, (long long)c.head_dim, (long long)c.ffn_size, (long long)c.context_length);
+    std::printf("rope         theta %g, pairing %s, scaling %s%s\n", c.rope_theta, rope_pairing_name(c.rope_pairing),
+                rope_scaling_name(c.rope_scaling), c.rope_freq_divisors.empty() ? "" : " (rope_freqs tensor)");
+    std::printf("norm         RMSNorm eps %g; q/k/v bias %s; embeddings %s\n", double(c.rms_eps), c.qkv_bias ? "yes" : "no",
+                c.tied_embeddings ? "tied" : "untied");
+    std::printf("parameters   %.2f M; tensors %zu, %.2f MiB, %.2f bits/weight\n", double(c.total_params()) / 1e6,
+                tensors.size(), double(total_bytes) / (1024.0 * 1024.0), bpw);
+    for (const auto& [t, e] : by_type)
+        std::printf("  %-6s %4lld tensors  %10.2f MiB\n", t.c_str(), (long long)e.first, double(e.second) / (1024.0 * 1024.0));
+    if (tok)
+        std::printf("tokenizer    %s (pre %s), %zu tokens, BOS %d%s, EOS %d\n", tok->model().c_str(), tok->pre().c_str(),
+                    tok->vocab_size(), tok->bos_id(), tok->add_bos() ? " (added)" : " (not added)", tok->eos_id());
+    if (a.tensors)
+        for (const auto& t : tensors)
+            std::printf("  %-32s %-6s [%s]\n", t.name.c_str(), t.type.c_str(), fmt::format("{}", fmt::join(t.shape, ", ")).c_str());
+}
+
+// --- tokenize ---
+
+struct TokenizeArgs {
+    std::string model, tokenizer, text_file, text, bos = "auto";
+    bool json = false, parse_special = false;
+};
+
+void run_tokenize(const TokenizeArgs& a) {
+    LOWBIT_CHECK(a.text_file.empty() != a.text.empty(), ErrorKind::usage, "give either --text FILE or a STRING");
+    const std::string path = resolve_model_path(a.model);
+    const Tokenizer tok = load_tokenizer(path, a.tokenizer);
+    const std::string text = a.text_file.empty() ? a.text : read_text_file(a.text_file);
+    const std::vector<int32_t> ids = tok.encode(text, bos_choice(a.bos, tok), a.parse_special);
+    if (a.json) {
+        nlohmann::json pieces = nlohmann::json::array();
+        for (int32_t id : ids) pieces.push_back(tok.token_text(id));
+        std::printf("%s\n", nlohmann::json({{"model", path}, {"n_tokens", ids.size()}, {"ids", ids}, {"tokens", pieces}})
+                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                .c_str());
+        return;
+    }
+    std::printf("%s\n", fmt::format("{}", fmt::join(ids, " ")).c_str());
+    std::fprintf(stderr, "%zu tokens\n", ids.size());
+}
+
+// --- eval ---
+
+struct EvalArgs {
+    std::string model, tokenizer, text_file, corpus, bos = "auto", save_logits, kld_base;
+    int64_t ctx = 512, chunks = -1, batch = 1;
+    int threads = 0;
+    bool json = false, no_progress = false;
+};
+
+void run_eval(const EvalArgs& a, bool ctx_given) {
+    LOWBIT_CHECK(a.text_file.empty() || a.corpus.empty(), ErrorKind::usage, "give --text or --corpus, not both");
+    LOWBIT_CHECK(!a.text_file.empty() || !a.corpus.empty() || !a.kld_base.empty(), ErrorKind::usage,
+                 "give --text FILE or --corpus NAME ({}), or --kld-base FILE (its tokens are used)",
+                 fmt::join(corpus_names(), ", "));
+    if (a.threads > 0) set_thread_count(a.threads);
+    const std::string path = resolve_model_path(a.model);
+    const Tokenizer tok = load_tokenizer(path, a.tokenizer);
+    const bool add_bos = bos_choice(a.bos, tok);
+
+    std::vector<int32_t> tokens;
+    std::string source = a.kld_base;
+    if (!a.text_file.empty() || !a.corpus.empty()) {
+        source = a.corpus.empty() ? a.text_file : a.corpus;
+        const std::string text = a.corpus.empty() ? read_text_file(a.text_file) : read_corpus_text(a.corpus);
+        tokens = tok.encode(text, add_bos);  // llama.cpp tokenizes the whole text with BOS when it adds one
+    }
+    const LlamaModel model = load_llama_model(path);
+    LOWBIT_CHECK(int64_t(tok.vocab_size()) <= model.config.vocab_size, ErrorKind::input,
+                 "the tokenizer has {} tokens but the model's vocabulary is {}; pass the model's own tokenizer",
+                 tok.vocab_size(), model.config.vocab_size);
+
+    PerplexityOptions opt;
+    opt.n_ctx = a.ctx;
+    if (!a.kld_base.empty() && !ctx_given) opt.n_ctx = read_kld_base_header(a.kld_base).n_ctx;
+    opt.max_chunks = a.chunks;
+    opt.seqs_per_batch = a.batch;
+    opt.add_bos = add_bos;
+    opt.bos_id = tok.bos_id();
+    opt.save_logits = a.save_logits;
+    opt.kld_base = a.kld_base;
+    opt.progress = !a.no_progress;
+    const PerplexityResult r = evaluate_perplexity(tokens, model.config.vocab_size, opt, cpu_window_logits(model));
+
+    if (a.json) {
+        nlohmann::json j = {{"command", "eval"},
+                            {"model", path},
+                            {"architecture", model.config.architecture},
+                            {"text", source},
+                            {"device", "cpu"},
+                            {"threads", thread_count()},
+                            {"add_bos", add_bos},
+                            {"n_ctx", r.n_ctx},
+                            {"n_chunks", r.n_chunks},
+                            {"n_text_tokens", r.n_text_tokens},
+                            {"n_scored", r.n_scored},
+                            {"mean_nll", r.mean_nll},
+                            {"ppl", r.ppl},
+                            {"ppl_err", r.ppl_err},
+                            {"seconds", r.seconds},
+                            {"tokens_per_second", r.tokens_per_second},
+                            {"chunk_ppl", r.chunk_ppl}};
+        if (!a.save_logits.empty()) j["saved_logits"] = a.save_logits;
+        if (r.has_kld)
+            j["kld"] = {{"base", a.kld_base},
+                        {"kld_mean", r.kld_mean},
+                        {"kld_err", r.kld_err},
+                        {"kld_median", r.kld_median},
+                        {"kld_p99", r.kld_p99},
+                        {"kld_max", r.kld_max},
+                        {"top1_agreement", r.top1_agreement},
+                        {"top1_err", r.top1_err},
+                        {"ppl_base", r.ppl_base},
+                        {"ppl_ratio", r.ppl_ratio},
+                        {"ln_ppl_ratio", r.ln_ppl_ratio},
+                        {"ln_ppl_ratio_err", r.ln_ppl_ratio_err}};
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("model   %s (%s)\n", path.c_str(), model.config.architecture.c_str());
+    std::printf("text    %s: %lld tokens%s; %lld windows of %lld, %lld scored tokens\n", source.c_str(),
+                (long long)r.n_text_tokens, add_bos ? " (BOS first)" : "", (long long)r.n_chunks, (long long)r.n_ctx,
+                (long long)r.n_scored);
+    std::printf("PPL     %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+    if (r.has_kld) {
+        std::printf("KLD     %.6f +/- %.6f (median %.6f, 99%% %.6f, max %.6f)\n", r.kld_mean, r.kld_err, r.kld_median,
+                    r.kld_p99, r.kld_max);
+        std::printf("top-1   %.3f%% +/- %.3f%% agreement\n", 100.0 * r.top1_agreement, 100.0 * r.top1_err);
+        std::printf("PPL(model)/PPL(base) %.6f  (ln ratio %.6f +/- %.6f; PPL(base) from the file %.4f)\n", r.ppl_ratio,
+                    r.ln_ppl_ratio, r.ln_ppl_ratio_err, r.ppl_base);
+    }
+    if (!a.save_logits.empty()) std::printf("logits  saved to %s\n", a.save_logits.c_str());
+    std::printf("speed   %.1f tokens/s (%.1f s, %d threads, CPU)\n", r.tokens_per_second, r.seconds, thread_count());
+}
+
+// --- export-hf ---
+
+struct ExportArgs {
+    std::string model, out;
+    bool json = false;
+};
+
+void run_export_hf(const ExportArgs& a) {
+    const std::string path = resolve_model_path(a.model);
+    const HfExportReport rep = export_hf_checkpoint(*ModelReader::open(path), a.out);
+    if (a.json) {
+        std::printf("%s\n", nlohmann::json({{"model", path},
+                                            {"out", a.out},
+                                            {"tensors", rep.n_tensors},
+                                            {"bytes", rep.bytes},
+                                            {"unpermuted_qk", rep.unpermuted_qk},
+                                            {"files", rep.files}})
+                                .dump(2)
+                                .c_str());
+        return;
+    }
+    std::printf("%s -> %s: %lld tensors, %.1f MiB (float32)%s\n", path.c_str(), a.out.c_str(), (long long)rep.n_tensors,
+                double(rep.bytes) / (1024.0 * 1024.0), rep.unpermuted_qk ? "; q/k rows un-permuted to HF order" : "");
+}
+
+}  // namespace
+
+void register_model_commands(CLI::App& app) {
+    const char* model_help = "a .gguf file, an HF checkpoint directory, or a known name (smollm2-135m)";
+
+    auto info = std::make_shared<InfoArgs>();
+    auto* ci = app.add_subcommand("info", "architecture, sizes and tensor types of a model");
+    ci->add_option("--model", info->model, model_help)->required();
+    ci->add_flag("--tensors", info->tensors, "list every tensor");
+    ci->add_flag("--json", info->json, "machine-readable output");
+    ci->callback([info] { run_info(*info); });
+
+    auto tk = std::make_shared<TokenizeArgs>();
+    auto* ct = app.add_subcommand("tokenize", "token ids of a text with a model's tokenizer");
+    ct->add_option("--model", tk->model, model_help)->required();
+    ct->add_option("--tokenizer", tk->tokenizer, "use this .gguf or tokenizer.json instead of the model's");
+    ct->add_option("--text", tk->text_file, "read the text from FILE");
+    ct->add_option("STRING", tk->text, "the text itself");
+    ct->add_option("--bos", tk->bos, "prepend BOS: auto (the vocabulary's add_bos, default) | on | off")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
+    ct->add_flag("--parse-special", tk->parse_special, "recognise control tokens written in the text");
+    ct->add_flag("--json", tk->json, "machine-readable output (ids and token strings)");
+    ct->callback([tk] { run_tokenize(*tk); });
+
+    auto ev = std::make_shared<EvalArgs>();
+    auto* ce = app.add_subcommand(
+        "eval", "perplexity with llama.cpp's protocol (second half of each n_ctx window), KLD against saved logits");
+    ce->add_option("--model", ev->model, model_help)->required();
+    ce->add_option("--tokenizer", ev->tokenizer, "use this .gguf or tokenizer.json instead of the model's");
+    ce->add_option("--text", ev->text_file, "evaluate this text file");
+    ce->add_option("--corpus", ev->corpus, "a named corpus: sotu-test | sotu-validation | sotu-train");
+    auto* ctx_opt = ce->add_option("--ctx", ev->ctx, "window length n_ctx (default 512, llama.cpp's)");
+    ce->add_option("--chunks", ev->chunks, "evaluate at most N windows (default: all)");
+    ce->add_option("--batch", ev->batch, "windows per forward pass (default 1)");
+    ce->add_option("--bos", ev->bos, "BOS as each window's first token: auto (the vocabulary's add_bos) | on | off")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
+    ce->add_option("--save-logits", ev->save_logits, "write the logits as a llama.cpp KLD base file");
+    ce->add_option("--kld-base", ev->kld_base, "compare with a KLD base file (lowbit's or llama-perplexity's)");
+    ce->add_option("--threads", ev->threads, "worker threads (default: all cores; LOWBIT_THREADS)");
+    ce->add_flag("--no-progress", ev->no_progress, "no progress line on stderr");
+    ce->add_flag("--json", ev->json, "machine-readable report");
+    ce->callback([ev, ctx_opt] { run_eval(*ev, ctx_opt->count() > 0); });
+
+    auto ex = std::make_shared<ExportArgs>();
+    auto* cx = app.add_subcommand("export-hf",
+                                  "write the (dequantized) weights as an HF checkpoint: model.safetensors (float32) + config.json");
+    cx->add_option("--model", ex->model, model_help)->required();
+    cx->add_option("--out", ex->out, "output directory (created; existing files are replaced)")->required();
+    cx->add_flag("--json", ex->json, "machine-readable output");
+    cx->callback([ex] { run_export_hf(*ex); });
+}
+
+}  // namespace lowbit

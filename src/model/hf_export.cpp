@@ -1,0 +1,169 @@
+// hf_export.cpp — HF checkpoint export: plans the tensor list from the config, splits it into shards of
+// at most max_shard_bytes, and fills each shard block by block.
+#include "model/hf_export.h"
+
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/npy.h"
+#include "io/safetensors.h"
+
+namespace lowbit {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Where the weights come from: a lazy reader or a model in memory.
+struct WeightSource {
+    LlamaConfig config;
+    std::function<std::vector<float>()> embedding, norm, output;
+    std::function<BlockWeights(int64_t)> block;
+};
+
+enum class Part { embed, norm, lm_head, attn_norm, q, bq, k, bk, v, bv, o, ffn_norm, gate, up, down };
+
+struct PlannedTensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t layer;  // −1 outside the blocks
+    Part part;
+    uint64_t bytes() const {
+        uint64_t n = 4;
+        for (int64_t s : shape) n *= uint64_t(s);
+        return n;
+    }
+};
+
+std::vector<PlannedTensor> plan_tensors(const LlamaConfig& c) {
+    const int64_t d = c.hidden_size;
+    std::vector<PlannedTensor> p;
+    p.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, -1, Part::embed});
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        auto n = [&](const char* t) { return fmt::format("model.layers.{}.{}", l, t); };
+        p.push_back({n("input_layernorm.weight"), {d}, l, Part::attn_norm});
+        p.push_back({n("self_attn.q_proj.weight"), {c.q_dim(), d}, l, Part::q});
+        if (c.qkv_bias) p.push_back({n("self_attn.q_proj.bias"), {c.q_dim()}, l, Part::bq});
+        p.push_back({n("self_attn.k_proj.weight"), {c.kv_dim(), d}, l, Part::k});
+        if (c.qkv_bias) p.push_back({n("self_attn.k_proj.bias"), {c.kv_dim()}, l, Part::bk});
+        p.push_back({n("self_attn.v_proj.weight"), {c.kv_dim(), d}, l, Part::v});
+        if (c.qkv_bias) p.push_back({n("self_attn.v_proj.bias"), {c.kv_dim()}, l, Part::bv});
+        p.push_back({n("self_attn.o_proj.weight"), {d, c.q_dim()}, l, Part::o});
+        p.push_back({n("post_attention_layernorm.weight"), {d}, l, Part::ffn_norm});
+        p.push_back({n("mlp.gate_proj.weight"), {c.ffn_size, d}, l, Part::gate});
+        p.push_back({n("mlp.up_proj.weight"), {c.ffn_size, d}, l, Part::up});
+        p.push_back({n("mlp.down_proj.weight"), {d, c.ffn_size}, l, Part::down});
+    }
+    p.push_back({"model.norm.weight", {d}, -1, Part::norm});
+    if (!c.tied_embeddings) p.push_back({"lm_head.weight", {c.vocab_size, d}, -1, Part::lm_head});
+    return p;
+}
+
+HfExportReport export_from(const WeightSource& src, const std::string& out_dir, uint64_t max_shard_bytes) {
+    const LlamaConfig& c = src.config;
+    // config.json first: it fails for what it cannot express, before any large file is written.
+    const std::string config_text = config_to_hf_json(c).dump(2) + "\n";
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    LOWBIT_CHECK(fs::is_directory(out_dir), ErrorKind::input, "{}: cannot create the output directory ({})", out_dir,
+                 ec.message());
+
+    const std::vector<PlannedTensor> plan = plan_tensors(c);
+    std::vector<std::vector<size_t>> shards(1);
+    uint64_t shard_bytes = 0, total_bytes = 0;
+    for (size_t i = 0; i < plan.size(); ++i) {
+        if (shard_bytes > 0 && shard_bytes + plan[i].bytes() > max_shard_bytes) shards.emplace_back(), shard_bytes = 0;
+        shards.back().push_back(i);
+        shard_bytes += plan[i].bytes();
+        total_bytes += plan[i].bytes();
+    }
+    const size_t n_shards = shards.size();
+    auto shard_name = [&](size_t s) {
+        return n_shards == 1 ? std::string("model.safetensors")
+                             : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n_shards);
+    };
+
+    HfExportReport rep;
+    const bool unpermute = c.rope_pairing == RopePairing::adjacent;
+    rep.unpermuted_qk = unpermute;
+    int64_t cached_layer = -1;
+    BlockWeights blk;
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (size_t s = 0; s < n_shards; ++s) {
+        std::vector<SafetensorsWriteTensor> tensors;
+        for (size_t i : shards[s]) {
+            const PlannedTensor& t = plan[i];
+            if (t.layer >= 0 && t.layer != cached_layer) {
+                blk = src.block(t.layer);
+                check_block_shapes(c, blk, t.layer, "export-hf");
+                cached_layer = t.layer;
+            }
+            std::vector<float> v;
+            switch (t.part) {
+                case Part::embed: v = src.embedding(); break;
+                case Part::norm: v = src.norm(); break;
+                case Part::lm_head: v = src.output(); break;
+                case Part::attn_norm: v = blk.attn_norm; break;
+                case Part::q: v = unpermute ? permute_qk_rows_to_hf(blk.wq, c.n_heads, c.head_dim, c.hidden_size) : blk.wq; break;
+                case Part::bq: v = unpermute ? permute_qk_rows_to_hf(blk.bq, c.n_heads, c.head_dim, 1) : blk.bq; break;
+                case Part::k: v = unpermute ? permute_qk_rows_to_hf(blk.wk, c.n_kv_heads, c.head_dim, c.hidden_size) : blk.wk; break;
+                case Part::bk: v = unpermute ? permute_qk_rows_to_hf(blk.bk, c.n_kv_heads, c.head_dim, 1) : blk.bk; break;
+                case Part::v: v = blk.wv; break;
+                case Part::bv: v = blk.bv; break;
+                case Part::o: v = blk.wo; break;
+                case Part::ffn_norm: v = blk.ffn_norm; break;
+                case Part::gate: v = blk.w_gate; break;
+                case Part::up: v = blk.w_up; break;
+                case Part::down: v = blk.w_down; break;
+            }
+            LOWBIT_CHECK(v.size() * 4 == t.bytes(), ErrorKind::input, "export-hf: tensor {} has {} values, expected {}",
+                         t.name, v.size(), t.bytes() / 4);
+            tensors.push_back(safetensors_tensor_from_f32(t.name, t.shape, SafetensorsDtype::F32, v.data()));
+            weight_map[t.name] = shard_name(s);
+            rep.n_tensors += 1;
+        }
+        write_safetensors((fs::path(out_dir) / shard_name(s)).string(), tensors, {{"format", "pt"}});
+        rep.files.push_back(shard_name(s));
+    }
+    rep.bytes = total_bytes;
+    if (n_shards > 1) {
+        const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+        const std::string text = index.dump(2) + "\n";
+        write_file_atomic((fs::path(out_dir) / "model.safetensors.index.json").string(), text.data(), text.size());
+        rep.files.push_back("model.safetensors.index.json");
+    } else {
+        fs::remove(fs::path(out_dir) / "model.safetensors.index.json", ec);  // a stale index would win over the file
+    }
+    write_file_atomic((fs::path(out_dir) / "config.json").string(), config_text.data(), config_text.size());
+    rep.files.push_back("config.json");
+    return rep;
+}
+
+}  // namespace
+
+HfExportReport export_hf_checkpoint(const ModelReader& r, const std::string& out_dir, uint64_t max_shard_bytes) {
+    WeightSource s;
+    s.config = r.config();
+    s.embedding = [&r] { return r.token_embedding(); };
+    s.norm = [&r] { return r.output_norm(); };
+    s.output = [&r] { return r.output(); };
+    s.block = [&r](int64_t l) { return r.block(l); };
+    return export_from(s, out_dir, max_shard_bytes);
+}
+
+HfExportReport export_hf_checkpoint(const LlamaModel& m, const std::string& out_dir, uint64_t max_shard_bytes) {
+    check_weight_shapes(m.config, m.weights, "export-hf");
+    WeightSource s;
+    s.config = m.config;
+    s.embedding = [&m] { return m.weights.token_embd; };
+    s.norm = [&m] { return m.weights.output_norm; };
+    s.output = [&m] { return m.weights.output; };
+    s.block = [&m](int64_t l) { return m.weights.blocks[size_t(l)]; };
+    return export_from(s, out_dir, max_shard_bytes);
+}
+
+}  // namespace lowbit

@@ -1,0 +1,38 @@
+// hf_export.h — writes a Llama-family model as a Hugging Face checkpoint (model.safetensors in float32 +
+// config.json) that transformers loads with AutoModelForCausalLM, so its logits can be checked against
+// ours by an independent implementation (tests/peer/check_transformers.py).
+//
+// Names: model.embed_tokens.weight, model.norm.weight, lm_head.weight (untied only),
+// model.layers.N.{input_layernorm, post_attention_layernorm}.weight,
+// model.layers.N.self_attn.{q,k,v,o}_proj.weight (+ q/k/v .bias for Qwen2), model.layers.N.mlp.{gate,up,down}_proj.weight.
+// q/k rows of a model with adjacent RoPE pairing (GGUF arch llama) are un-permuted back to HF order
+// (model/weights.h permute_qk_rows_to_hf), because transformers rotates halves.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace lowbit {
+
+struct HfExportReport {
+    int64_t n_tensors = 0;
+    uint64_t bytes = 0;               // tensor data written
+    bool unpermuted_qk = false;       // q/k rows were converted from adjacent to halves order
+    std::vector<std::string> files;   // written, inside the output directory
+};
+
+// Shards hold at most `max_shard_bytes` of tensor data (one file, model.safetensors, when everything fits;
+// else model-0000i-of-0000N.safetensors and model.safetensors.index.json, as transformers writes them).
+constexpr uint64_t kHfShardBytes = 2ull << 30;
+
+// Reads block by block from `r` (one block of f32 weights in memory at a time besides the embeddings).
+HfExportReport export_hf_checkpoint(const ModelReader& r, const std::string& out_dir,
+                                    uint64_t max_shard_bytes = kHfShardBytes);
+// From a model in memory (e.g. the dequantized output of a quantizer).
+HfExportReport export_hf_checkpoint(const LlamaModel& m, const std::string& out_dir,
+                                    uint64_t max_shard_bytes = kHfShardBytes);
+
+}  // namespace lowbit
