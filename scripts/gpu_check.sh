@@ -110,9 +110,12 @@ ARCH="-gencode=arch=compute_90a,code=sm_90a"
 NVFLAGS="-O3 -std=c++20 --fmad=false -lineinfo $ARCH -Isrc $FMT_INC -DLOWBIT_HAVE_CUDA=1 -DFMT_USE_CONSTEXPR=1 -Xcompiler=-ffp-contract=off"
 
 # Every CPU source of lowbit_lib; no BLAS on the GPU image, so gemm_cpu.cpp uses its plain loop.
-CPU_SRC=$(cd src && ls core/*.cpp formats/*.cpp hadamard/*.cpp io/*.cpp adahop/*.cpp)
+CPU_SRC=$(cd src && ls core/*.cpp formats/*.cpp hadamard/*.cpp io/*.cpp adahop/*.cpp model/*.cpp 2>/dev/null)
 CLI_SRC=$(cd src && ls cli/*.cpp)
-CUDA_SRC=$(cd src && ls core/*.cu formats/cuda/*.cu hadamard/cuda/*.cu adahop/cuda/*.cu)
+CUDA_SRC=$(cd src && ls core/*.cu formats/cuda/*.cu hadamard/cuda/*.cu adahop/cuda/*.cu model/cuda/*.cu 2>/dev/null)
+# Every GPU test suite tests/cuda/test_X.cu becomes build-gpu/test_cuda_X; every bench/bench_X.cu a benchmark.
+GPU_TESTS=$(cd tests/cuda && ls test_*.cu | sed 's/\.cu$//')
+GPU_BENCHES=$(cd bench && ls bench_*.cu | sed 's/\.cu$//')
 
 # ---------------------------------------------------------------------------------------------------
 # Build: every translation unit in parallel (at most $JOBS at once), then link.
@@ -141,10 +144,12 @@ for s in $CLI_SRC; do
     o=$BUILD/obj/$(echo "$s" | tr '/' '_').o; CLI_OBJS+=("$o")
     run_job "$(basename "$o")" $CXX $CXXFLAGS -DLOWBIT_HAVE_CUDA=1 -c "src/$s" -o "$o"
 done
-run_job test_kernels.o "$NVCC" $NVFLAGS -I"$GTEST_DIR/include" -c tests/cuda/test_kernels.cu -o "$BUILD/obj/test_kernels.o"
-run_job test_adahop_kernels.o "$NVCC" $NVFLAGS -I"$GTEST_DIR/include" -c tests/cuda/test_adahop_kernels.cu -o "$BUILD/obj/test_adahop_kernels.o"
-run_job bench_kernels.o "$NVCC" $NVFLAGS -c bench/bench_kernels.cu -o "$BUILD/obj/bench_kernels.o"
-run_job bench_adahop.o "$NVCC" $NVFLAGS -c bench/bench_adahop.cu -o "$BUILD/obj/bench_adahop.o"
+for t in $GPU_TESTS; do
+    run_job "$t.o" "$NVCC" $NVFLAGS -I"$GTEST_DIR/include" -c "tests/cuda/$t.cu" -o "$BUILD/obj/$t.o"
+done
+for b in $GPU_BENCHES; do
+    run_job "$b.o" "$NVCC" $NVFLAGS -c "bench/$b.cu" -o "$BUILD/obj/$b.o"
+done
 FAILED=0
 for i in "${!PIDS[@]}"; do
     if ! wait "${PIDS[$i]}"; then
@@ -156,14 +161,13 @@ done
 cat "$BUILD"/obj/*.log >> "$LOG" 2>/dev/null
 [ "$FAILED" = 0 ] || die "compilation failed (see above and $LOG)"
 LINK_LIBS="-lcublas -lpthread $FMT_LIB"
-"$NVCC" $ARCH -o "$BUILD/test_cuda_kernels" "$BUILD/obj/test_kernels.o" "${OBJS[@]}" "$BUILD/obj/gtest-all.o" \
-    "$BUILD/obj/gtest_main.o" $LINK_LIBS >> "$LOG" 2>&1 || die "linking test_cuda_kernels failed (see $LOG)"
-"$NVCC" $ARCH -o "$BUILD/bench_kernels" "$BUILD/obj/bench_kernels.o" "${OBJS[@]}" $LINK_LIBS >> "$LOG" 2>&1 \
-    || die "linking bench_kernels failed (see $LOG)"
-"$NVCC" $ARCH -o "$BUILD/test_cuda_adahop" "$BUILD/obj/test_adahop_kernels.o" "${OBJS[@]}" "$BUILD/obj/gtest-all.o" \
-    "$BUILD/obj/gtest_main.o" $LINK_LIBS >> "$LOG" 2>&1 || die "linking test_cuda_adahop failed (see $LOG)"
-"$NVCC" $ARCH -o "$BUILD/bench_adahop" "$BUILD/obj/bench_adahop.o" "${OBJS[@]}" $LINK_LIBS >> "$LOG" 2>&1 \
-    || die "linking bench_adahop failed (see $LOG)"
+for t in $GPU_TESTS; do
+    "$NVCC" $ARCH -o "$BUILD/test_cuda_${t#test_}" "$BUILD/obj/$t.o" "${OBJS[@]}" "$BUILD/obj/gtest-all.o" \
+        "$BUILD/obj/gtest_main.o" $LINK_LIBS >> "$LOG" 2>&1 || die "linking $t failed (see $LOG)"
+done
+for b in $GPU_BENCHES; do
+    "$NVCC" $ARCH -o "$BUILD/$b" "$BUILD/obj/$b.o" "${OBJS[@]}" $LINK_LIBS >> "$LOG" 2>&1 || die "linking $b failed (see $LOG)"
+done
 "$NVCC" $ARCH -o "$BUILD/lowbit" "${CLI_OBJS[@]}" "${OBJS[@]}" $LINK_LIBS >> "$LOG" 2>&1 || die "linking lowbit failed (see $LOG)"
 T1=$(date +%s)
 echo "built in $((T1 - T0)) s"
@@ -179,11 +183,11 @@ nvidia-smi || echo "(nvidia-smi failed)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>/dev/null
 
 say "GPU tests -> $OUT/gpu_tests.txt"
-timeout 240 "$BUILD/test_cuda_kernels" --gtest_color=no > "$OUT/gpu_tests.txt" 2>&1
-TEST_RC=$?
-timeout 240 "$BUILD/test_cuda_adahop" --gtest_color=no >> "$OUT/gpu_tests.txt" 2>&1
-ADAHOP_RC=$?
-[ "$TEST_RC" = 0 ] && TEST_RC=$ADAHOP_RC
+: > "$OUT/gpu_tests.txt"
+TEST_RC=0
+for t in $GPU_TESTS; do
+    timeout 240 "$BUILD/test_cuda_${t#test_}" --gtest_color=no >> "$OUT/gpu_tests.txt" 2>&1 || TEST_RC=1
+done
 grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|^\[==========\]|^\[  PASSED  \]" "$OUT/gpu_tests.txt" | tail -40
 if [ "$TEST_RC" != 0 ]; then
     echo "---- first failures:"
