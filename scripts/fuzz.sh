@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
 # fuzz.sh — builds the libFuzzer targets with clang (ASan + UBSan) and runs each for SECONDS (default 60).
-# Usage: scripts/fuzz.sh [SECONDS]. Seeds: tests/fuzz/corpus_*; new findings stay in build-fuzz/.
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   targets: npy gguf safetensors (default: all, one after
+# another). Seeds: tests/fuzz/corpus_<target>; the growing corpus and any crash files stay in build-fuzz/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(npy gguf safetensors)
+
+common=(src/core/error.cpp src/formats/element_codec.cpp src/io/npy.cpp)
+sources_npy=()
+sources_gguf=(src/io/gguf_file.cpp src/io/mapped_file.cpp src/formats/gguf_blocks.cpp src/formats/gguf_decode_only.cpp
+              src/formats/mx_block.cpp src/core/thread_pool.cpp)
+sources_safetensors=(src/io/safetensors.cpp src/io/mapped_file.cpp)
+max_len_npy=4096
+max_len_gguf=8192
+max_len_safetensors=4096
+
 mkdir -p build-fuzz
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I src)
-clang++ "${flags[@]}" tests/fuzz/fuzz_npy.cpp src/io/npy.cpp src/formats/element_codec.cpp src/core/error.cpp \
-    -lfmt -o build-fuzz/fuzz_npy
-mkdir -p build-fuzz/corpus_npy
-cp -n tests/fuzz/corpus_npy/* build-fuzz/corpus_npy/ 2>/dev/null || true
-./build-fuzz/fuzz_npy -max_total_time="$secs" -max_len=4096 -print_final_stats=1 build-fuzz/corpus_npy
+for t in "${targets[@]}"; do
+    declare -n extra="sources_$t"
+    declare -n max_len="max_len_$t"
+    echo "fuzz.sh: building fuzz_$t"
+    clang++ "${flags[@]}" "tests/fuzz/fuzz_$t.cpp" "${common[@]}" "${extra[@]}" -lfmt -lpthread -o "build-fuzz/fuzz_$t"
+    mkdir -p "build-fuzz/corpus_$t"
+    cp -n "tests/fuzz/corpus_$t"/* "build-fuzz/corpus_$t/" 2>/dev/null || true
+    echo "fuzz.sh: running fuzz_$t for ${secs}s"
+    (cd build-fuzz && "./fuzz_$t" -max_total_time="$secs" -max_len="$max_len" -print_final_stats=1 "corpus_$t")
+done

@@ -251,7 +251,9 @@ std::vector<float> SafetensorsFile::tensor_to_f32(const SafetensorsTensor& t) co
         return h;
     };
     switch (t.dtype) {
-        case SafetensorsDtype::F32: std::memcpy(out.data(), b.data(), size_t(n) * 4); break;
+        case SafetensorsDtype::F32:
+            if (n) std::memcpy(out.data(), b.data(), size_t(n) * 4);  // an empty tensor may have no data pointer
+            break;
         case SafetensorsDtype::F64:
             for (int64_t k = 0; k < n; ++k) {
                 double d;
