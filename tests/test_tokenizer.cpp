@@ -202,6 +202,34 @@ TEST(TokenizerVectors, LlamaBpeDefaultsAndSpecials) {
     EXPECT_EQ(tok.decode(special, false), "Hello");
 }
 
+TEST(TokenizerVectors, RandomTextRoundTrips) {
+    // Random strings over a mix of ASCII, whitespace runs, digits, multi-byte characters and stray bytes:
+    // byte-level decode(encode(x)) == x for any bytes; SentencePiece for valid UTF-8.
+    REQUIRE_SHARED_DATA(dir);
+    const std::string vec = dir + "/tokenizers/llama-cpp-vectors/ggml-vocab-";
+    Tokenizer gpt2 = Tokenizer::from_gguf(GgufFile::open(vec + "gpt-2.gguf"));
+    Tokenizer llama3 = Tokenizer::from_gguf(GgufFile::open(vec + "llama-bpe.gguf"));
+    Tokenizer spm = Tokenizer::from_gguf(GgufFile::open(vec + "llama-spm.gguf"));
+    const std::vector<std::string> atoms = {"a", "Z", "the", " ", "  ", "\n", "\r\n", "\t", "7", "123", "'s", "'LL",
+                                            "!", "...", "é", "東京", "🦙", "\xE2\x80\x94", "\xC2\xA0", "\u3000"};
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    const auto next = [&] {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        return state;
+    };
+    for (int trial = 0; trial < 300; ++trial) {
+        std::string valid, bytes;
+        const int n = int(next() % 24);
+        for (int i = 0; i < n; ++i) {
+            valid += atoms[next() % atoms.size()];
+            bytes += next() % 5 == 0 ? std::string(1, char(next() % 256)) : atoms[next() % atoms.size()];
+        }
+        EXPECT_EQ(gpt2.decode(gpt2.encode(bytes, false)), bytes);
+        EXPECT_EQ(llama3.decode(llama3.encode(bytes, false)), bytes);
+        EXPECT_EQ(spm.decode(spm.encode(valid, true), false), valid);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Pre-tokenizers
 // ---------------------------------------------------------------------------------------------------

@@ -331,6 +331,52 @@ int parse_byte_token(std::string_view text) {
     return (hi < 0 || lo < 0) ? -1 : hi * 16 + lo;
 }
 
+// Pairwise merging over a doubly linked list of symbols (spans of the text), shared by both BPE flavours:
+// the candidate pair of highest priority (leftmost on ties) merges, then its new neighbours become
+// candidates. A binary heap with lazy deletion (a candidate is stale when either side has since changed
+// size) makes this O(n log n) instead of rescanning every pair after each merge.
+struct MergeSymbol {
+    int32_t id, prev, next;  // id: the symbol's token/merge id (byte-level BPE only)
+    uint32_t start, len;     // len 0: merged into its left neighbour
+};
+struct MergeCandidate {
+    double priority;  // -rank (byte-level BPE) or the token score (SentencePiece)
+    int32_t left, right, result;
+    uint32_t size;
+};
+
+// `pair_of(l, r, c)` says whether adjacent symbols l, r may merge, filling c.priority and c.result.
+template <typename PairOf>
+void merge_symbols(std::vector<MergeSymbol>& syms, std::vector<MergeCandidate>& heap, PairOf pair_of) {
+    const auto lower = [](const MergeCandidate& x, const MergeCandidate& y) {
+        return x.priority < y.priority || (x.priority == y.priority && x.left > y.left);
+    };
+    const auto try_pair = [&](int32_t l, int32_t r) {
+        if (l < 0 || r < 0) return;
+        MergeCandidate c{0.0, l, r, -1, syms[size_t(l)].len + syms[size_t(r)].len};
+        if (!pair_of(syms[size_t(l)], syms[size_t(r)], c)) return;
+        heap.push_back(c);
+        std::push_heap(heap.begin(), heap.end(), lower);
+    };
+    heap.clear();
+    for (size_t i = 1; i < syms.size(); ++i) try_pair(int32_t(i) - 1, int32_t(i));
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), lower);
+        const MergeCandidate c = heap.back();
+        heap.pop_back();
+        MergeSymbol& l = syms[size_t(c.left)];
+        MergeSymbol& r = syms[size_t(c.right)];
+        if (l.len == 0 || r.len == 0 || l.len + r.len != c.size) continue;  // stale
+        l.id = c.result;
+        l.len += r.len;
+        r.len = 0;
+        l.next = r.next;
+        if (r.next >= 0) syms[size_t(r.next)].prev = c.left;
+        try_pair(l.prev, c.left);
+        try_pair(c.left, l.next);
+    }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -473,9 +519,7 @@ void Tokenizer::Impl::build(TokenizerVocab vocab) {
 }
 
 // Byte-level BPE of one pre-token: every byte starts as the symbol of its mapped character; the adjacent
-// pair of lowest merge rank (leftmost on ties) merges until no pair has a rank. A binary heap of candidate
-// pairs with lazy deletion (a candidate is stale when either side has changed size) makes this
-// O(n log n) per word instead of rescanning all pairs after each merge.
+// pair of lowest merge rank (leftmost on ties) merges until no pair has a rank.
 void Tokenizer::Impl::encode_bpe_word(std::string_view bytes, std::vector<int32_t>& out) const {
     const auto emit_bytes = [&](size_t begin, size_t len) {  // symbols that are not tokens
         for (size_t i = begin; i < begin + len; ++i) {
@@ -497,50 +541,22 @@ void Tokenizer::Impl::encode_bpe_word(std::string_view bytes, std::vector<int32_
         emit_bytes(0, 1);
         return;
     }
-    struct Symbol {
-        int32_t id, prev, next;
-        uint32_t start, len;
-    };
-    struct Candidate {
-        int32_t rank, left, right, result;
-        uint32_t size;
-    };
-    // std heap functions keep the "largest" on top: make that the lowest rank, then the leftmost.
-    const auto later = [](const Candidate& x, const Candidate& y) {
-        return x.rank > y.rank || (x.rank == y.rank && x.left > y.left);
-    };
-    thread_local std::vector<Symbol> syms;
-    thread_local std::vector<Candidate> heap;
+    thread_local std::vector<MergeSymbol> syms;
+    thread_local std::vector<MergeCandidate> heap;
     syms.resize(n);
-    heap.clear();
     for (size_t i = 0; i < n; ++i) {
         syms[i] = {byte_symbol[uint8_t(bytes[i])], int32_t(i) - 1, i + 1 < n ? int32_t(i) + 1 : -1, uint32_t(i), 1};
     }
-    const auto try_pair = [&](int32_t l, int32_t r) {
-        if (l < 0 || r < 0 || syms[size_t(l)].id < 0 || syms[size_t(r)].id < 0) return;
-        auto it = merges.find(pair_key(syms[size_t(l)].id, syms[size_t(r)].id));
-        if (it == merges.end()) return;
-        heap.push_back({it->second.rank, l, r, it->second.result, syms[size_t(l)].len + syms[size_t(r)].len});
-        std::push_heap(heap.begin(), heap.end(), later);
-    };
-    for (size_t i = 0; i + 1 < n; ++i) try_pair(int32_t(i), int32_t(i) + 1);
-    while (!heap.empty()) {
-        std::pop_heap(heap.begin(), heap.end(), later);
-        const Candidate c = heap.back();
-        heap.pop_back();
-        Symbol& l = syms[size_t(c.left)];
-        Symbol& r = syms[size_t(c.right)];
-        if (l.len == 0 || r.len == 0 || l.len + r.len != c.size) continue;  // stale
-        l.id = c.result;
-        l.len += r.len;
-        r.len = 0;
-        l.next = r.next;
-        if (r.next >= 0) syms[size_t(r.next)].prev = c.left;
-        try_pair(l.prev, c.left);
-        try_pair(c.left, l.next);
-    }
+    merge_symbols(syms, heap, [&](const MergeSymbol& l, const MergeSymbol& r, MergeCandidate& c) {
+        if (l.id < 0 || r.id < 0) return false;
+        auto it = merges.find(pair_key(l.id, r.id));
+        if (it == merges.end()) return false;
+        c.priority = -double(it->second.rank);
+        c.result = it->second.result;
+        return true;
+    });
     for (int32_t i = 0; i >= 0; i = syms[size_t(i)].next) {
-        const Symbol& s = syms[size_t(i)];
+        const MergeSymbol& s = syms[size_t(i)];
         if (s.id >= 0 && s.id < n_vocab) {
             out.push_back(s.id);
         } else {
@@ -564,55 +580,26 @@ void Tokenizer::Impl::encode_bpe_text(std::string_view text, std::vector<int32_t
 
 // SentencePiece BPE (llama.cpp's llm_tokenizer_spm): characters (cut by UTF-8 lead byte) merge pairwise,
 // the pair whose concatenation is the vocabulary token of highest score first (leftmost on ties); what is
-// left and is not a token falls back to byte tokens.
+// left and is not a token falls back to byte tokens, then to the unknown token.
 void Tokenizer::Impl::encode_spm_text(std::string_view text, std::vector<int32_t>& out) const {
-    struct Symbol {
-        int32_t prev, next;
-        uint32_t start, len;
-    };
-    struct Candidate {
-        float score;
-        int32_t left, right;
-        uint32_t size;
-    };
-    const auto lower = [](const Candidate& x, const Candidate& y) {
-        return x.score < y.score || (x.score == y.score && x.left > y.left);
-    };
-    std::vector<Symbol> syms;
+    std::vector<MergeSymbol> syms;
+    std::vector<MergeCandidate> heap;
     syms.reserve(text.size());
     for (size_t pos = 0; pos < text.size();) {
         const size_t len = std::min(utf8_sequence_length(uint8_t(text[pos])), text.size() - pos);
-        syms.push_back({int32_t(syms.size()) - 1, -1, uint32_t(pos), uint32_t(len)});
+        syms.push_back({-1, int32_t(syms.size()) - 1, -1, uint32_t(pos), uint32_t(len)});
         pos += len;
         if (pos < text.size()) syms.back().next = int32_t(syms.size());
     }
-    std::vector<Candidate> heap;
-    const auto try_pair = [&](int32_t l, int32_t r) {
-        if (l < 0 || r < 0) return;
-        const Symbol& a = syms[size_t(l)];
-        const Symbol& b = syms[size_t(r)];
-        const int32_t id = find(text.substr(a.start, a.len + b.len));
-        if (id < 0) return;
-        heap.push_back({v.scores[size_t(id)], l, r, a.len + b.len});
-        std::push_heap(heap.begin(), heap.end(), lower);
-    };
-    for (size_t i = 1; i < syms.size(); ++i) try_pair(int32_t(i) - 1, int32_t(i));
-    while (!heap.empty()) {
-        std::pop_heap(heap.begin(), heap.end(), lower);
-        const Candidate c = heap.back();
-        heap.pop_back();
-        Symbol& l = syms[size_t(c.left)];
-        Symbol& r = syms[size_t(c.right)];
-        if (l.len == 0 || r.len == 0 || l.len + r.len != c.size) continue;
-        l.len += r.len;
-        r.len = 0;
-        l.next = r.next;
-        if (r.next >= 0) syms[size_t(r.next)].prev = c.left;
-        try_pair(l.prev, c.left);
-        try_pair(c.left, l.next);
-    }
+    merge_symbols(syms, heap, [&](const MergeSymbol& l, const MergeSymbol& r, MergeCandidate& c) {
+        const int32_t id = find(text.substr(l.start, l.len + r.len));
+        if (id < 0) return false;
+        c.priority = v.scores[size_t(id)];
+        c.result = id;
+        return true;
+    });
     for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[size_t(i)].next) {
-        const Symbol& s = syms[size_t(i)];
+        const MergeSymbol& s = syms[size_t(i)];
         const std::string_view piece = text.substr(s.start, s.len);
         if (int32_t id = find(piece); id >= 0) {
             out.push_back(id);
