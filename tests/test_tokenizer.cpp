@@ -132,6 +132,12 @@ TokenizerVocab tiny_byte_vocab(std::vector<std::string> extra_tokens, std::vecto
     return v;
 }
 
+Tokenizer tiny_with_pre(const std::string& pre) {
+    TokenizerVocab v = tiny_byte_vocab({}, {"a b"});
+    v.pre = pre;
+    return Tokenizer(std::move(v));
+}
+
 std::vector<std::string> words(const Tokenizer& t, const std::string& s) { return t.pre_tokenize(s); }
 
 }  // namespace
@@ -250,11 +256,7 @@ TEST(TokenizerPre, Gpt2Regex) {
 }
 
 TEST(TokenizerPre, Llama3AndQwen2Regex) {
-    auto v = tiny_byte_vocab({}, {"a b"});
-    v.pre = "llama-bpe";
-    Tokenizer l3(v);
-    v.pre = "qwen2";
-    Tokenizer q2(v);
+    const Tokenizer l3 = tiny_with_pre("llama-bpe"), q2 = tiny_with_pre("qwen2");
     using V = std::vector<std::string>;
     EXPECT_EQ(words(l3, "1234567"), (V{"123", "456", "7"}));
     EXPECT_EQ(words(q2, "1234567"), (V{"1", "2", "3", "4", "5", "6", "7"}));
@@ -268,11 +270,7 @@ TEST(TokenizerPre, Llama3AndQwen2Regex) {
 }
 
 TEST(TokenizerPre, SmollmAndDefault) {
-    auto v = tiny_byte_vocab({}, {"a b"});
-    v.pre = "smollm";
-    Tokenizer sm(v);
-    v.pre = "default";
-    Tokenizer df(v);
+    const Tokenizer sm = tiny_with_pre("smollm"), df = tiny_with_pre("default");
     using V = std::vector<std::string>;
     EXPECT_EQ(words(sm, "in 2021 we"), (V{"in", " ", "2", "0", "2", "1", " we"}));
     EXPECT_EQ(words(sm, "x²"), (V{"x", "²"}));  // \p{N} includes No
