@@ -411,38 +411,19 @@ int64_t GgufTensorInfo::rows() const { return ne.empty() ? 1 : n_elements() / ne
 // ---------------------------------------------------------------------------------------------------
 // reader
 
-struct GgufFile::Storage {
-    MappedFile file;
-};
+GgufFile::GgufFile(MappedFile file, std::string name) : file_(std::move(file)), name_(std::move(name)) { parse_all(); }
 
-GgufFile::GgufFile() = default;
-GgufFile::GgufFile(GgufFile&&) noexcept = default;
-GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
-GgufFile::~GgufFile() = default;
-
-GgufFile GgufFile::open(const std::string& path) {
-    GgufFile g;
-    g.storage_ = std::make_unique<Storage>();
-    g.storage_->file = MappedFile::map(path);
-    g.name_ = path;
-    g.parse_all();
-    return g;
-}
+GgufFile GgufFile::open(const std::string& path) { return GgufFile(MappedFile::map(path), path); }
 
 GgufFile GgufFile::parse(std::vector<uint8_t> bytes, const std::string& name) {
-    GgufFile g;
-    g.storage_ = std::make_unique<Storage>();
-    g.storage_->file = MappedFile::from_bytes(std::move(bytes));
-    g.name_ = name;
-    g.parse_all();
-    return g;
+    return GgufFile(MappedFile::from_bytes(std::move(bytes)), name);
 }
 
-uint64_t GgufFile::file_size() const { return storage_ ? storage_->file.size() : 0; }
+uint64_t GgufFile::file_size() const { return file_.size(); }
 
 void GgufFile::parse_all() {
-    const uint8_t* data = storage_->file.data();
-    const uint64_t size = storage_->file.size();
+    const uint8_t* data = file_.data();
+    const uint64_t size = file_.size();
     Reader r(data, size, name_);
 
     if (size < 4) fail(ErrorKind::input, "{}: not a GGUF file: only {} bytes (no magic)", name_, size);
@@ -699,7 +680,7 @@ std::span<const uint8_t> GgufFile::tensor_bytes(const GgufTensorInfo& info) cons
     const uint64_t size = file_size();
     if (data_offset_ > size || info.offset > size - data_offset_ || info.n_bytes > size - data_offset_ - info.offset)
         fail(ErrorKind::runtime, "{}: tensor '{}' does not belong to this file", name_, info.name);
-    return storage_->file.bytes().subspan(size_t(data_offset_ + info.offset), size_t(info.n_bytes));
+    return file_.bytes().subspan(size_t(data_offset_ + info.offset), size_t(info.n_bytes));
 }
 
 std::vector<float> GgufFile::tensor_to_f32(const GgufTensorInfo& info) const {

@@ -9,12 +9,13 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "io/mapped_file.h"
 
 namespace lowbit {
 
@@ -100,11 +101,8 @@ public:
     // The same over bytes held in memory (tests, fuzzing); `name` is used in error messages.
     static GgufFile parse(std::vector<uint8_t> bytes, const std::string& name);
 
-    GgufFile(GgufFile&&) noexcept;
-    GgufFile& operator=(GgufFile&&) noexcept;
-    GgufFile(const GgufFile&) = delete;
-    GgufFile& operator=(const GgufFile&) = delete;
-    ~GgufFile();
+    GgufFile(GgufFile&&) noexcept = default;
+    GgufFile& operator=(GgufFile&&) noexcept = default;
 
     const std::string& name() const { return name_; }
     uint32_t version() const { return version_; }
@@ -147,11 +145,10 @@ public:
     std::vector<float> tensor_to_f32(const std::string& name) const { return tensor_to_f32(tensor(name)); }
 
 private:
-    struct Storage;
-    GgufFile();
+    GgufFile(MappedFile file, std::string name);  // parses and validates
     void parse_all();
 
-    std::unique_ptr<Storage> storage_;
+    MappedFile file_;
     std::string name_;
     uint32_t version_ = 0;
     uint64_t alignment_ = 32;

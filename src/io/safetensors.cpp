@@ -140,36 +140,19 @@ int64_t SafetensorsTensor::n_elements() const {
 // ---------------------------------------------------------------------------------------------------
 // one file
 
-struct SafetensorsFile::Storage {
-    MappedFile file;
-};
-
-SafetensorsFile::SafetensorsFile() = default;
-SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
-SafetensorsFile::~SafetensorsFile() = default;
-
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
-    SafetensorsFile f;
-    f.storage_ = std::make_unique<Storage>();
-    f.storage_->file = MappedFile::map(path);
-    f.name_ = path;
-    f.parse_all();
-    return f;
+SafetensorsFile::SafetensorsFile(MappedFile file, std::string name) : file_(std::move(file)), name_(std::move(name)) {
+    parse_all();
 }
 
+SafetensorsFile SafetensorsFile::open(const std::string& path) { return SafetensorsFile(MappedFile::map(path), path); }
+
 SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::string& name) {
-    SafetensorsFile f;
-    f.storage_ = std::make_unique<Storage>();
-    f.storage_->file = MappedFile::from_bytes(std::move(bytes));
-    f.name_ = name;
-    f.parse_all();
-    return f;
+    return SafetensorsFile(MappedFile::from_bytes(std::move(bytes)), name);
 }
 
 void SafetensorsFile::parse_all() {
-    const uint8_t* data = storage_->file.data();
-    const uint64_t size = storage_->file.size();
+    const uint8_t* data = file_.data();
+    const uint64_t size = file_.size();
     if (size < 8) fail(ErrorKind::input, "{}: truncated: {} bytes, too short for the 8-byte header size", name_, size);
     uint64_t n;
     std::memcpy(&n, data, 8);
@@ -235,10 +218,10 @@ const SafetensorsTensor& SafetensorsFile::tensor(const std::string& name) const 
 }
 
 std::span<const uint8_t> SafetensorsFile::tensor_bytes(const SafetensorsTensor& t) const {
-    const uint64_t size = storage_->file.size();
+    const uint64_t size = file_.size();
     if (t.end < t.begin || t.end > size - data_offset_)
         fail(ErrorKind::runtime, "{}: tensor '{}' does not belong to this file", name_, t.name);
-    return storage_->file.bytes().subspan(size_t(data_offset_ + t.begin), size_t(t.n_bytes()));
+    return file_.bytes().subspan(size_t(data_offset_ + t.begin), size_t(t.n_bytes()));
 }
 
 std::vector<float> SafetensorsFile::tensor_to_f32(const SafetensorsTensor& t) const {

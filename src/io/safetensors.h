@@ -10,11 +10,12 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "io/mapped_file.h"
 
 namespace lowbit {
 
@@ -42,11 +43,8 @@ public:
     static SafetensorsFile open(const std::string& path);  // memory-maps read-only
     static SafetensorsFile parse(std::vector<uint8_t> bytes, const std::string& name);
 
-    SafetensorsFile(SafetensorsFile&&) noexcept;
-    SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
-    SafetensorsFile(const SafetensorsFile&) = delete;
-    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-    ~SafetensorsFile();
+    SafetensorsFile(SafetensorsFile&&) noexcept = default;
+    SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
 
     const std::string& name() const { return name_; }
     uint64_t data_offset() const { return data_offset_; }  // 8 + header size
@@ -61,11 +59,10 @@ public:
     std::vector<float> tensor_to_f32(const std::string& name) const { return tensor_to_f32(tensor(name)); }
 
 private:
-    struct Storage;
-    SafetensorsFile();
+    SafetensorsFile(MappedFile file, std::string name);  // parses and validates
     void parse_all();
 
-    std::unique_ptr<Storage> storage_;
+    MappedFile file_;
     std::string name_;
     uint64_t data_offset_ = 0;
     std::vector<SafetensorsTensor> tensors_;
