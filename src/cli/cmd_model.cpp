@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "io/gguf_file.h"
 #include "io/model_registry.h"
+#include "io/npy.h"
 #include "model/config.h"
 #include "model/eval.h"
 #include "model/forward_cpu.h"
@@ -171,7 +172,7 @@ void run_tokenize(const TokenizeArgs& a) {
 // --- eval ---
 
 struct EvalArgs {
-    std::string model, tokenizer, text_file, corpus, bos = "auto", save_logits, kld_base;
+    std::string model, tokenizer, text_file, corpus, bos = "auto", save_logits, kld_base, dump_logits;
     int64_t ctx = 512, chunks = -1, batch = 1;
     int threads = 0;
     bool json = false, no_progress = false;
@@ -209,7 +210,18 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
     opt.save_logits = a.save_logits;
     opt.kld_base = a.kld_base;
     opt.progress = !a.no_progress;
-    const PerplexityResult r = evaluate_perplexity(tokens, model.config.vocab_size, opt, cpu_window_logits(model));
+    WindowLogitsFn logits_fn = cpu_window_logits(model);
+    std::vector<float> dumped;  // --dump-logits: the raw logits of every scored window, in order
+    if (!a.dump_logits.empty()) {
+        const int64_t vocab = model.config.vocab_size;
+        logits_fn = [inner = logits_fn, &dumped, vocab](const int32_t* t, BatchShape shape, int64_t first, float* out) {
+            inner(t, shape, first, out);
+            dumped.insert(dumped.end(), out, out + shape.n_seq * (shape.n_tok - first) * vocab);
+        };
+    }
+    const PerplexityResult r = evaluate_perplexity(tokens, model.config.vocab_size, opt, logits_fn);
+    if (!a.dump_logits.empty())
+        npy_write_f32(a.dump_logits, {r.n_chunks, r.n_ctx - r.n_ctx / 2, model.config.vocab_size}, dumped.data());
 
     if (a.json) {
         nlohmann::json j = {{"command", "eval"},
@@ -230,6 +242,8 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                             {"tokens_per_second", r.tokens_per_second},
                             {"chunk_ppl", r.chunk_ppl}};
         if (!a.save_logits.empty()) j["saved_logits"] = a.save_logits;
+        if (!a.dump_logits.empty()) j["dumped_logits"] = a.dump_logits;
+        j["bos_id"] = tok.bos_id();
         if (r.has_kld)
             j["kld"] = {{"base", a.kld_base},
                         {"kld_mean", r.kld_mean},
@@ -325,6 +339,9 @@ void register_model_commands(CLI::App& app) {
         ->check(CLI::IsMember({"auto", "on", "off"}));
     ce->add_option("--save-logits", ev->save_logits, "write the logits as a llama.cpp KLD base file");
     ce->add_option("--kld-base", ev->kld_base, "compare with a KLD base file (lowbit's or llama-perplexity's)");
+    ce->add_option("--dump-logits", ev->dump_logits,
+                   "write the raw float32 logits of positions n_ctx/2..n_ctx-1 of every window as .npy "
+                   "[chunks, n_ctx - n_ctx/2, vocab] (peer checks; 100 MB per 512-window of a 49k vocabulary)");
     ce->add_option("--threads", ev->threads, "worker threads (default: all cores; LOWBIT_THREADS)");
     ce->add_flag("--no-progress", ev->no_progress, "no progress line on stderr");
     ce->add_flag("--json", ev->json, "machine-readable report");

@@ -402,8 +402,7 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
 
 WindowLogitsFn cpu_window_logits(const LlamaModel& m) {
     return [&m](const int32_t* tokens, BatchShape shape, int64_t first_pos, float* out) {
-        const std::vector<float> lg = forward_logits(m, tokens, shape, first_pos);
-        std::copy(lg.begin(), lg.end(), out);
+        forward_logits(m, tokens, shape, first_pos, out);
     };
 }
 

@@ -67,48 +67,38 @@ void attention_causal(const float* q, const float* k, const float* v, BatchShape
     const int64_t q_width = n_heads * hd, kv_width = n_kv_heads * hd;
     const int64_t group = n_heads / n_kv_heads;
     const float scale = float(1.0 / std::sqrt(double(hd)));
-    // One task per (sequence, query head). The loops are arranged so the compiler vectorizes them without
-    // reassociating sums (no -ffast-math): scores are built as s[j] += q[e]·kᵀ[e][j] over a transposed
-    // key block, and the context as o[e] += p[j]·v[j][e].
-    parallel_for(shape.n_seq * n_heads, 1, [&](int64_t t0, int64_t t1) {
-        std::vector<float> kt(static_cast<size_t>(hd * T)), s(static_cast<size_t>(T));
-        std::vector<float> acc(static_cast<size_t>(hd));
-        for (int64_t task = t0; task < t1; ++task) {
-            const int64_t seq = task / n_heads, h = task % n_heads, g = h / group;
+    // Per (sequence, head): S = Q_h·K_gᵀ and O_h = P·V_g as two OpenBLAS GEMMs (multithreaded inside),
+    // the causal softmax of S's rows split over threads. The GEMMs do the full T×T square although only
+    // the lower triangle is used: 2× the FLOPs, but at sgemm speed (measured on 2 busy EPYC cores, one
+    // SmolLM2 layer at T = 512: 34 ms against 76 ms for a triangular loop the compiler vectorizes without
+    // FMA; same results to 1e-6).
+    // Napkin math, SmolLM2 (T = 512, hd = 64, 9 heads, 30 layers): 2·2·512²·64·270 = 18 GFLOP per window.
+    std::vector<float> s(static_cast<size_t>(T * T));
+    for (int64_t seq = 0; seq < shape.n_seq; ++seq)
+        for (int64_t h = 0; h < n_heads; ++h) {
+            const int64_t g = h / group;
             const float* qs = q + seq * T * q_width + h * hd;
             const float* ks = k + seq * T * kv_width + g * hd;
             const float* vs = v + seq * T * kv_width + g * hd;
             float* os = out + seq * T * q_width + h * hd;
-            for (int64_t j = 0; j < T; ++j)
-                for (int64_t e = 0; e < hd; ++e) kt[e * T + j] = ks[j * kv_width + e];
-            for (int64_t t = 0; t < T; ++t) {
-                const float* qt = qs + t * q_width;
-                const int64_t n = t + 1;  // keys 0..t
-                std::fill(s.begin(), s.begin() + n, 0.0f);
-                for (int64_t e = 0; e < hd; ++e) {
-                    const float qe = qt[e] * scale;
-                    const float* kr = kt.data() + e * T;
-                    for (int64_t j = 0; j < n; ++j) s[j] += qe * kr[j];
+            gemm_f32(T, T, hd, qs, q_width, false, ks, kv_width, true, s.data(), T);
+            parallel_for(T, 16, [&](int64_t t0, int64_t t1) {
+                for (int64_t t = t0; t < t1; ++t) {
+                    float* st = s.data() + t * T;
+                    float m = st[0] * scale;
+                    for (int64_t j = 0; j <= t; ++j) m = std::max(m, st[j] * scale);
+                    double sum = 0.0;
+                    for (int64_t j = 0; j <= t; ++j) {
+                        st[j] = std::exp(st[j] * scale - m);
+                        sum += st[j];
+                    }
+                    const float inv = float(1.0 / sum);
+                    for (int64_t j = 0; j <= t; ++j) st[j] *= inv;
+                    std::fill(st + t + 1, st + T, 0.0f);  // causal mask
                 }
-                float m = s[0];
-                for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
-                double sum = 0.0;
-                for (int64_t j = 0; j < n; ++j) {
-                    s[j] = std::exp(s[j] - m);
-                    sum += s[j];
-                }
-                const float inv = float(1.0 / sum);
-                std::fill(acc.begin(), acc.end(), 0.0f);
-                for (int64_t j = 0; j < n; ++j) {
-                    const float p = s[j];
-                    const float* vj = vs + j * kv_width;
-                    for (int64_t e = 0; e < hd; ++e) acc[e] += p * vj[e];
-                }
-                float* ot = os + t * q_width;
-                for (int64_t e = 0; e < hd; ++e) ot[e] = acc[e] * inv;
-            }
+            });
+            gemm_f32(T, hd, T, s.data(), T, false, vs, kv_width, false, os, q_width);
         }
-    });
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
@@ -197,7 +187,7 @@ void final_norm_and_logits(const LlamaConfig& c, const float* output_norm, const
     gemm_f32(n_rows, c.vocab_size, d, xn.data(), d, false, output_matrix, d, true, logits, c.vocab_size);
 }
 
-std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos) {
+void forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos, float* logits) {
     const LlamaConfig& c = m.config;
     LOWBIT_CHECK(first_pos >= 0 && first_pos < shape.n_tok, ErrorKind::usage,
                  "forward: first logit position {} outside the window of {} tokens", first_pos, shape.n_tok);
@@ -205,11 +195,17 @@ std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, Ba
     BlockScratch scratch;
     for (int64_t l = 0; l < c.n_layers; ++l) block_forward(c, m.weights.blocks[l], l, hidden.data(), shape, scratch);
     const int64_t keep = shape.n_tok - first_pos, d = c.hidden_size;
-    std::vector<float> logits(static_cast<size_t>(shape.n_seq * keep * c.vocab_size));
     for (int64_t sq = 0; sq < shape.n_seq; ++sq)
         final_norm_and_logits(c, m.weights.output_norm.data(), m.weights.output_matrix(),
                               hidden.data() + (sq * shape.n_tok + first_pos) * d, keep,
-                              logits.data() + sq * keep * c.vocab_size);
+                              logits + sq * keep * c.vocab_size);
+}
+
+std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos) {
+    LOWBIT_CHECK(first_pos >= 0 && first_pos < shape.n_tok, ErrorKind::usage,
+                 "forward: first logit position {} outside the window of {} tokens", first_pos, shape.n_tok);
+    std::vector<float> logits(static_cast<size_t>(shape.n_seq * (shape.n_tok - first_pos) * m.config.vocab_size));
+    forward_logits(m, tokens, shape, first_pos, logits.data());
     return logits;
 }
 

@@ -10,13 +10,13 @@
 // each (rows = n_seq·n_tok, sequence-major); every sequence starts at position 0 and attends causally
 // to itself only. No KV cache: evaluation and calibration see whole windows.
 //
-// Threads: GEMMs go to OpenBLAS (core/gemm_cpu.h); attention runs one (sequence, head) task per
-// parallel_for index; norms, RoPE and SwiGLU are split by rows. Results do not depend on the thread
-// count except through OpenBLAS's own summation order.
+// Threads: GEMMs (the projections, and QKᵀ / PV of each (sequence, head) of attention) go to OpenBLAS
+// (core/gemm_cpu.h), which threads them; softmax rows, norms, RoPE and SwiGLU are split by rows with
+// parallel_for. Results do not depend on our thread count, only on OpenBLAS's summation order.
 //
 // Napkin math (SmolLM2-135M, one 512-token window): the linear layers are 2·512·(30·3.39 M) = 104 GFLOP,
-// attention 30·9·2·512²·64 ≈ 9 GFLOP (causal half of QKᵀ and PV), the logits of the scored half
-// 2·256·49152·576 = 14.5 GFLOP: ~130 GFLOP per window, ~1.3 s at 100 GFLOP/s of sgemm.
+// attention 30·9·2·2·512²·64 = 18 GFLOP (full squares, see attention_causal), the logits of the scored
+// half 2·256·49152·576 = 14.5 GFLOP: ~137 GFLOP per window, ~1.4 s at 100 GFLOP/s of sgemm.
 #pragma once
 
 #include <cstdint>
@@ -88,5 +88,7 @@ void final_norm_and_logits(const LlamaConfig& c, const float* output_norm, const
 
 // Whole model: logits of positions first_pos..n_tok-1 of every sequence, [n_seq, n_tok − first_pos, vocab].
 std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos = 0);
+// The same into a caller's buffer of n_seq·(n_tok − first_pos)·vocab floats.
+void forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos, float* logits);
 
 }  // namespace lowbit
