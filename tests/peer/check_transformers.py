@@ -73,7 +73,9 @@ def main():
     first = n_ctx // 2
     assert ours.shape == (n_chunk, n_ctx - first, n_vocab), ours.shape
 
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    import transformers
+    dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="eager", **{dtype_kw: torch.float32})
     model.to(args.device).eval()
     max_abs = 0.0
     max_logit = 0.0
