@@ -576,6 +576,11 @@ void Tokenizer::Impl::encode_bpe_text(std::string_view text, std::vector<int32_t
         encode_bpe_word(text.substr(b0, b1 - b0), out);
         begin = end;
     }
+    if (t.cp.capacity() > (size_t(1) << 22)) {  // ~9 bytes a character (and 16 a piece): do not hoard them
+        t = CodepointText{};
+        ends = {};
+        scratch = {};
+    }
 }
 
 // SentencePiece BPE (llama.cpp's llm_tokenizer_spm): characters (cut by UTF-8 lead byte) merge pairwise,
