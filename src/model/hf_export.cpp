@@ -25,13 +25,14 @@ struct WeightSource {
     std::function<BlockWeights(int64_t)> block;
 };
 
-enum class Part { embed, norm, lm_head, attn_norm, q, bq, k, bk, v, bv, o, ffn_norm, gate, up, down };
+enum class Part { embed, norm, lm_head, block };
 
 struct PlannedTensor {
     std::string name;
     std::vector<int64_t> shape;
     int64_t layer;  // −1 outside the blocks
     Part part;
+    const BlockTensorSpec* spec = nullptr;  // Part::block
     uint64_t bytes() const {
         uint64_t n = 4;
         for (int64_t s : shape) n *= uint64_t(s);
@@ -43,21 +44,13 @@ std::vector<PlannedTensor> plan_tensors(const LlamaConfig& c) {
     const int64_t d = c.hidden_size;
     std::vector<PlannedTensor> p;
     p.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, -1, Part::embed});
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-        auto n = [&](const char* t) { return fmt::format("model.layers.{}.{}", l, t); };
-        p.push_back({n("input_layernorm.weight"), {d}, l, Part::attn_norm});
-        p.push_back({n("self_attn.q_proj.weight"), {c.q_dim(), d}, l, Part::q});
-        if (c.qkv_bias) p.push_back({n("self_attn.q_proj.bias"), {c.q_dim()}, l, Part::bq});
-        p.push_back({n("self_attn.k_proj.weight"), {c.kv_dim(), d}, l, Part::k});
-        if (c.qkv_bias) p.push_back({n("self_attn.k_proj.bias"), {c.kv_dim()}, l, Part::bk});
-        p.push_back({n("self_attn.v_proj.weight"), {c.kv_dim(), d}, l, Part::v});
-        if (c.qkv_bias) p.push_back({n("self_attn.v_proj.bias"), {c.kv_dim()}, l, Part::bv});
-        p.push_back({n("self_attn.o_proj.weight"), {d, c.q_dim()}, l, Part::o});
-        p.push_back({n("post_attention_layernorm.weight"), {d}, l, Part::ffn_norm});
-        p.push_back({n("mlp.gate_proj.weight"), {c.ffn_size, d}, l, Part::gate});
-        p.push_back({n("mlp.up_proj.weight"), {c.ffn_size, d}, l, Part::up});
-        p.push_back({n("mlp.down_proj.weight"), {d, c.ffn_size}, l, Part::down});
-    }
+    for (int64_t l = 0; l < c.n_layers; ++l)
+        for (const BlockTensorSpec& t : block_tensor_specs()) {
+            if (t.is_bias && !c.qkv_bias) continue;
+            std::vector<int64_t> shape = {block_dim_size(c, t.rows)};
+            if (t.cols != BlockDim::none) shape.push_back(block_dim_size(c, t.cols));
+            p.push_back({fmt::format("model.layers.{}.{}", l, t.hf_name), shape, l, Part::block, &t});
+        }
     p.push_back({"model.norm.weight", {d}, -1, Part::norm});
     if (!c.tied_embeddings) p.push_back({"lm_head.weight", {c.vocab_size, d}, -1, Part::lm_head});
     return p;
@@ -107,18 +100,13 @@ HfExportReport export_from(const WeightSource& src, const std::string& out_dir, 
                 case Part::embed: v = src.embedding(); break;
                 case Part::norm: v = src.norm(); break;
                 case Part::lm_head: v = src.output(); break;
-                case Part::attn_norm: v = blk.attn_norm; break;
-                case Part::q: v = unpermute ? permute_qk_rows_to_hf(blk.wq, c.n_heads, c.head_dim, c.hidden_size) : blk.wq; break;
-                case Part::bq: v = unpermute ? permute_qk_rows_to_hf(blk.bq, c.n_heads, c.head_dim, 1) : blk.bq; break;
-                case Part::k: v = unpermute ? permute_qk_rows_to_hf(blk.wk, c.n_kv_heads, c.head_dim, c.hidden_size) : blk.wk; break;
-                case Part::bk: v = unpermute ? permute_qk_rows_to_hf(blk.bk, c.n_kv_heads, c.head_dim, 1) : blk.bk; break;
-                case Part::v: v = blk.wv; break;
-                case Part::bv: v = blk.bv; break;
-                case Part::o: v = blk.wo; break;
-                case Part::ffn_norm: v = blk.ffn_norm; break;
-                case Part::gate: v = blk.w_gate; break;
-                case Part::up: v = blk.w_up; break;
-                case Part::down: v = blk.w_down; break;
+                case Part::block: {
+                    const std::vector<float>& w = blk.*t.spec->member;
+                    const int64_t heads = t.spec->rope_heads == 1 ? c.n_heads : c.n_kv_heads;
+                    const int64_t cols = t.spec->cols == BlockDim::none ? 1 : c.hidden_size;
+                    v = unpermute && t.spec->rope_heads > 0 ? permute_qk_rows_to_hf(w, heads, c.head_dim, cols) : w;
+                    break;
+                }
             }
             LOWBIT_CHECK(v.size() * 4 == t.bytes(), ErrorKind::input, "export-hf: tensor {} has {} values, expected {}",
                          t.name, v.size(), t.bytes() / 4);

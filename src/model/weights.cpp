@@ -3,6 +3,7 @@
 #include "model/weights.h"
 
 #include <filesystem>
+#include <functional>
 
 #include "core/error.h"
 #include "core/random_fill.h"
@@ -20,26 +21,66 @@ void check_size(const std::vector<float>& v, int64_t expected, const std::string
 
 }  // namespace
 
-void check_block_shapes(const LlamaConfig& c, const BlockWeights& b, int64_t layer, const std::string& what) {
-    const int64_t d = c.hidden_size;
-    auto name = [&](const char* t) { return fmt::format("blk.{}.{}", layer, t); };
-    check_size(b.attn_norm, d, name("attn_norm"), what);
-    check_size(b.wq, c.q_dim() * d, name("attn_q"), what);
-    check_size(b.wk, c.kv_dim() * d, name("attn_k"), what);
-    check_size(b.wv, c.kv_dim() * d, name("attn_v"), what);
-    check_size(b.wo, d * c.q_dim(), name("attn_output"), what);
-    if (c.qkv_bias) {
-        check_size(b.bq, c.q_dim(), name("attn_q.bias"), what);
-        check_size(b.bk, c.kv_dim(), name("attn_k.bias"), what);
-        check_size(b.bv, c.kv_dim(), name("attn_v.bias"), what);
-    } else {
-        LOWBIT_CHECK(b.bq.empty() && b.bk.empty() && b.bv.empty(), ErrorKind::input,
-                     "{}: layer {} has q/k/v biases but the config says it has none", what, layer);
+const std::vector<BlockTensorSpec>& block_tensor_specs() {
+    using B = BlockDim;
+    static const std::vector<BlockTensorSpec> specs = {
+        {"attn_norm.weight", "input_layernorm.weight", &BlockWeights::attn_norm, B::hidden, B::none, false, 0},
+        {"attn_q.weight", "self_attn.q_proj.weight", &BlockWeights::wq, B::q, B::hidden, false, 1},
+        {"attn_q.bias", "self_attn.q_proj.bias", &BlockWeights::bq, B::q, B::none, true, 1},
+        {"attn_k.weight", "self_attn.k_proj.weight", &BlockWeights::wk, B::kv, B::hidden, false, 2},
+        {"attn_k.bias", "self_attn.k_proj.bias", &BlockWeights::bk, B::kv, B::none, true, 2},
+        {"attn_v.weight", "self_attn.v_proj.weight", &BlockWeights::wv, B::kv, B::hidden, false, 0},
+        {"attn_v.bias", "self_attn.v_proj.bias", &BlockWeights::bv, B::kv, B::none, true, 0},
+        {"attn_output.weight", "self_attn.o_proj.weight", &BlockWeights::wo, B::hidden, B::q, false, 0},
+        {"ffn_norm.weight", "post_attention_layernorm.weight", &BlockWeights::ffn_norm, B::hidden, B::none, false, 0},
+        {"ffn_gate.weight", "mlp.gate_proj.weight", &BlockWeights::w_gate, B::ffn, B::hidden, false, 0},
+        {"ffn_up.weight", "mlp.up_proj.weight", &BlockWeights::w_up, B::ffn, B::hidden, false, 0},
+        {"ffn_down.weight", "mlp.down_proj.weight", &BlockWeights::w_down, B::hidden, B::ffn, false, 0},
+    };
+    return specs;
+}
+
+int64_t block_dim_size(const LlamaConfig& c, BlockDim d) {
+    switch (d) {
+        case BlockDim::hidden: return c.hidden_size;
+        case BlockDim::q: return c.q_dim();
+        case BlockDim::kv: return c.kv_dim();
+        case BlockDim::ffn: return c.ffn_size;
+        case BlockDim::none: return 0;
     }
-    check_size(b.ffn_norm, d, name("ffn_norm"), what);
-    check_size(b.w_gate, c.ffn_size * d, name("ffn_gate"), what);
-    check_size(b.w_up, c.ffn_size * d, name("ffn_up"), what);
-    check_size(b.w_down, d * c.ffn_size, name("ffn_down"), what);
+    return 0;
+}
+
+namespace {
+
+// Fills a block through `get(name, rows, cols)` (cols 0 for vectors), names from the GGUF or HF column.
+using TensorGetter = std::function<std::vector<float>(const std::string& name, int64_t rows, int64_t cols)>;
+
+BlockWeights read_block(const LlamaConfig& c, int64_t l, bool hf_names, const std::string& path, const TensorGetter& get) {
+    LOWBIT_CHECK(l >= 0 && l < c.n_layers, ErrorKind::usage, "{}: no block {} (the model has {})", path, l, c.n_layers);
+    BlockWeights b;
+    for (const BlockTensorSpec& t : block_tensor_specs()) {
+        if (t.is_bias && !c.qkv_bias) continue;
+        const std::string name = hf_names ? fmt::format("model.layers.{}.{}", l, t.hf_name)
+                                          : fmt::format("blk.{}.{}", l, t.gguf_name);
+        b.*t.member = get(name, block_dim_size(c, t.rows), block_dim_size(c, t.cols));
+    }
+    return b;
+}
+
+}  // namespace
+
+void check_block_shapes(const LlamaConfig& c, const BlockWeights& b, int64_t layer, const std::string& what) {
+    for (const BlockTensorSpec& t : block_tensor_specs()) {
+        const std::string name = fmt::format("blk.{}.{}", layer, t.gguf_name);
+        if (t.is_bias && !c.qkv_bias) {
+            LOWBIT_CHECK((b.*t.member).empty(), ErrorKind::input, "{}: {} is present but the config has no q/k/v biases",
+                         what, name);
+            continue;
+        }
+        const int64_t cols = t.cols == BlockDim::none ? 1 : block_dim_size(c, t.cols);
+        check_size(b.*t.member, block_dim_size(c, t.rows) * cols, name, what);
+    }
 }
 
 void check_weight_shapes(const LlamaConfig& c, const LlamaWeights& w, const std::string& what) {
@@ -140,27 +181,9 @@ public:
         return matrix("output.weight", config_.vocab_size, config_.hidden_size);
     }
     BlockWeights block(int64_t l) const override {
-        LOWBIT_CHECK(l >= 0 && l < config_.n_layers, ErrorKind::usage, "{}: no block {} (the model has {})", path_, l,
-                     config_.n_layers);
-        const LlamaConfig& c = config_;
-        const int64_t d = c.hidden_size;
-        auto n = [&](const char* t) { return fmt::format("blk.{}.{}", l, t); };
-        BlockWeights b;
-        b.attn_norm = vector(n("attn_norm.weight"), d);
-        b.wq = matrix(n("attn_q.weight"), c.q_dim(), d);
-        b.wk = matrix(n("attn_k.weight"), c.kv_dim(), d);
-        b.wv = matrix(n("attn_v.weight"), c.kv_dim(), d);
-        b.wo = matrix(n("attn_output.weight"), d, c.q_dim());
-        if (c.qkv_bias) {
-            b.bq = vector(n("attn_q.bias"), c.q_dim());
-            b.bk = vector(n("attn_k.bias"), c.kv_dim());
-            b.bv = vector(n("attn_v.bias"), c.kv_dim());
-        }
-        b.ffn_norm = vector(n("ffn_norm.weight"), d);
-        b.w_gate = matrix(n("ffn_gate.weight"), c.ffn_size, d);
-        b.w_up = matrix(n("ffn_up.weight"), c.ffn_size, d);
-        b.w_down = matrix(n("ffn_down.weight"), d, c.ffn_size);
-        return b;
+        return read_block(config_, l, false, path_, [this](const std::string& name, int64_t rows, int64_t cols) {
+            return cols > 0 ? matrix(name, rows, cols) : vector(name, rows);
+        });
     }
     std::vector<ModelTensorSummary> tensor_summaries() const override {
         std::vector<ModelTensorSummary> s;
@@ -216,27 +239,9 @@ public:
         return get("lm_head.weight", {config_.vocab_size, config_.hidden_size});
     }
     BlockWeights block(int64_t l) const override {
-        LOWBIT_CHECK(l >= 0 && l < config_.n_layers, ErrorKind::usage, "{}: no block {} (the model has {})", path_, l,
-                     config_.n_layers);
-        const LlamaConfig& c = config_;
-        const int64_t d = c.hidden_size;
-        auto n = [&](const char* t) { return fmt::format("model.layers.{}.{}", l, t); };
-        BlockWeights b;
-        b.attn_norm = get(n("input_layernorm.weight"), {d});
-        b.wq = get(n("self_attn.q_proj.weight"), {c.q_dim(), d});
-        b.wk = get(n("self_attn.k_proj.weight"), {c.kv_dim(), d});
-        b.wv = get(n("self_attn.v_proj.weight"), {c.kv_dim(), d});
-        b.wo = get(n("self_attn.o_proj.weight"), {d, c.q_dim()});
-        if (c.qkv_bias) {
-            b.bq = get(n("self_attn.q_proj.bias"), {c.q_dim()});
-            b.bk = get(n("self_attn.k_proj.bias"), {c.kv_dim()});
-            b.bv = get(n("self_attn.v_proj.bias"), {c.kv_dim()});
-        }
-        b.ffn_norm = get(n("post_attention_layernorm.weight"), {d});
-        b.w_gate = get(n("mlp.gate_proj.weight"), {c.ffn_size, d});
-        b.w_up = get(n("mlp.up_proj.weight"), {c.ffn_size, d});
-        b.w_down = get(n("mlp.down_proj.weight"), {d, c.ffn_size});
-        return b;
+        return read_block(config_, l, true, path_, [this](const std::string& name, int64_t rows, int64_t cols) {
+            return cols > 0 ? get(name, {rows, cols}) : get(name, {rows});
+        });
     }
     std::vector<ModelTensorSummary> tensor_summaries() const override {
         std::vector<ModelTensorSummary> s;

@@ -46,6 +46,21 @@ struct LlamaModel {
     LlamaWeights weights;
 };
 
+// The tensors of one block: their names in GGUF files (after "blk.N.") and HF checkpoints (after
+// "model.layers.N."), their shape in terms of the config, and where they live in BlockWeights. The order
+// is the HF export's. Biases exist only when the config has q/k/v biases.
+enum class BlockDim { hidden, q, kv, ffn, none };
+struct BlockTensorSpec {
+    const char* gguf_name;
+    const char* hf_name;
+    std::vector<float> BlockWeights::*member;
+    BlockDim rows, cols;  // cols == none: a vector of `rows` values
+    bool is_bias;
+    int rope_heads;       // 1: q rows (n_heads heads), 2: k rows (n_kv_heads heads), 0: no RoPE permutation
+};
+const std::vector<BlockTensorSpec>& block_tensor_specs();
+int64_t block_dim_size(const LlamaConfig& c, BlockDim d);
+
 // Checks every tensor of a block (and of the model) against the config's shapes; `what` names the
 // source in the message.
 void check_block_shapes(const LlamaConfig& c, const BlockWeights& b, int64_t layer, const std::string& what);
