@@ -45,6 +45,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lowbit", required=True, help="the lowbit binary")
     ap.add_argument("--model", default="smollm2-135m", help="model lowbit runs (.gguf, HF dir or known name)")
+    ap.add_argument("--tokenizer", default=None, help="passed to lowbit eval (a model without its own vocabulary)")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--corpus", default=None, help="lowbit corpus name (default sotu-test)")
     src.add_argument("--text", default=None, help="a text file")
@@ -65,7 +66,8 @@ def main():
     dump = os.path.join(args.tmp, "logits.npy")
     run([args.lowbit, "export-hf", "--model", args.model, "--out", hf_dir])
     source = ["--text", args.text] if args.text else ["--corpus", args.corpus or "sotu-test"]
-    report = json.loads(run([args.lowbit, "eval", "--model", args.model, *source, "--ctx", str(args.ctx), "--chunks",
+    tok = ["--tokenizer", args.tokenizer] if args.tokenizer else []
+    report = json.loads(run([args.lowbit, "eval", "--model", args.model, *tok, *source, "--ctx", str(args.ctx), "--chunks",
                              str(args.chunks), "--save-logits", base, "--dump-logits", dump, "--no-progress",
                              "--json"]))
     n_ctx, n_vocab, n_chunk, tokens = read_kld_header(base)
