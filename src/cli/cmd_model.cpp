@@ -23,6 +23,9 @@
 #include "model/hf_export.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
+#if defined(LOWBIT_HAVE_CUDA)
+#include "model/cuda/forward_cuda.cuh"
+#endif
 
 namespace lowbit {
 
@@ -173,6 +176,7 @@ void run_tokenize(const TokenizeArgs& a) {
 
 struct EvalArgs {
     std::string model, tokenizer, text_file, corpus, bos = "auto", save_logits, kld_base, dump_logits;
+    std::string device = "cpu", precision = "fp32";
     int64_t ctx = 512, chunks = -1, batch = 1;
     int threads = 0;
     bool json = false, no_progress = false;
@@ -184,6 +188,20 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                  "give --text FILE or --corpus NAME ({}), or --kld-base FILE (its tokens are used)",
                  fmt::join(corpus_names(), ", "));
     if (a.threads > 0) set_thread_count(a.threads);
+    // The device is checked before anything is loaded.
+    LOWBIT_CHECK(a.device == "cuda" || a.precision == "fp32", ErrorKind::usage,
+                 "--precision {} needs --device cuda (the CPU forward is FP32)", a.precision);
+    std::string device_desc = "CPU";
+#if defined(LOWBIT_HAVE_CUDA)
+    if (a.device == "cuda") {
+        LOWBIT_CHECK(cuda_device_available(), ErrorKind::runtime,
+                     "--device cuda: no CUDA device is available (no driver or no GPU); use --device cpu");
+        device_desc = fmt::format("CUDA {}, {}", a.precision, cuda_device_description());
+    }
+#else
+    LOWBIT_CHECK(a.device != "cuda", ErrorKind::usage,
+                 "--device cuda: this lowbit was built without CUDA (no nvcc at build time); use --device cpu");
+#endif
     const std::string path = resolve_model_path(a.model);
     const Tokenizer tok = load_tokenizer(path, a.tokenizer);
     const bool add_bos = bos_choice(a.bos, tok);
@@ -211,6 +229,13 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
     opt.kld_base = a.kld_base;
     opt.progress = !a.no_progress;
     WindowLogitsFn logits_fn = cpu_window_logits(model);
+#if defined(LOWBIT_HAVE_CUDA)
+    std::unique_ptr<CudaLlama> gpu;  // the whole model on the GPU (blocks streamed from host memory if too big)
+    if (a.device == "cuda") {
+        gpu = std::make_unique<CudaLlama>(model, CudaLlamaOptions{parse_cuda_precision(a.precision)});
+        logits_fn = cuda_window_logits(*gpu);
+    }
+#endif
     std::vector<float> dumped;  // --dump-logits: the raw logits of every scored window, in order
     if (!a.dump_logits.empty()) {
         const int64_t vocab = model.config.vocab_size;
@@ -228,7 +253,9 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                             {"model", path},
                             {"architecture", model.config.architecture},
                             {"text", source},
-                            {"device", "cpu"},
+                            {"device", a.device},
+                            {"precision", a.precision},
+                            {"device_description", device_desc},
                             {"threads", thread_count()},
                             {"add_bos", add_bos},
                             {"n_ctx", r.n_ctx},
@@ -273,7 +300,8 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                     r.ln_ppl_ratio, r.ln_ppl_ratio_err, r.ppl_base);
     }
     if (!a.save_logits.empty()) std::printf("logits  saved to %s\n", a.save_logits.c_str());
-    std::printf("speed   %.1f tokens/s (%.1f s, %d threads, CPU)\n", r.tokens_per_second, r.seconds, thread_count());
+    std::printf("speed   %.1f tokens/s (%.1f s, %d threads, %s)\n", r.tokens_per_second, r.seconds, thread_count(),
+                device_desc.c_str());
 }
 
 // --- export-hf ---
@@ -342,6 +370,11 @@ void register_model_commands(CLI::App& app) {
     ce->add_option("--dump-logits", ev->dump_logits,
                    "write the raw float32 logits of positions n_ctx/2..n_ctx-1 of every window as .npy "
                    "[chunks, n_ctx - n_ctx/2, vocab] (peer checks; 100 MB per 512-window of a 49k vocabulary)");
+    ce->add_option("--device", ev->device, "cpu (default) | cuda (a CUDA build and a GPU)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    ce->add_option("--precision", ev->precision,
+                   "fp32 (default) | bf16 (cuda only: BF16 weights and GEMM inputs, FP32 accumulation and activations)")
+        ->check(CLI::IsMember({"fp32", "bf16"}));
     ce->add_option("--threads", ev->threads, "worker threads (default: all cores; LOWBIT_THREADS)");
     ce->add_flag("--no-progress", ev->no_progress, "no progress line on stderr");
     ce->add_flag("--json", ev->json, "machine-readable report");

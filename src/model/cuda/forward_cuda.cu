@@ -1,0 +1,340 @@
+// forward_cuda.cu — weights on the device, the cuBLAS linear layers, the block/model forward and CudaLlama
+// (see forward_cuda.cuh).
+//
+// Napkin math (SmolLM2-135M, one 512-token window, ~130 GFLOP as on the CPU): the 7 linear layers of a
+// block are GEMMs of 512 rows × 576 … 1536 — small enough that cuBLAS runs far below peak (a few µs each,
+// ~210 of them per window) — plus the logits GEMM 256 × 49152 × 576 (14.5 GFLOP). BF16 on the H200's tensor
+// cores (~780 TFLOP/s peak) is launch- and memory-bound here; FP32 (pedantic, CUDA cores, ~60 TFLOP/s) is
+// compute-bound at ~2 ms per window. The logits copied back to the host are 256 · 49152 · 4 B = 50 MB per
+// window (~2-4 ms over PCIe/host memcpy): batch several windows per call to amortize launches, and expect
+// the host side (copy + log-softmax in the evaluator) to bound eval tokens/s on the GPU.
+#include "core/cuda_device.h"  // first: it prepares fmt for nvcc
+
+#include "model/cuda/forward_cuda.cuh"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "model/cuda/attention_cuda.cuh"
+#include "model/cuda/model_ops_cuda.cuh"
+
+namespace lowbit {
+
+namespace {
+
+void cublas_check(cublasStatus_t s, const char* call) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+        throw Error(ErrorKind::runtime, std::string("cuBLAS call failed: ") + call + " (status " + std::to_string(int(s)) + ")");
+}
+
+// Grows b to at least n elements (contents are not kept).
+template <typename T>
+T* ensure(DeviceBuffer<T>& b, int64_t n) {
+    if (b.size() < size_t(n)) b.resize(size_t(n));
+    return b.data();
+}
+
+// Copies n host elements into b (resized when too small), in order on `stream`. The host buffer may be
+// reused once this returns: from pageable memory, cudaMemcpyAsync returns after staging the data.
+template <typename T>
+void upload_to(DeviceBuffer<T>& b, const T* host, size_t n, cudaStream_t stream) {
+    if (n == 0) {
+        b.release();
+        return;
+    }
+    if (b.size() < n) b.resize(n);
+    CUDA_CHECK(cudaMemcpyAsync(b.data(), host, n * sizeof(T), cudaMemcpyHostToDevice, stream));
+}
+
+void upload_vector(DeviceBuffer<float>& b, const std::vector<float>& v, cudaStream_t stream) {
+    upload_to(b, v.data(), v.size(), stream);
+}
+
+}  // namespace
+
+const char* cuda_precision_name(CudaPrecision p) { return p == CudaPrecision::bf16 ? "bf16" : "fp32"; }
+
+CudaPrecision parse_cuda_precision(const std::string& name) {
+    if (name == "fp32") return CudaPrecision::fp32;
+    if (name == "bf16") return CudaPrecision::bf16;
+    cuda_usage_error("unknown precision '" + name + "' (known: fp32, bf16)");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// cuBLAS and weights
+
+CudaBlas::CudaBlas(cudaStream_t stream) : stream_(stream) {
+    cublas_check(cublasCreate(&handle_), "cublasCreate");
+    cublas_check(cublasSetStream(handle_, stream_), "cublasSetStream");
+}
+
+CudaBlas::~CudaBlas() {
+    if (handle_) cublasDestroy(handle_);
+}
+
+void CudaBlas::synchronize() const { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaMatrix::upload(const float* host, int64_t r, int64_t c, CudaPrecision p, cudaStream_t stream) {
+    const size_t n = size_t(r * c);
+    rows = r;
+    cols = c;
+    precision = p;
+    if (p == CudaPrecision::fp32) {
+        bf16.release();
+        upload_to(f32, host, n, stream);
+        return;
+    }
+    f32.release();
+    std::vector<__nv_bfloat16> tmp(n);
+    parallel_for(int64_t(n), 1 << 16, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) tmp[size_t(i)] = __float2bfloat16_rn(host[i]);
+    });
+    upload_to(bf16, tmp.data(), n, stream);
+}
+
+void cuda_linear(const CudaBlas& blas, const CudaMatrix& w, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t rows,
+                 float* y, float beta) {
+    if (rows <= 0) return;
+    if (rows > INT_MAX || w.rows > INT_MAX || w.cols > INT_MAX)
+        cuda_usage_error("cuda_linear: dimensions beyond 2^31 (" + std::to_string(rows) + " x " + std::to_string(w.cols) +
+                         " x " + std::to_string(w.rows) + ")");
+    const float one = 1.0f;
+    // Row-major y [rows, out] = x [rows, in] · Wᵀ (W [out, in]) is column-major yᵀ (out × rows) = op_T(W) · xᵀ,
+    // where W and x read as column-major matrices are in × out and in × rows (ld = in).
+    const int m = int(w.rows), n = int(rows), k = int(w.cols);
+    if (w.precision == CudaPrecision::bf16) {
+        if (!x_bf16) cuda_usage_error("cuda_linear: a BF16 matrix needs the BF16 copy of its input");
+        cublas_check(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.bf16.data(), CUDA_R_16BF, k,
+                                  x_bf16, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx(bf16 x bf16 -> fp32)");
+    } else {
+        if (!x_f32) cuda_usage_error("cuda_linear: an FP32 matrix needs an FP32 input");
+        cublas_check(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.f32.data(), CUDA_R_32F, k, x_f32,
+                                  CUDA_R_32F, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx(fp32, pedantic)");
+    }
+}
+
+void CudaBlockWeights::upload(const LlamaConfig& c, const BlockWeights& b, int64_t layer, CudaPrecision p,
+                              cudaStream_t stream) {
+    check_block_shapes(c, b, layer, "block upload to the GPU");
+    precision = p;
+    const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
+    upload_vector(attn_norm, b.attn_norm, stream);
+    upload_vector(ffn_norm, b.ffn_norm, stream);
+    upload_vector(bq, c.qkv_bias ? b.bq : std::vector<float>{}, stream);
+    upload_vector(bk, c.qkv_bias ? b.bk : std::vector<float>{}, stream);
+    upload_vector(bv, c.qkv_bias ? b.bv : std::vector<float>{}, stream);
+    wq.upload(b.wq.data(), qd, d, p, stream);
+    wk.upload(b.wk.data(), kvd, d, p, stream);
+    wv.upload(b.wv.data(), kvd, d, p, stream);
+    wo.upload(b.wo.data(), d, qd, p, stream);
+    w_gate.upload(b.w_gate.data(), f, d, p, stream);
+    w_up.upload(b.w_up.data(), f, d, p, stream);
+    w_down.upload(b.w_down.data(), d, f, p, stream);
+}
+
+size_t CudaBlockWeights::bytes() const {
+    return attn_norm.bytes() + ffn_norm.bytes() + bq.bytes() + bk.bytes() + bv.bytes() + wq.bytes() + wk.bytes() + wv.bytes() +
+           wo.bytes() + w_gate.bytes() + w_up.bytes() + w_down.bytes();
+}
+
+size_t cuda_block_weight_bytes(const LlamaConfig& c, CudaPrecision p) {
+    const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
+    const int64_t matrix = qd * d + 2 * kvd * d + d * qd + 3 * f * d;
+    const int64_t vec = 2 * d + (c.qkv_bias ? qd + 2 * kvd : 0);
+    return size_t(matrix) * (p == CudaPrecision::bf16 ? 2 : 4) + size_t(vec) * 4;
+}
+
+void CudaHeadWeights::upload(const LlamaConfig& c, const std::vector<float>& embd, const std::vector<float>& norm,
+                             const std::vector<float>& out, CudaPrecision p, cudaStream_t stream) {
+    const int64_t d = c.hidden_size, V = c.vocab_size;
+    if (int64_t(embd.size()) != V * d || int64_t(norm.size()) != d || (!out.empty() && int64_t(out.size()) != V * d) ||
+        (out.empty() && !c.tied_embeddings))
+        cuda_input_error("head upload to the GPU: token_embd has " + std::to_string(embd.size()) + " values, output_norm " +
+                         std::to_string(norm.size()) + ", output " + std::to_string(out.size()) + "; the config wants " +
+                         std::to_string(V * d) + ", " + std::to_string(d) + " and " +
+                         (c.tied_embeddings ? std::string("none (tied)") : std::to_string(V * d)));
+    precision = p;
+    token_embd.upload(embd.data(), V, d, p, stream);
+    upload_vector(output_norm, norm, stream);
+    if (out.empty()) {
+        output = CudaMatrix{};
+    } else {
+        output.upload(out.data(), V, d, p, stream);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// the seam
+
+void cuda_embed_tokens(const LlamaConfig& c, const CudaHeadWeights& head, const int32_t* tokens, BatchShape shape,
+                       float* d_hidden, CudaBlockScratch& s, const CudaBlas& blas) {
+    const int64_t rows = shape.rows();
+    for (int64_t r = 0; r < rows; ++r)
+        if (tokens[r] < 0 || tokens[r] >= c.vocab_size)
+            cuda_input_error("token id " + std::to_string(tokens[r]) + " at position " + std::to_string(r % shape.n_tok) +
+                             " of sequence " + std::to_string(r / shape.n_tok) + " is outside the vocabulary (0.." +
+                             std::to_string(c.vocab_size - 1) + "); were the tokens made by this model's tokenizer?");
+    if (rows <= 0) return;
+    upload_to(s.tokens, tokens, size_t(rows), blas.stream());
+    if (head.token_embd.precision == CudaPrecision::bf16)
+        embed_rows_cuda(head.token_embd.bf16.data(), s.tokens.data(), rows, c.hidden_size, d_hidden, blas.stream());
+    else
+        embed_rows_cuda(head.token_embd.f32.data(), s.tokens.data(), rows, c.hidden_size, d_hidden, blas.stream());
+}
+
+void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t layer, float* d_hidden, BatchShape shape,
+                        CudaBlockScratch& s, const CudaBlas& blas) {
+    if (shape.n_seq <= 0 || shape.n_tok <= 0)
+        cuda_usage_error("block " + std::to_string(layer) + ": empty batch (" + std::to_string(shape.n_seq) + " x " +
+                         std::to_string(shape.n_tok) + ")");
+    if (b.wq.rows != c.q_dim() || b.wq.cols != c.hidden_size || b.w_down.cols != c.ffn_size)
+        cuda_usage_error("block " + std::to_string(layer) + ": the uploaded weights do not match the config");
+    const cudaStream_t st = blas.stream();
+    const bool bf = b.precision == CudaPrecision::bf16;
+    const int64_t rows = shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
+    float* attn_in = ensure(s.attn_in, rows * d);
+    float* q = ensure(s.q, rows * qd);
+    float* k = ensure(s.k, rows * kvd);
+    float* v = ensure(s.v, rows * kvd);
+    float* ctx = ensure(s.attn_ctx, rows * qd);
+    float* ffn_in = ensure(s.ffn_in, rows * d);
+    float* act = ensure(s.ffn_act, rows * f);
+    float* up = ensure(s.up, rows * f);
+    __nv_bfloat16* attn_in_b = bf ? ensure(s.attn_in_bf16, rows * d) : nullptr;
+    __nv_bfloat16* ctx_b = bf ? ensure(s.attn_ctx_bf16, rows * qd) : nullptr;
+    __nv_bfloat16* ffn_in_b = bf ? ensure(s.ffn_in_bf16, rows * d) : nullptr;
+    __nv_bfloat16* act_b = bf ? ensure(s.ffn_act_bf16, rows * f) : nullptr;
+    if (s.rope_n_tok != shape.n_tok) {
+        std::vector<float> cos_t, sin_t;
+        rope_tables(c, shape.n_tok, cos_t, sin_t);  // the CPU's own tables: RoPE is then bit-equal
+        upload_vector(s.rope_cos, cos_t, st);
+        upload_vector(s.rope_sin, sin_t, st);
+        s.rope_n_tok = shape.n_tok;
+    }
+
+    // Attention.
+    rms_norm_rows_cuda(d_hidden, b.attn_norm.data(), rows, d, c.rms_eps, attn_in, attn_in_b, st);
+    cuda_linear(blas, b.wq, attn_in, attn_in_b, rows, q);
+    cuda_linear(blas, b.wk, attn_in, attn_in_b, rows, k);
+    cuda_linear(blas, b.wv, attn_in, attn_in_b, rows, v);
+    if (c.qkv_bias) {
+        add_bias_rows_cuda(q, b.bq.data(), rows, qd, st);
+        add_bias_rows_cuda(k, b.bk.data(), rows, kvd, st);
+        add_bias_rows_cuda(v, b.bv.data(), rows, kvd, st);
+    }
+    apply_rope_cuda(q, shape, c.n_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
+    apply_rope_cuda(k, shape, c.n_kv_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
+    attention_causal_cuda(q, k, v, shape, c.n_heads, c.n_kv_heads, c.head_dim, ctx, ctx_b, st);
+    cuda_linear(blas, b.wo, ctx, ctx_b, rows, d_hidden, 1.0f);  // residual add in the GEMM (beta = 1)
+
+    // SwiGLU MLP.
+    rms_norm_rows_cuda(d_hidden, b.ffn_norm.data(), rows, d, c.rms_eps, ffn_in, ffn_in_b, st);
+    cuda_linear(blas, b.w_gate, ffn_in, ffn_in_b, rows, act);
+    cuda_linear(blas, b.w_up, ffn_in, ffn_in_b, rows, up);
+    swiglu_cuda(act, up, rows * f, act, act_b, st);
+    cuda_linear(blas, b.w_down, act, act_b, rows, d_hidden, 1.0f);
+    s.rows = rows;
+}
+
+void cuda_final_norm_and_logits(const LlamaConfig& c, const CudaHeadWeights& head, const float* d_hidden, int64_t n_rows,
+                                float* d_logits, CudaBlockScratch& s, const CudaBlas& blas) {
+    if (n_rows <= 0) return;
+    const int64_t d = c.hidden_size;
+    const bool bf = head.output_matrix().precision == CudaPrecision::bf16;
+    float* xn = bf ? nullptr : ensure(s.head_in, n_rows * d);
+    __nv_bfloat16* xn_b = bf ? ensure(s.head_in_bf16, n_rows * d) : nullptr;
+    rms_norm_rows_cuda(d_hidden, head.output_norm.data(), n_rows, d, c.rms_eps, xn, xn_b, blas.stream());
+    cuda_linear(blas, head.output_matrix(), xn, xn_b, n_rows, d_logits);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// CudaLlama
+
+CudaLlama::CudaLlama(const LlamaModel& m, CudaLlamaOptions opt) : config_(m.config), opt_(opt), host_model_(&m) {
+    validate_config(config_, "CudaLlama");
+    check_weight_shapes(config_, m.weights, "CudaLlama");
+    head_.upload(config_, m.weights.token_embd, m.weights.output_norm, m.weights.output, opt_.precision, blas_.stream());
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    init(opt_.residency, free_bytes);
+}
+
+CudaLlama::CudaLlama(const ModelReader& r, CudaLlamaOptions opt) : config_(r.config()), opt_(opt), reader_(&r) {
+    validate_config(config_, r.path());
+    head_.upload(config_, r.token_embedding(), r.output_norm(), r.output(), opt_.precision, blas_.stream());
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    init(opt_.residency, free_bytes);
+}
+
+void CudaLlama::init(CudaResidency residency, size_t free_bytes) {
+    const size_t need = size_t(config_.n_layers) * cuda_block_weight_bytes(config_, opt_.precision);
+    streamed_ = residency == CudaResidency::streamed ||
+                (residency == CudaResidency::automatic && double(need) > 0.8 * double(free_bytes));
+    blocks_ = std::vector<CudaBlockWeights>(streamed_ ? 1 : size_t(config_.n_layers));
+    if (!streamed_)
+        for (int64_t l = 0; l < config_.n_layers; ++l) upload_block(blocks_[size_t(l)], l);
+    blas_.synchronize();
+}
+
+void CudaLlama::upload_block(CudaBlockWeights& dst, int64_t layer) const {
+    if (host_model_)
+        dst.upload(config_, host_model_->weights.blocks[size_t(layer)], layer, opt_.precision, blas_.stream());
+    else
+        dst.upload(config_, reader_->block(layer), layer, opt_.precision, blas_.stream());
+}
+
+size_t CudaLlama::weight_bytes() const {
+    size_t b = head_.bytes();
+    for (const auto& blk : blocks_) b += blk.bytes();
+    return b;
+}
+
+const float* CudaLlama::forward_logits_device(const int32_t* tokens, BatchShape shape, int64_t first_pos) {
+    if (shape.n_seq <= 0 || shape.n_tok <= 0)
+        cuda_usage_error("forward: empty batch (" + std::to_string(shape.n_seq) + " x " + std::to_string(shape.n_tok) + ")");
+    if (first_pos < 0 || first_pos >= shape.n_tok)
+        cuda_usage_error("forward: first logit position " + std::to_string(first_pos) + " outside the window of " +
+                         std::to_string(shape.n_tok) + " tokens");
+    const int64_t d = config_.hidden_size, V = config_.vocab_size, T = shape.n_tok, keep = T - first_pos;
+    float* hidden = ensure(hidden_, shape.rows() * d);
+    cuda_embed_tokens(config_, head_, tokens, shape, hidden, scratch_, blas_);
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+        if (streamed_) upload_block(blocks_[0], l);  // ordered after the previous block's kernels on the stream
+        cuda_block_forward(config_, blocks_[streamed_ ? 0 : size_t(l)], l, hidden, shape, scratch_, blas_);
+    }
+    float* logits = ensure(logits_, shape.n_seq * keep * V);
+    if (first_pos == 0) {
+        cuda_final_norm_and_logits(config_, head_, hidden, shape.rows(), logits, scratch_, blas_);
+    } else {
+        for (int64_t sq = 0; sq < shape.n_seq; ++sq)
+            cuda_final_norm_and_logits(config_, head_, hidden + (sq * T + first_pos) * d, keep, logits + sq * keep * V,
+                                       scratch_, blas_);
+    }
+    return logits;
+}
+
+void CudaLlama::forward_logits(const int32_t* tokens, BatchShape shape, int64_t first_pos, float* host_logits) {
+    const float* d = forward_logits_device(tokens, shape, first_pos);
+    const size_t n = size_t(shape.n_seq * (shape.n_tok - first_pos) * config_.vocab_size);
+    CUDA_CHECK(cudaMemcpyAsync(host_logits, d, n * sizeof(float), cudaMemcpyDeviceToHost, blas_.stream()));
+    blas_.synchronize();
+}
+
+std::vector<float> CudaLlama::forward_logits(const int32_t* tokens, BatchShape shape, int64_t first_pos) {
+    std::vector<float> out(size_t(std::max<int64_t>(0, shape.n_seq * (shape.n_tok - first_pos) * config_.vocab_size)));
+    forward_logits(tokens, shape, first_pos, out.data());
+    return out;
+}
+
+WindowLogitsFn cuda_window_logits(CudaLlama& m) {
+    return [&m](const int32_t* tokens, BatchShape shape, int64_t first_pos, float* out) {
+        m.forward_logits(tokens, shape, first_pos, out);
+    };
+}
+
+}  // namespace lowbit
