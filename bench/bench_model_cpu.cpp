@@ -3,7 +3,7 @@
 // ~90 % GEMM). Uses a random model of SmolLM2-135M's shape (or any GGUF/HF model given with --model), so
 // it needs no download.
 //
-//   bench_model_cpu [--model PATH] [--ctx 512] [--reps 3] [--json OUT.json]
+//   bench_model_cpu [--model PATH|smollm2-135m] [--ctx 512] [--reps 3] [--json OUT.json]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +15,7 @@
 #include "core/gemm_cpu.h"
 #include "core/random_fill.h"
 #include "core/thread_pool.h"
+#include "io/model_registry.h"
 #include "io/npy.h"
 #include "model/forward_cpu.h"
 #include "model/weights.h"
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
         m.config = smollm2_shape();
         m.weights = random_llama_weights(m.config, 1, 0.05f);
     } else {
-        m = load_llama_model(model_path);
+        m = load_llama_model(resolve_model_path(model_path));
     }
     const LlamaConfig& c = m.config;
     const int64_t first = T / 2, d = c.hidden_size;
