@@ -77,7 +77,11 @@ def main():
 
     import transformers
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, attn_implementation="eager", **{dtype_kw: torch.float32})
+    # An HF checkpoint given as --model is loaded as it is (this checks lowbit's readers against the files
+    # transformers wrote); a GGUF is checked through lowbit's export.
+    hf_source = args.model if os.path.isfile(os.path.join(args.model, "config.json")) else hf_dir
+    print(f"transformers loads {hf_source}", file=sys.stderr)
+    model = AutoModelForCausalLM.from_pretrained(hf_source, attn_implementation="eager", **{dtype_kw: torch.float32})
     model.to(args.device).eval()
     max_abs = 0.0
     max_logit = 0.0
