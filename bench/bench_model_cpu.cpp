@@ -6,6 +6,7 @@
 //   bench_model_cpu [--model PATH|smollm2-135m] [--ctx 512] [--reps 3] [--json OUT.json]
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -86,10 +87,13 @@ int main(int argc, char** argv) {
     }
     const double gemm_gflops = 2.0 * double(T) * double(c.ffn_size) * double(d) / best_gemm * 1e-9;
 
-    // FLOPs of one window as implemented (attention does full T×T squares; logits of the scored half).
+    // FLOPs of one window as implemented (attention: blocks of 128 query rows against all keys up to the
+    // block's end, see attention_causal; logits of the scored half).
     const double linear = 2.0 * double(T) * double(c.n_layers) *
                           double(d * c.q_dim() + 2 * d * c.kv_dim() + c.q_dim() * d + 3 * d * c.ffn_size);
-    const double attention = 4.0 * double(T) * double(T) * double(c.head_dim) * double(c.n_heads) * double(c.n_layers);
+    double score_pairs = 0;  // (query, key) products per head
+    for (int64_t r0 = 0; r0 < T; r0 += 128) score_pairs += double(std::min<int64_t>(T, r0 + 128) - r0) * double(std::min<int64_t>(T, r0 + 128));
+    const double attention = 4.0 * score_pairs * double(c.head_dim) * double(c.n_heads) * double(c.n_layers);
     const double logits = 2.0 * double(T - first) * double(c.vocab_size) * double(d);
 
     double best_blocks = 1e30, best_attn = 1e30, best_logits = 1e30, best_total = 1e30;

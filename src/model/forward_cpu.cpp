@@ -61,30 +61,64 @@ void apply_rope(float* x, BatchShape shape, int64_t n_heads, int64_t head_dim, R
     });
 }
 
+namespace {
+
+#if !defined(LOWBIT_NO_BLAS)
+extern "C" {
+int openblas_get_num_threads(void);  // OpenBLAS extensions (cblas.h of Debian's libopenblas)
+void openblas_set_num_threads(int num_threads);
+}
+// While it lives, OpenBLAS runs every call in the calling thread, so our own workers can call it side by
+// side. (OpenBLAS's pool handing many small GEMMs back and forth with our threads was measured 5-10x
+// slower than this on a busy 2-core machine.)
+class SingleThreadedBlas {
+public:
+    SingleThreadedBlas() : saved_(openblas_get_num_threads()) {
+        if (saved_ != 1) openblas_set_num_threads(1);
+    }
+    ~SingleThreadedBlas() {
+        if (saved_ != 1) openblas_set_num_threads(saved_);
+    }
+    SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+    SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+private:
+    int saved_;
+};
+#else
+struct SingleThreadedBlas {};  // the fallback gemm_f32 threads through parallel_for; nesting is fine
+#endif
+
+}  // namespace
+
 void attention_causal(const float* q, const float* k, const float* v, BatchShape shape, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float* out) {
     const int64_t T = shape.n_tok, hd = head_dim;
     const int64_t q_width = n_heads * hd, kv_width = n_kv_heads * hd;
     const int64_t group = n_heads / n_kv_heads;
     const float scale = float(1.0 / std::sqrt(double(hd)));
-    // Per (sequence, head): S = Q_h·K_gᵀ and O_h = P·V_g as two OpenBLAS GEMMs (multithreaded inside),
-    // the causal softmax of S's rows split over threads. The GEMMs do the full T×T square although only
-    // the lower triangle is used: 2× the FLOPs, but at sgemm speed (measured on 2 busy EPYC cores, one
-    // SmolLM2 layer at T = 512: 34 ms against 76 ms for a triangular loop the compiler vectorizes without
-    // FMA; same results to 1e-6).
-    // Napkin math, SmolLM2 (T = 512, hd = 64, 9 heads, 30 layers): 2·2·512²·64·270 = 18 GFLOP per window.
-    std::vector<float> s(static_cast<size_t>(T * T));
-    for (int64_t seq = 0; seq < shape.n_seq; ++seq)
-        for (int64_t h = 0; h < n_heads; ++h) {
-            const int64_t g = h / group;
+    // One task per (sequence, head) on our threads; inside, per block of kQueryBlock query rows [r0, r1):
+    // S = Q·K[0, r1)ᵀ and O = P·V[0, r1) as two single-threaded sgemm calls around the causal softmax of
+    // S's rows. Keys past r1 are skipped; inside the block the GEMMs still do the masked upper triangle:
+    // for T = 512 that is 62.5 % of the full-square FLOPs, at sgemm speed. Measured on the busy 2-core dev
+    // machine, one SmolLM2 layer at T = 512: a triangular loop the compiler vectorizes (no FMA) 36-82 ms,
+    // this 13-27 ms; same results to 1e-6.
+    // Napkin math, SmolLM2 (T = 512, hd = 64, 9 heads, 30 layers): 0.625·2·2·512²·64·270 = 11 GFLOP per window.
+    constexpr int64_t kQueryBlock = 128;
+    SingleThreadedBlas single_threaded_blas;
+    parallel_for(shape.n_seq * n_heads, 1, [&](int64_t task0, int64_t task1) {
+        std::vector<float> s(static_cast<size_t>(std::min(T, kQueryBlock) * T));
+        for (int64_t task = task0; task < task1; ++task) {
+            const int64_t seq = task / n_heads, h = task % n_heads, g = h / group;
             const float* qs = q + seq * T * q_width + h * hd;
             const float* ks = k + seq * T * kv_width + g * hd;
             const float* vs = v + seq * T * kv_width + g * hd;
             float* os = out + seq * T * q_width + h * hd;
-            gemm_f32(T, T, hd, qs, q_width, false, ks, kv_width, true, s.data(), T);
-            parallel_for(T, 16, [&](int64_t t0, int64_t t1) {
-                for (int64_t t = t0; t < t1; ++t) {
-                    float* st = s.data() + t * T;
+            for (int64_t r0 = 0; r0 < T; r0 += kQueryBlock) {
+                const int64_t r1 = std::min(T, r0 + kQueryBlock), nk = r1;  // keys 0..r1-1
+                gemm_f32(r1 - r0, nk, hd, qs + r0 * q_width, q_width, false, ks, kv_width, true, s.data(), nk);
+                for (int64_t t = r0; t < r1; ++t) {  // query position t sees keys 0..t
+                    float* st = s.data() + (t - r0) * nk;
                     float m = st[0] * scale;
                     for (int64_t j = 0; j <= t; ++j) m = std::max(m, st[j] * scale);
                     double sum = 0.0;
@@ -94,11 +128,12 @@ void attention_causal(const float* q, const float* k, const float* v, BatchShape
                     }
                     const float inv = float(1.0 / sum);
                     for (int64_t j = 0; j <= t; ++j) st[j] *= inv;
-                    std::fill(st + t + 1, st + T, 0.0f);  // causal mask
+                    std::fill(st + t + 1, st + nk, 0.0f);  // causal mask
                 }
-            });
-            gemm_f32(T, hd, T, s.data(), T, false, vs, kv_width, false, os, q_width);
+                gemm_f32(r1 - r0, hd, nk, s.data(), nk, false, vs, kv_width, false, os + r0 * q_width, q_width);
+            }
         }
+    });
 }
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {

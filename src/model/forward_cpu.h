@@ -10,13 +10,14 @@
 // each (rows = n_seq·n_tok, sequence-major); every sequence starts at position 0 and attends causally
 // to itself only. No KV cache: evaluation and calibration see whole windows.
 //
-// Threads: GEMMs (the projections, and QKᵀ / PV of each (sequence, head) of attention) go to OpenBLAS
-// (core/gemm_cpu.h), which threads them; softmax rows, norms, RoPE and SwiGLU are split by rows with
-// parallel_for. Results do not depend on our thread count, only on OpenBLAS's summation order.
+// Threads: the projection GEMMs go to OpenBLAS (core/gemm_cpu.h), which threads them; attention runs one
+// (sequence, head) task per parallel_for index, each calling single-threaded sgemm for QKᵀ and PV; norms,
+// RoPE and SwiGLU are split by rows. Results do not depend on our thread count, only on OpenBLAS's
+// summation order.
 //
 // Napkin math (SmolLM2-135M, one 512-token window): the linear layers are 2·512·(30·3.39 M) = 104 GFLOP,
-// attention 30·9·2·2·512²·64 = 18 GFLOP (full squares, see attention_causal), the logits of the scored
-// half 2·256·49152·576 = 14.5 GFLOP: ~137 GFLOP per window, ~1.4 s at 100 GFLOP/s of sgemm.
+// attention 0.625·30·9·2·2·512²·64 = 11 GFLOP (see attention_causal), the logits of the scored half
+// 2·256·49152·576 = 14.5 GFLOP: ~130 GFLOP per window, ~1.3 s at 100 GFLOP/s of sgemm.
 #pragma once
 
 #include <cstdint>
