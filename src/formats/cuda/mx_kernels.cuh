@@ -271,7 +271,8 @@ template <bool kFp4, bool kHad, Rounding kRoundT>
 __device__ __forceinline__ void mx_block32_codes(const float (&t)[32], const MxBlockScale& b, float hs, MxElement e,
                                                  Rounding rounding, const RandomStream& rs, uint64_t idx0, uint64_t idx_step,
                                                  uint32_t (&w)[4][2]) {
-    // One branch per block (not per 8 elements): the 32 fast encodes are one straight-line sequence.
+    // One branch per block, not per 8 elements: the 32 fast encodes are one straight-line sequence
+    // (H200, fused axis 1: 68.3 against 70.4 µs per 8192² BF16 matrix; dev/kernel_lab).
     if (kFp4 && b.fast_ok) {
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
