@@ -257,7 +257,6 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
                  "--save-logits and --kld-base cannot be used together");
     PerplexityResult res;
     res.n_vocab = n_vocab;
-    res.n_text_tokens = int64_t(text_tokens.size());
     int64_t n_ctx = opt.n_ctx;
     std::vector<int32_t> base_tokens;
     KldBaseHeader base;
@@ -280,6 +279,7 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
         base_in.open(opt.kld_base, std::ios::binary);
     }
     const std::vector<int32_t>& tokens = opt.kld_base.empty() ? text_tokens : base.tokens;
+    res.n_text_tokens = int64_t(tokens.size());
     LOWBIT_CHECK(n_ctx >= 4, ErrorKind::usage, "--ctx {} is too small (at least 4)", n_ctx);
     if (opt.kld_base.empty())
         LOWBIT_CHECK(int64_t(tokens.size()) >= 2 * n_ctx, ErrorKind::input,

@@ -84,7 +84,8 @@ struct PerplexityOptions {
 };
 
 struct PerplexityResult {
-    int64_t n_ctx = 0, n_chunks = 0, n_text_tokens = 0, n_scored = 0, n_vocab = 0;
+    int64_t n_ctx = 0, n_chunks = 0, n_scored = 0, n_vocab = 0;
+    int64_t n_text_tokens = 0;  // tokens of the text (or of the KLD base file when one is given)
     double mean_nll = 0, ppl = 0, ppl_err = 0;
     std::vector<double> chunk_ppl;  // perplexity of each window's scored half
     double seconds = 0, tokens_per_second = 0;  // all n_chunks·n_ctx tokens through the model
