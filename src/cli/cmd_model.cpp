@@ -375,7 +375,8 @@ void register_model_commands(CLI::App& app) {
     ce->add_option("--precision", ev->precision,
                    "fp32 (default) | bf16 (cuda only: BF16 weights and GEMM inputs, FP32 accumulation and activations)")
         ->check(CLI::IsMember({"fp32", "bf16"}));
-    ce->add_option("--threads", ev->threads, "worker threads (default: all cores; LOWBIT_THREADS)");
+    ce->add_option("--threads", ev->threads,
+                   "lowbit worker threads (default: all cores; LOWBIT_THREADS); OpenBLAS follows OPENBLAS_NUM_THREADS");
     ce->add_flag("--no-progress", ev->no_progress, "no progress line on stderr");
     ce->add_flag("--json", ev->json, "machine-readable report");
     ce->callback([ev, ctx_opt] { run_eval(*ev, ctx_opt->count() > 0); });
