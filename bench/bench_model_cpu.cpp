@@ -27,24 +27,6 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-LlamaConfig smollm2_shape() {
-    LlamaConfig c;
-    c.architecture = "llama";
-    c.name = "random SmolLM2-135M shape";
-    c.vocab_size = 49152;
-    c.hidden_size = 576;
-    c.n_layers = 30;
-    c.n_heads = 9;
-    c.n_kv_heads = 3;
-    c.head_dim = 64;
-    c.ffn_size = 1536;
-    c.context_length = 8192;
-    c.rope_theta = 100000.0;
-    c.rope_pairing = RopePairing::adjacent;
-    c.tied_embeddings = true;
-    return c;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,7 +46,8 @@ int main(int argc, char** argv) {
     }
     LlamaModel m;
     if (model_path.empty()) {
-        m.config = smollm2_shape();
+        m.config = smollm2_135m_config();
+        m.config.name = "random SmolLM2-135M shape";
         m.weights = random_llama_weights(m.config, 1, 0.05f);
     } else {
         m = load_llama_model(resolve_model_path(model_path));

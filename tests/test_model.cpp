@@ -28,26 +28,7 @@ using namespace lowbit;
 
 namespace {
 
-LlamaConfig tiny_config(bool qkv_bias = false, bool tied = true) {
-    LlamaConfig c;
-    c.architecture = qkv_bias ? "qwen2" : "llama";
-    c.name = "tiny";
-    c.vocab_size = 61;
-    c.hidden_size = 32;
-    c.n_layers = 3;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 8;
-    c.ffn_size = 48;
-    c.context_length = 64;
-    c.rms_eps = 1e-5f;
-    c.rope_theta = 10000.0;
-    c.rope_pairing = RopePairing::halves;
-    c.qkv_bias = qkv_bias;
-    c.tied_embeddings = tied;
-    c.bos_token_id = 1;
-    return c;
-}
+LlamaConfig tiny_config(bool qkv_bias = false, bool tied = true) { return tiny_llama_config(qkv_bias, tied); }
 
 LlamaModel tiny_model(bool qkv_bias = false, bool tied = true, uint64_t seed = 7) {
     LlamaModel m;
@@ -394,7 +375,7 @@ TEST(ModelConfig, FromGgufMetadata) {
     EXPECT_EQ(c.n_kv_heads, 2);
     EXPECT_EQ(c.head_dim, 8);
     EXPECT_EQ(c.ffn_size, 48);
-    EXPECT_EQ(c.context_length, 64);
+    EXPECT_EQ(c.context_length, 4096);
     EXPECT_FLOAT_EQ(c.rms_eps, 1e-5f);
     EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
     EXPECT_EQ(c.rope_pairing, RopePairing::adjacent);

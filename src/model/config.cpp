@@ -40,6 +40,48 @@ int64_t LlamaConfig::total_params() const {
     return n;
 }
 
+LlamaConfig smollm2_135m_config(int64_t n_layers) {
+    LlamaConfig c;
+    c.architecture = "llama";
+    c.name = "SmolLM2-135M shape";
+    c.vocab_size = 49152;
+    c.hidden_size = 576;
+    c.n_layers = n_layers;
+    c.n_heads = 9;
+    c.n_kv_heads = 3;
+    c.head_dim = 64;
+    c.ffn_size = 1536;
+    c.context_length = 8192;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 100000.0;
+    c.rope_pairing = RopePairing::adjacent;
+    c.tied_embeddings = true;
+    c.bos_token_id = 1;
+    c.eos_token_id = 2;
+    return c;
+}
+
+LlamaConfig tiny_llama_config(bool qkv_bias, bool tied_embeddings) {
+    LlamaConfig c;
+    c.architecture = qkv_bias ? "qwen2" : "llama";
+    c.name = "tiny";
+    c.vocab_size = 61;
+    c.hidden_size = 32;
+    c.n_layers = 3;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 8;
+    c.ffn_size = 48;
+    c.context_length = 4096;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 10000.0;
+    c.rope_pairing = RopePairing::halves;
+    c.qkv_bias = qkv_bias;
+    c.tied_embeddings = tied_embeddings;
+    c.bos_token_id = 1;
+    return c;
+}
+
 std::vector<double> rope_inv_freq(const LlamaConfig& c) {
     const int64_t half = c.head_dim / 2;
     std::vector<double> f(static_cast<size_t>(half));

@@ -74,6 +74,14 @@ struct LlamaConfig {
     int64_t total_params() const;
 };
 
+// The shape of SmolLM2-135M as its GGUF describes it (arch llama: adjacent RoPE pairs, tied embeddings,
+// BOS 1), with `n_layers` blocks (30 in the real model): benchmarks and tests that need no download.
+LlamaConfig smollm2_135m_config(int64_t n_layers = 30);
+
+// A tiny Llama-family config (vocab 61, d 32, 3 layers, 4 heads sharing 2 key/value heads of 8, ffn 48,
+// HF halves pairing) for unit tests of the CPU and CUDA forwards; `qkv_bias` makes it Qwen2-style.
+LlamaConfig tiny_llama_config(bool qkv_bias = false, bool tied_embeddings = true);
+
 // The head_dim/2 inverse frequencies of RoPE (theta^(-2i/head_dim), then the scaling), in double.
 std::vector<double> rope_inv_freq(const LlamaConfig& c);
 
