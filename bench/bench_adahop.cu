@@ -1,11 +1,17 @@
 // bench_adahop.cu — overheads of AdaHOP's extra work on the H200, each against one cuBLAS BF16 GEMM of the
 // same shape measured in the same run (Llama-1B-like shapes, M tokens × K in → N out):
-//   detector   one pass over X (M×K), W (N×K) or dY (M×N) in BF16 + the moments kernel
-//   OE-left    top-64 rows of X (scores, sort, gather + zero in place) + sliver GEMM 64×K×N + scatter
+//   detector   one launch over X (M×K), W (N×K) or dY (M×N) in BF16: row/column sums and the moments
+//   OE-left    top-64 rows of X (score pass + select/gather/zero in place: 2 launches) + sliver GEMM 64×K×N
+//              + scatter
 //   OE-right   top-64 rows of W (= columns of Wᵀ) + sliver GEMM M×K×64 + scatter
+// "floor" rows: the bytes each step must move at the device-copy bandwidth measured in the same run
+// (detector: the matrix; extract: the matrix + the slice and the zeroed rows; sliver: the other operand read
+// in full + the sliver written and scattered) — the DRAM bound, ignoring launch latency.
 // Napkin math (4096×2048×8192): GEMM 137 GFLOP → 176 µs at ~780 TFLOP/s; detector on X reads 16.8 MB →
-// 3.9 µs at 4.3 TB/s (2.2 %); the sliver GEMM is 64/4096 = 1.6 % of the FLOPs but runs at a lower rate.
-//   bench_adahop [--json PATH] [--commit HASH] [--reps N]
+// 3.9 µs at 4.3 TB/s (2.2 %); the OE-left sliver reads all of W (33.5 MB → 7.8 µs, 3.9 %) although it is
+// only 64/4096 = 1.6 % of the FLOPs: cuBLAS at N = 64 is bandwidth-bound on the other operand.
+// The matrices stay in the 60 MB L2 between repetitions unless --flush-l2 (then each timed run starts cold).
+//   bench_adahop [--json PATH] [--commit HASH] [--reps N] [--flush-l2]
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
 #include <cublas_v2.h>
@@ -31,6 +37,9 @@ void cublas_ok(cublasStatus_t s) {
     if (s != CUBLAS_STATUS_SUCCESS) throw Error(ErrorKind::runtime, "cuBLAS failed with status " + std::to_string(int(s)));
 }
 
+// Written between timed runs with --flush-l2 (larger than the H200's 60 MB L2).
+DeviceBuffer<uint8_t>* g_flush = nullptr;
+
 // Median of `reps` timed runs (CUDA events around each) after 3 warm-ups, in microseconds.
 double median_us(const std::function<void()>& f, int reps) {
     cudaEvent_t a, b;
@@ -39,6 +48,7 @@ double median_us(const std::function<void()>& f, int reps) {
     for (int i = 0; i < 3; ++i) f();
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
+        if (g_flush) CUDA_CHECK(cudaMemsetAsync(g_flush->data(), i & 0xFF, g_flush->bytes()));
         CUDA_CHECK(cudaEventRecord(a));
         f();
         CUDA_CHECK(cudaEventRecord(b));
@@ -72,13 +82,15 @@ struct Row {
 int main(int argc, char** argv) {
     std::string json_path, commit = "unknown";
     int reps = 30;
+    bool flush_l2 = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (a == "--commit" && i + 1 < argc) commit = argv[++i];
         else if (a == "--reps" && i + 1 < argc) reps = std::max(3, std::atoi(argv[++i]));
+        else if (a == "--flush-l2") flush_l2 = true;
         else {
-            std::fprintf(stderr, "usage: bench_adahop [--json PATH] [--commit HASH] [--reps N]\n");
+            std::fprintf(stderr, "usage: bench_adahop [--json PATH] [--commit HASH] [--reps N] [--flush-l2]\n");
             return 2;
         }
     }
@@ -89,6 +101,21 @@ int main(int argc, char** argv) {
     try {
         cublasHandle_t h;
         cublas_ok(cublasCreate(&h));
+        DeviceBuffer<uint8_t> flush;
+        if (flush_l2) {
+            flush.resize(size_t(256) << 20);
+            g_flush = &flush;
+        }
+        // the bandwidth the floors are computed with: a 512 MiB device-to-device copy (reads + writes)
+        double copy_bytes_per_us = 0;
+        {
+            const size_t bytes = size_t(512) << 20;
+            DeviceBuffer<uint8_t> src(bytes), dst(bytes);
+            const double us = median_us([&] { CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice)); },
+                                        std::min(reps, 10));
+            copy_bytes_per_us = 2.0 * double(bytes) / us;
+        }
+        auto floor_us = [&](double bytes) { return bytes / copy_bytes_per_us; };
         const int64_t shapes[][3] = {{4096, 2048, 8192}, {4096, 8192, 2048}, {4096, 2048, 2048}, {8192, 4096, 4096}};
         const int64_t k_oe = 64;
         std::vector<Row> rows;
@@ -112,57 +139,88 @@ int main(int argc, char** argv) {
             const double g = median_us(gemm, reps);
             rows.push_back({shape, "cuBLAS BF16 GEMM", g, g});
             auto det = [&](const __nv_bfloat16* t, int64_t r, int64_t c) {
-                return [&, t, r, c] {
-                    row_col_sums_cuda(t, r, c, stats);
-                    variance_moments_cuda(r, c, stats);
-                };
+                return [&, t, r, c] { detector_stats_cuda(t, r, c, stats); };
             };
             rows.push_back({shape, "detector on X (MxK)", median_us(det(X.data(), M, K), reps), g});
             rows.push_back({shape, "detector on W (NxK)", median_us(det(W.data(), N, K), reps), g});
             rows.push_back({shape, "detector on dY (MxN)", median_us(det(G.data(), M, N), reps), g});
+            rows.push_back({shape, "floor: detector on X (read MxK)", floor_us(2.0 * double(M * K)), g});
+            rows.push_back({shape, "floor: detector on W (read NxK)", floor_us(2.0 * double(N * K)), g});
+            rows.push_back({shape, "floor: detector on dY (read MxN)", floor_us(2.0 * double(M * N)), g});
             // OE-left in the forward: top-64 token rows of X, sliver Y[idx,:] = X[idx,:]·Wᵀ (64×N)
             auto oe_left_split = [&] {
                 split_outliers_cuda(X.data(), M, K, true, k_oe, OutlierMetric::l2, X.data(), slice.data(), idx.data(), oe);
             };
-            auto oe_left_sliver = [&] {
+            auto oe_left_gemm = [&] {
                 cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(k_oe), int(K), &one, W.data(), CUDA_R_16BF, int(K),
                                        slice.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(N),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-                scatter_outliers_cuda(sliver.data(), k_oe, idx.data(), true, C.data(), M, N);
+            };
+            auto oe_left_scatter = [&] { scatter_outliers_cuda(sliver.data(), k_oe, idx.data(), true, C.data(), M, N); };
+            // the same product with the roles swapped (sliverᵀ, N×64 row-major): does cuBLAS pick a better kernel?
+            auto oe_left_gemm_alt = [&] {
+                cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(k_oe), int(N), int(K), &one, slice.data(), CUDA_R_16BF,
+                                       int(K), W.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(k_oe),
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            };
+            auto oe_left_sliver = [&] {
+                oe_left_gemm();
+                oe_left_scatter();
             };
             const double ls = median_us(oe_left_split, reps), lg = median_us(oe_left_sliver, reps);
             rows.push_back({shape, "OE-left extract (X rows)", ls, g});
             rows.push_back({shape, "OE-left sliver GEMM+scatter", lg, g});
             rows.push_back({shape, "OE-left total", ls + lg, g});
+            rows.push_back({shape, "OE-left sliver GEMM only", median_us(oe_left_gemm, reps), g});
+            rows.push_back({shape, "OE-left sliver GEMM, swapped roles", median_us(oe_left_gemm_alt, reps), g});
+            rows.push_back({shape, "OE-left scatter only", median_us(oe_left_scatter, reps), g});
+            rows.push_back({shape, "floor: OE-left extract", floor_us(2.0 * double(M * K) + 3.0 * 2.0 * double(k_oe * K)), g});
+            rows.push_back({shape, "floor: OE-left sliver (read W)", floor_us(2.0 * double(N * K) + 3.0 * 4.0 * double(k_oe * N)), g});
             // OE-right in the forward: top-64 output channels = rows of W, sliver Y[:, idx] = X·W[idx,:]ᵀ (M×64)
             auto oe_right_split = [&] {
                 split_outliers_cuda(W.data(), N, K, true, k_oe, OutlierMetric::l2, W.data(), slice.data(), idx.data(), oe);
             };
-            auto oe_right_sliver = [&] {
+            auto oe_right_gemm = [&] {
                 cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(k_oe), int(M), int(K), &one, slice.data(), CUDA_R_16BF,
                                        int(K), X.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(k_oe),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-                scatter_outliers_cuda(sliver.data(), k_oe, idx.data(), false, C.data(), M, N);
+            };
+            auto oe_right_scatter = [&] { scatter_outliers_cuda(sliver.data(), k_oe, idx.data(), false, C.data(), M, N); };
+            auto oe_right_gemm_alt = [&] {  // sliverᵀ (64×M row-major)
+                cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(M), int(k_oe), int(K), &one, X.data(), CUDA_R_16BF, int(K),
+                                       slice.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(M),
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            };
+            auto oe_right_sliver = [&] {
+                oe_right_gemm();
+                oe_right_scatter();
             };
             const double rs = median_us(oe_right_split, reps), rg = median_us(oe_right_sliver, reps);
             rows.push_back({shape, "OE-right extract (W rows)", rs, g});
             rows.push_back({shape, "OE-right sliver GEMM+scatter", rg, g});
             rows.push_back({shape, "OE-right total", rs + rg, g});
+            rows.push_back({shape, "OE-right sliver GEMM only", median_us(oe_right_gemm, reps), g});
+            rows.push_back({shape, "OE-right sliver GEMM, swapped roles", median_us(oe_right_gemm_alt, reps), g});
+            rows.push_back({shape, "OE-right scatter only", median_us(oe_right_scatter, reps), g});
+            rows.push_back({shape, "floor: OE-right extract", floor_us(2.0 * double(N * K) + 3.0 * 2.0 * double(k_oe * K)), g});
+            rows.push_back({shape, "floor: OE-right sliver (read X)", floor_us(2.0 * double(M * K) + 3.0 * 4.0 * double(M * k_oe)), g});
         }
+        g_flush = nullptr;
         cublasDestroy(h);
         const std::string device = cuda_device_description();
-        std::printf("bench_adahop on %s, commit %s, median of %d runs\n", device.c_str(), commit.c_str(), reps);
-        std::printf("%-18s %-30s %12s %10s\n", "M x K x N", "what", "time (us)", "vs GEMM");
+        std::printf("bench_adahop on %s, commit %s, median of %d runs%s; device copy %.0f GB/s (floors)\n", device.c_str(),
+                    commit.c_str(), reps, flush_l2 ? ", L2 flushed before each run" : "", copy_bytes_per_us / 1e3);
+        std::printf("%-18s %-36s %12s %10s\n", "M x K x N", "what", "time (us)", "vs GEMM");
         for (const auto& r : rows)
-            std::printf("%-18s %-30s %12.1f %9.2f%%\n", r.shape.c_str(), r.what.c_str(), r.us, 100.0 * r.us / r.gemm_us);
+            std::printf("%-18s %-36s %12.1f %9.2f%%\n", r.shape.c_str(), r.what.c_str(), r.us, 100.0 * r.us / r.gemm_us);
         if (!json_path.empty()) {
             FILE* f = std::fopen(json_path.c_str(), "w");
             if (!f) throw Error(ErrorKind::input, json_path + ": cannot open for writing");
             const std::time_t now = std::time(nullptr);
             char date[32];
             std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-            std::fprintf(f, "{\n  \"benchmark\": \"bench_adahop\",\n  \"device\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"reps\": %d,\n  \"rows\": [\n",
-                         device.c_str(), commit.c_str(), date, reps);
+            std::fprintf(f, "{\n  \"benchmark\": \"bench_adahop\",\n  \"device\": \"%s\",\n  \"commit\": \"%s\",\n  \"date\": \"%s\",\n  \"reps\": %d,\n  \"flush_l2\": %s,\n  \"device_copy_gb_per_s\": %.1f,\n  \"rows\": [\n",
+                         device.c_str(), commit.c_str(), date, reps, flush_l2 ? "true" : "false", copy_bytes_per_us / 1e3);
             for (size_t i = 0; i < rows.size(); ++i)
                 std::fprintf(f, "    {\"shape\": \"%s\", \"what\": \"%s\", \"us\": %.3f, \"gemm_us\": %.3f, \"fraction_of_gemm\": %.5f}%s\n",
                              rows[i].shape.c_str(), rows[i].what.c_str(), rows[i].us, rows[i].gemm_us, rows[i].us / rows[i].gemm_us,

@@ -1,12 +1,20 @@
 // test_adahop_kernels.cu — the AdaHOP CUDA paths against their CPU references: detector statistics and
 // labels, outlier extraction (indices, slices, clean operands bit for bit), and lp_matmul (quantized
-// operands bit for bit, products within FP32 summation-order tolerance). Skips without a CUDA device.
+// operands bit for bit, products within FP32 summation-order tolerance). GPU tests skip without a CUDA
+// device; the AdahopIndexLogic tests run the index logic of the statistics and top-k kernels on the host
+// (geometry, reduce-scatter lane mapping, radix select + ordered compaction) and need no GPU.
 #include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "adahop/cuda/lp_matmul_cuda.cuh"
+#include "adahop/cuda/outlier_extraction.cuh"
 #include "adahop/cuda/outlier_stats.cuh"
 #include "adahop/pair_analysis.h"
 #include "formats/element_codec.h"
@@ -44,7 +52,507 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
     return std::sqrt(e / (r > 0 ? r : 1));
 }
 
+// Bit patterns, so that NaN compares equal to the same NaN.
+std::vector<uint32_t> float_bits(const std::vector<float>& x) {
+    std::vector<uint32_t> b(x.size());
+    if (!x.empty()) std::memcpy(b.data(), x.data(), x.size() * 4);
+    return b;
+}
+
+uint32_t bits_of(float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return b;
+}
+
+template <typename T>
+constexpr bool is_bf16 = std::is_same_v<T, __nv_bfloat16>;
+
+// The values a T matrix holds, as floats (BF16-rounded for BF16), and the T data itself.
+template <typename T>
+std::vector<float> held_values(const std::vector<float>& x) {
+    if constexpr (is_bf16<T>) return bf16_values(x);
+    else return x;
+}
+template <typename T>
+std::vector<T> as_type(const std::vector<float>& x) {
+    if constexpr (is_bf16<T>) return to_bf16(x);
+    else return x;
+}
+template <typename T>
+std::vector<float> to_float(const std::vector<T>& x) {
+    if constexpr (is_bf16<T>) {
+        std::vector<float> y(x.size());
+        for (size_t i = 0; i < x.size(); ++i) y[i] = __bfloat162float(x[i]);
+        return y;
+    } else {
+        return x;
+    }
+}
+
+// A device copy of v that starts `offset` elements into its buffer (offset 1: not 16-byte aligned, which
+// sends the kernels down their scalar paths).
+template <typename T>
+struct OffsetDevice {
+    DeviceBuffer<T> buf;
+    T* ptr = nullptr;
+};
+template <typename T>
+OffsetDevice<T> upload_at(const std::vector<T>& v, size_t offset, size_t capacity = 0) {
+    OffsetDevice<T> d;
+    d.buf.resize(std::max<size_t>(std::max(capacity, v.size()) + offset, 1));
+    d.ptr = d.buf.data() + offset;
+    if (!v.empty()) CUDA_CHECK(cudaMemcpy(d.ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <typename T>
+std::vector<T> download_at(const T* p, size_t n) {
+    std::vector<T> v(n);
+    if (n) CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+}
+
+std::string shape_name(int64_t r, int64_t c) { return std::to_string(r) + "x" + std::to_string(c); }
+
+// Gaussian with a non-zero mean (exercises the one-pass variance), optionally with outlier rows/columns.
+std::vector<float> test_matrix(int64_t r, int64_t c, Pattern p, uint64_t seed) {
+    auto x = synthetic_operand(r, c, p, seed);
+    for (float& v : x) v += 0.3f;
+    return x;
+}
+
+// Small integers: every sum and sum of squares is exact in any order, on the CPU and the GPU alike.
+// Rows (or columns) are permutations of one base vector, so their scores tie exactly; `winners` of them
+// (spread over the matrix) are doubled and rank first. The top k with k > winners cuts through the ties.
+std::vector<float> tied_matrix(int64_t r, int64_t c, bool by_rows, const std::vector<int64_t>& winners, uint64_t seed) {
+    const int64_t n = by_rows ? r : c, len = by_rows ? c : r;
+    std::mt19937_64 rng(seed);
+    std::vector<float> base(static_cast<size_t>(len));
+    for (int64_t i = 0; i < len; ++i) base[size_t(i)] = float(int(rng() % 7) - 3);
+    std::vector<float> x(size_t(r * c));
+    for (int64_t i = 0; i < n; ++i) {
+        std::vector<float> v = base;
+        std::shuffle(v.begin(), v.end(), rng);
+        const bool win = std::find(winners.begin(), winners.end(), i) != winners.end();
+        for (int64_t j = 0; j < len; ++j) {
+            const float val = win ? 2.0f * v[size_t(j)] : v[size_t(j)];
+            if (by_rows) x[size_t(i * c + j)] = val;
+            else x[size_t(j * c + i)] = val;
+        }
+    }
+    return x;
+}
+
+// ---- host mirrors of the warp code (the device versions are in outlier_stats.cu)
+
+// warp_reduce_scatter<V> over 32 simulated lanes, step by step as the warp runs it.
+template <int V>
+void emulate_reduce_scatter(std::vector<std::vector<double>>& v) {
+    int count = V;
+    for (int o = 16; o > 0; o >>= 1) {
+        std::vector<std::vector<double>> next = v;
+        if (count > 1) {
+            const int half = count / 2;
+            for (int l = 0; l < 32; ++l) {
+                const int partner = l ^ o;
+                const bool upper = (l & o) != 0, partner_upper = (partner & o) != 0;
+                for (int i = 0; i < half; ++i) {
+                    const double received = partner_upper ? v[size_t(partner)][size_t(i)] : v[size_t(partner)][size_t(i + half)];
+                    const double keep = upper ? v[size_t(l)][size_t(i + half)] : v[size_t(l)][size_t(i)];
+                    next[size_t(l)][size_t(i)] = keep + received;
+                }
+            }
+            count = half;
+        } else {
+            for (int l = 0; l < 32; ++l) next[size_t(l)][0] = v[size_t(l)][0] + v[size_t(l ^ o)][0];
+        }
+        v = next;
+    }
+}
+
+// The detector cases of the GPU tests (DetectorMatchesCpu: seed 17; DetectorAdversarialShapes: one seed per
+// case), shared with the host emulation test so that it checks exactly the data the GPU sees.
+struct DetectorCase {
+    int64_t rows, cols;
+    Pattern pattern;
+    uint64_t seed;
+};
+std::vector<DetectorCase> basic_detector_cases() {
+    std::vector<DetectorCase> v;
+    const int64_t shapes[][2] = {{512, 768}, {1000, 333}, {64, 4096}, {3, 5}};
+    for (auto sh : shapes)
+        for (Pattern p : {Pattern::row, Pattern::col, Pattern::none}) v.push_back({sh[0], sh[1], p, 17});
+    return v;
+}
+std::vector<DetectorCase> adversarial_detector_cases() {
+    // 1-row/1-column, not multiples of the 8-row batch or 256-column slab, cols % 8 != 0 (scalar loads),
+    // tall and wide, several slabs × several segments (last-CTA-done over many CTAs). Not 2×2: two variances
+    // of two values each leave the CV at the mercy of FP32 rounding in the sums.
+    const int64_t shapes[][2] = {{1, 1},    {1, 7},    {7, 1},    {2, 64},     {64, 2},      {1, 4096},  {4096, 1},
+                                 {257, 259}, {65, 1000}, {3, 9000}, {9000, 3}, {2048, 1536}, {1500, 3000}, {300, 520}};
+    std::vector<DetectorCase> v;
+    uint64_t seed = 100;
+    for (auto sh : shapes)
+        for (Pattern p : {Pattern::row, Pattern::col, Pattern::none}) v.push_back({sh[0], sh[1], p, ++seed});
+    return v;
+}
+// Gaussian with a non-zero mean (exercises the one-pass variance), optionally with outlier rows/columns.
+std::vector<float> case_matrix(const DetectorCase& d) {
+    auto x = synthetic_operand(d.rows, d.cols, d.pattern, d.seed);
+    for (float& v : x) v += 0.3f;
+    return x;
+}
+
+// The outlier-extraction cases of the GPU tests with random data, shared with the host check of the L2
+// ranking (the GPU's FP32 lane partials must not reorder a near-tie of the CPU's FP64 scores at the k-th).
+struct SplitCase {
+    int64_t rows, cols;
+    bool by_rows;
+    Pattern pattern;
+    uint64_t seed;
+    double fraction;
+    std::vector<int64_t> ks;
+    bool l2_fp32, l2_bf16;  // which element types the GPU tests rank by L2
+};
+std::vector<float> case_matrix(const SplitCase& d) {
+    return synthetic_operand(d.rows, d.cols, d.pattern, d.seed, d.fraction);
+}
+std::vector<SplitCase> adversarial_split_cases() {
+    const int64_t shapes[][2] = {{1, 1}, {1, 50}, {50, 1}, {257, 130}, {130, 257}, {3, 2000}, {2000, 3}, {300, 256}};
+    std::vector<SplitCase> v;
+    uint64_t seed = 500;
+    for (auto sh : shapes)
+        for (bool by_rows : {true, false}) {
+            const int64_t n = by_rows ? sh[0] : sh[1];
+            std::vector<int64_t> ks;
+            for (int64_t k : {int64_t(0), int64_t(1), int64_t(7), n - 1, n, n + 5})
+                if (k >= 0) ks.push_back(k);
+            v.push_back({sh[0], sh[1], by_rows, by_rows ? Pattern::row : Pattern::col, ++seed, 0.03, ks, true, true});
+        }
+    return v;
+}
+std::vector<SplitCase> large_split_cases() {
+    // 12000 keys: cached in shared memory; 28000: cached for k = 64, from L2 for k close to n (the list
+    // takes the room); 70000: read from L2 in every pass, several CTAs, lists at their 16384-entry cap
+    std::vector<SplitCase> v;
+    for (int64_t n : {int64_t(12000), int64_t(28000), int64_t(70000)}) {
+        const std::vector<int64_t> ks = {64, n / 2 + 1, n - 1};
+        v.push_back({n, 2, true, Pattern::row, 31 + uint64_t(n), 0.01, ks, true, false});    // FP32, L2
+        v.push_back({2, n, false, Pattern::col, 37 + uint64_t(n), 0.01, ks, false, false});  // BF16, absmax
+    }
+    return v;
+}
+// the other GPU tests that rank by L2: OutlierExtractionMatchesCpu, …LargeDimensionUsesTheRadixSortPath, and
+// the operands lp_matmul extracts from in LpMatmulMatchesCpu / LpMatmulIdentitiesWithoutQuantization
+std::vector<SplitCase> other_l2_split_cases() {
+    return {{300, 256, true, Pattern::row, 23, 0.03, {7}, true, false},
+            {300, 256, false, Pattern::col, 23, 0.03, {7}, true, false},
+            {9000, 64, true, Pattern::row, 29, 0.01, {64}, true, false},
+            {256, 320, true, Pattern::row, 31, 0.01, {16}, true, false},
+            {320, 128, false, Pattern::col, 32, 0.01, {16}, true, false},
+            {128, 96, true, Pattern::row, 41, 0.01, {8}, true, false},
+            {96, 64, false, Pattern::none, 42, 0.01, {8}, true, false}};
+}
+
+// The statistics kernel's arithmetic on the host, in its order: per lane FP32 Σx and Σx² (FMA) over its 8
+// columns (rows) and over a batch of B rows of its warp (columns), FP64 xor-tree across the lanes, FP64
+// accumulation of the batches, FP64 over the 8 warps, over the segments / slabs. Returns row_sums and
+// col_sums as the kernel writes them ([2R], [2C]).
+void emulate_stats_kernel(const std::vector<float>& x, int64_t R, int64_t C, int B, std::vector<double>& row_sums,
+                          std::vector<double>& col_sums, bool both_axes = true) {
+    using namespace outlier_stats_detail;
+    const StatsGeometry g = stats_geometry(R, C, 264, both_axes);  // 132 SMs × 2 CTAs (H200, ptxas: ≤ 128 registers)
+    std::vector<double> rps(size_t(g.slabs * R)), rpq(size_t(g.slabs * R)), cps(size_t(g.segs * C)), cpq(size_t(g.segs * C));
+    auto xor_tree = [](std::vector<double> a) {  // what every lane holds after the butterfly
+        for (int o = 16; o > 0; o >>= 1) {
+            std::vector<double> b(32);
+            for (int l = 0; l < 32; ++l) b[size_t(l)] = a[size_t(l)] + a[size_t(l ^ o)];
+            a = b;
+        }
+        return a[0];
+    };
+    for (int64_t seg = 0; seg < g.segs; ++seg)
+        for (int64_t slab = 0; slab < g.slabs; ++slab) {
+            const int64_t r_begin = seg * g.seg_rows, r_end = std::min(R, r_begin + g.seg_rows);
+            std::vector<double> ws(size_t(kWarps * kSlabCols), 0.0), wq(ws.size(), 0.0);
+            for (int warp = 0; warp < kWarps; ++warp)
+                for (int64_t rb = r_begin + warp; rb < r_end; rb += int64_t(kWarps) * B) {
+                    std::vector<float> bs(kSlabCols, 0.0f), bq(kSlabCols, 0.0f);
+                    for (int i = 0; i < B; ++i) {
+                        const int64_t r = rb + int64_t(i) * kWarps;
+                        std::vector<double> ls(32), lq(32);
+                        for (int lane = 0; lane < 32; ++lane) {
+                            float rs = 0.0f, rq = 0.0f;
+                            for (int j = 0; j < kLaneCols; ++j) {
+                                const int64_t c = slab * kSlabCols + lane * kLaneCols + j;
+                                const float d = (r < r_end && c < C) ? x[size_t(r * C + c)] : 0.0f;
+                                rs += d;
+                                rq = std::fmaf(d, d, rq);
+                                bs[size_t(lane * kLaneCols + j)] += d;
+                                bq[size_t(lane * kLaneCols + j)] = std::fmaf(d, d, bq[size_t(lane * kLaneCols + j)]);
+                            }
+                            ls[size_t(lane)] = double(rs);
+                            lq[size_t(lane)] = double(rq);
+                        }
+                        if (r < r_end) {
+                            rps[size_t(slab * R + r)] = xor_tree(ls);
+                            rpq[size_t(slab * R + r)] = xor_tree(lq);
+                        }
+                    }
+                    for (int t = 0; t < kSlabCols; ++t) {
+                        ws[size_t(warp * kSlabCols + t)] += double(bs[size_t(t)]);
+                        wq[size_t(warp * kSlabCols + t)] += double(bq[size_t(t)]);
+                    }
+                }
+            for (int t = 0; t < kSlabCols; ++t) {
+                const int64_t c = slab * kSlabCols + t;
+                if (c >= C) continue;
+                double s = 0.0, q = 0.0;
+                for (int w = 0; w < kWarps; ++w) {
+                    s += ws[size_t(w * kSlabCols + t)];
+                    q += wq[size_t(w * kSlabCols + t)];
+                }
+                cps[size_t(seg * C + c)] = s;
+                cpq[size_t(seg * C + c)] = q;
+            }
+        }
+    row_sums.assign(size_t(2 * R), 0.0);
+    col_sums.assign(size_t(2 * C), 0.0);
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t sl = 0; sl < g.slabs; ++sl) {
+            row_sums[size_t(2 * r)] += rps[size_t(sl * R + r)];
+            row_sums[size_t(2 * r + 1)] += rpq[size_t(sl * R + r)];
+        }
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t sg = 0; sg < g.segs; ++sg) {
+            col_sums[size_t(2 * c)] += cps[size_t(sg * C + c)];
+            col_sums[size_t(2 * c + 1)] += cpq[size_t(sg * C + c)];
+        }
+}
+
+// The detector from the emulated sums, as the kernel's finalisers and moments step compute it.
+PatternStats emulate_detector(const std::vector<float>& x, int64_t R, int64_t C, int B) {
+    std::vector<double> rs, cs;
+    emulate_stats_kernel(x, R, C, B, rs, cs);
+    auto variance = [](double s, double q, int64_t n) {
+        if (n > 1) {
+            const double v = (q - s * s / double(n)) / double(n - 1);
+            return v < 0.0 ? 0.0 : v;
+        }
+        return std::isfinite(s) && std::isfinite(q) ? 0.0 : std::nan("");
+    };
+    auto moments = [&](const std::vector<double>& sums, int64_t count, int64_t per) {
+        double S[4] = {0, 0, 0, 0};
+        for (int64_t i = 0; i < count; ++i) {
+            const double v = variance(sums[size_t(2 * i)], sums[size_t(2 * i + 1)], per);
+            S[0] += v, S[1] += v * v, S[2] += v * v * v, S[3] += v * v * v * v;
+        }
+        const double N = double(count), mean = S[0] / N;
+        const double m2 = S[1] / N - mean * mean;
+        const double m4 = S[3] / N - 4 * mean * S[2] / N + 6 * mean * mean * S[1] / N - 3 * mean * mean * mean * mean;
+        const double var = count > 1 ? m2 * N / (N - 1) : 0.0;
+        const double sd = var > 0 ? std::sqrt(var) : 0.0;
+        return VarianceMoments{mean, sd, sd > 0 ? m4 / (var * var) : 0.0};
+    };
+    return pattern_from_moments(moments(rs, R, C), R, moments(cs, C, R), C, {});
+}
+
 }  // namespace
+
+// ================================ index logic on the host (no GPU needed) ================================
+
+TEST(AdahopIndexLogic, StatsKernelArithmeticMeetsTheGpuTolerances) {
+    // the data of the GPU detector tests, through the kernel's arithmetic on the host: the tolerances those
+    // tests use are reachable with FP32 lane partials (B = 8 rows per batch for BF16, 4 for FP32)
+    auto cases = basic_detector_cases();
+    for (const auto& d : adversarial_detector_cases())
+        if (d.rows * d.cols <= 600000) cases.push_back(d);  // the largest two take long on a small host
+    cases.push_back({70, 90, Pattern::col, 4});     // StatisticsWorkspaceSurvivesMixedCalls
+    cases.push_back({257, 300, Pattern::col, 9});   // DetectorRejectsNanAndInfLikeTheCpu, afterwards
+    for (const DetectorCase& d : cases)
+            for (bool bf16 : {true, false}) {
+                const int64_t r = d.rows, c = d.cols;
+                const Pattern p = d.pattern;
+                auto x = case_matrix(d);
+                if (bf16) x = bf16_values(x);
+                const PatternStats cpu = detect_outlier_pattern(x.data(), r, c);
+                const PatternStats emu = emulate_detector(x, r, c, bf16 ? 8 : 4);
+                if (r < 2 || c < 2) {
+                    EXPECT_EQ(emu.pattern, Pattern::none);
+                    continue;
+                }
+                const std::string w = shape_name(r, c) + " " + pattern_name(p) + (bf16 ? " bf16" : " fp32");
+                EXPECT_EQ(emu.pattern, cpu.pattern) << w;
+                EXPECT_NEAR(emu.cv_row, cpu.cv_row, 1e-6 * (1 + cpu.cv_row)) << w;
+                EXPECT_NEAR(emu.cv_col, cpu.cv_col, 1e-6 * (1 + cpu.cv_col)) << w;
+                EXPECT_NEAR(emu.kurtosis_row, cpu.kurtosis_row, 1e-5 * (1 + cpu.kurtosis_row)) << w;
+                EXPECT_NEAR(emu.kurtosis_col, cpu.kurtosis_col, 1e-5 * (1 + cpu.kurtosis_col)) << w;
+                EXPECT_NEAR(emu.mean_row_variance, cpu.mean_row_variance, 1e-6 * cpu.mean_row_variance + 1e-300) << w;
+                EXPECT_NEAR(emu.mean_col_variance, cpu.mean_col_variance, 1e-6 * cpu.mean_col_variance + 1e-300) << w;
+            }
+}
+
+
+TEST(AdahopIndexLogic, OutlierScoresArithmeticKeepsTheCpuRanking) {
+    using namespace outlier_extraction_detail;
+    auto cases = adversarial_split_cases();
+    for (const auto& d : large_split_cases()) cases.push_back(d);
+    for (const auto& d : other_l2_split_cases()) cases.push_back(d);
+    for (const SplitCase& d : cases)
+        for (bool bf16 : {false, true}) {
+            if (!(bf16 ? d.l2_bf16 : d.l2_fp32)) continue;
+            auto x = case_matrix(d);
+            if (bf16) x = bf16_values(x);
+            std::vector<double> rs, cs;
+            emulate_stats_kernel(x, d.rows, d.cols, bf16 ? 8 : 4, rs, cs, false);
+            const std::vector<double>& sums = d.by_rows ? rs : cs;
+            const int64_t n = d.by_rows ? d.rows : d.cols;
+            std::vector<uint64_t> keys(static_cast<size_t>(n));
+            std::vector<double> cpu(static_cast<size_t>(n), 0.0);  // the CPU reference's scores: Σ double(x)²
+            for (int64_t i = 0; i < n; ++i) keys[size_t(i)] = score_key(sums[size_t(2 * i + 1)]);
+            for (int64_t r = 0; r < d.rows; ++r)
+                for (int64_t c = 0; c < d.cols; ++c) {
+                    const double v = x[size_t(r * d.cols + c)];
+                    cpu[size_t(d.by_rows ? r : c)] += v * v;
+                }
+            for (int64_t k : d.ks)
+                EXPECT_EQ(radix_top_k_host(keys, k, 64), top_k_indices(cpu, k))
+                    << shape_name(d.rows, d.cols) << (d.by_rows ? " rows" : " cols") << " seed " << d.seed << " k " << k
+                    << (bf16 ? " bf16" : " fp32");
+        }
+}
+
+TEST(AdahopIndexLogic, StatsGeometryCoversEveryRowOnce) {
+    using namespace outlier_stats_detail;
+    const int64_t shapes[][2] = {{1, 1},     {1, 300},   {300, 1},   {63, 257},   {64, 256},    {65, 4097},
+                                 {4096, 2048}, {8192, 4096}, {4096, 8192}, {100000, 3}, {5, 100000}, {9000, 64}};
+    for (auto sh : shapes)
+        for (int64_t target : {1, 132, 264, 528})
+            for (bool both : {true, false}) {
+                const int64_t R = sh[0], C = sh[1];
+                const StatsGeometry g = stats_geometry(R, C, target, both);
+                const std::string what = shape_name(R, C) + " target " + std::to_string(target) + (both ? " both" : " one");
+                EXPECT_EQ(g.slabs, (C + kSlabCols - 1) / kSlabCols) << what;
+                ASSERT_GE(g.segs, 1) << what;
+                EXPECT_EQ(g.seg_rows % kSegmentRowAlign, 0) << what;
+                EXPECT_GE(g.segs * g.seg_rows, R) << what;
+                EXPECT_LT((g.segs - 1) * g.seg_rows, R) << what;  // no empty segment
+                for (int B : {8, 4}) {  // the warps' row loop, for BF16 (8 rows per batch) and FP32 (4)
+                    std::vector<int> visits(static_cast<size_t>(R), 0);
+                    for (int64_t seg = 0; seg < g.segs; ++seg) {
+                        const int64_t r_begin = seg * g.seg_rows, r_end = std::min(R, r_begin + g.seg_rows);
+                        for (int warp = 0; warp < kWarps; ++warp)
+                            for (int64_t rb = r_begin + warp; rb < r_end; rb += int64_t(kWarps) * B)
+                                for (int i = 0; i < B; ++i) {
+                                    const int64_t r = rb + int64_t(i) * kWarps;
+                                    if (r < r_end) ++visits[size_t(r)];
+                                }
+                    }
+                    EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; })) << what << " B " << B;
+                }
+            }
+    // the lane → column map: lane l of slab s owns columns 256s + 8l … +7, every column exactly once
+    std::vector<int> cols(2 * kSlabCols, 0);
+    for (int slab = 0; slab < 2; ++slab)
+        for (int lane = 0; lane < 32; ++lane)
+            for (int j = 0; j < kLaneCols; ++j) ++cols[size_t(slab * kSlabCols + lane * kLaneCols + j)];
+    EXPECT_TRUE(std::all_of(cols.begin(), cols.end(), [](int v) { return v == 1; }));
+}
+
+template <int V, int kLog2V>
+void check_reduce_scatter(uint64_t seed) {
+    using namespace outlier_stats_detail;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    std::vector<std::vector<double>> v(32, std::vector<double>(V));
+    for (auto& lane : v)
+        for (double& x : lane) x = u(rng) * std::ldexp(1.0, int(rng() % 40) - 20);  // mixed magnitudes: order matters
+    // the plain xor all-reduce of each value (what the previous kernel did)
+    std::vector<double> plain(V);
+    for (int val = 0; val < V; ++val) {
+        std::vector<double> a(32);
+        for (int l = 0; l < 32; ++l) a[size_t(l)] = v[size_t(l)][size_t(val)];
+        for (int o = 16; o > 0; o >>= 1) {
+            std::vector<double> b(32);
+            for (int l = 0; l < 32; ++l) b[size_t(l)] = a[size_t(l)] + a[size_t(l ^ o)];
+            a = b;
+        }
+        for (int l = 1; l < 32; ++l) ASSERT_EQ(a[size_t(l)], a[0]);  // every lane holds the same bits
+        plain[size_t(val)] = a[0];
+    }
+    emulate_reduce_scatter<V>(v);
+    std::vector<int> writers(V, 0);
+    for (int l = 0; l < 32; ++l) {
+        const int val = scatter_value_of_lane(l, kLog2V);
+        ASSERT_GE(val, 0);
+        ASSERT_LT(val, V);
+        EXPECT_EQ(v[size_t(l)][0], plain[size_t(val)]) << "lane " << l << " value " << val;
+        if (scatter_lane_writes(l, kLog2V)) ++writers[size_t(val)];
+    }
+    for (int val = 0; val < V; ++val) EXPECT_EQ(writers[size_t(val)], 1) << "value " << val;
+}
+
+TEST(AdahopIndexLogic, ReduceScatterEqualsXorAllReduce) {
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+        check_reduce_scatter<16, 4>(seed);  // BF16: 8 rows × (Σx, Σx²)
+        check_reduce_scatter<8, 3>(seed);   // FP32: 4 rows × (Σx, Σx²)
+    }
+    EXPECT_EQ(outlier_stats_detail::batch_rows<__nv_bfloat16>(), 8);
+    EXPECT_EQ(outlier_stats_detail::batch_rows<float>(), 4);
+}
+
+TEST(AdahopIndexLogic, RadixTopKMatchesCpuTopK) {
+    using namespace outlier_extraction_detail;
+    std::mt19937_64 rng(7);
+    auto check = [&](const std::vector<double>& scores, int64_t k, const std::string& what) {
+        std::vector<uint64_t> keys(scores.size());
+        for (size_t i = 0; i < scores.size(); ++i) keys[i] = score_key(scores[i]);
+        const std::vector<int32_t> want = top_k_indices(scores, k);
+        for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(64), int64_t(kListCap)}) {
+            EXPECT_EQ(radix_top_k_host(keys, k, chunk), want) << what << " n " << scores.size() << " k " << k << " chunk " << chunk;
+        }
+    };
+    const int ns[] = {1, 2, 31, 32, 33, 1000, 4096, 9000, 20000};
+    for (int n : ns) {
+        std::vector<std::vector<double>> sets;
+        std::vector<std::string> names;
+        std::vector<double> s(static_cast<size_t>(n));
+        std::uniform_real_distribution<double> u(0.0, 1.0);
+        for (double& v : s) v = u(rng) * std::ldexp(1.0, int(rng() % 30));  // distinct, spread exponents
+        sets.push_back(s), names.push_back("random");
+        for (double& v : s) v = double(rng() % 4);  // heavy ties
+        sets.push_back(s), names.push_back("ties");
+        std::fill(s.begin(), s.end(), 5.0);  // all equal
+        sets.push_back(s), names.push_back("equal");
+        std::fill(s.begin(), s.end(), 0.0);
+        sets.push_back(s), names.push_back("zero");
+        for (int i = 0; i < n; ++i) s[size_t(i)] = 1.0 + double(rng() % 200) * std::numeric_limits<double>::epsilon();  // last byte
+        sets.push_back(s), names.push_back("ulps");
+        for (int i = 0; i < n; ++i) s[size_t(i)] = std::ldexp(1.0, int(rng() % 50));  // exponent bits only
+        sets.push_back(s), names.push_back("pow2");
+        for (int i = 0; i < n; ++i) s[size_t(i)] = rng() % 5 == 0 ? std::numeric_limits<double>::infinity() : u(rng);
+        sets.push_back(s), names.push_back("inf");
+        for (size_t t = 0; t < sets.size(); ++t)
+            for (int64_t k : {int64_t(0), int64_t(1), int64_t(2), int64_t(63), int64_t(64), int64_t(n - 1), int64_t(n), int64_t(n + 3)})
+                check(sets[t], k, names[t]);
+    }
+    // the warp's bin search: above(b) < krem ≤ above(b) + hist[b]
+    uint32_t hist[256] = {};
+    hist[3] = 5;
+    hist[200] = 2;
+    hist[255] = 1;
+    uint32_t above = 0;
+    EXPECT_EQ(find_bin_host(hist, 1, &above), 255);
+    EXPECT_EQ(above, 0u);
+    EXPECT_EQ(find_bin_host(hist, 2, &above), 200);
+    EXPECT_EQ(above, 1u);
+    EXPECT_EQ(find_bin_host(hist, 3, &above), 200);
+    EXPECT_EQ(find_bin_host(hist, 4, &above), 3);
+    EXPECT_EQ(above, 3u);
+    EXPECT_EQ(find_bin_host(hist, 8, &above), 3);
+}
+
+// ================================ GPU against the CPU references ================================
 
 TEST(AdahopCuda, DetectorMatchesCpu) {
     REQUIRE_GPU();
@@ -103,7 +611,7 @@ TEST(AdahopCuda, OutlierExtractionMatchesCpu) {
 TEST(AdahopCuda, OutlierExtractionLargeDimensionUsesTheRadixSortPath) {
     REQUIRE_GPU();
     OutlierExtractionWorkspace ws;
-    const int64_t r = 9000, c = 64, k = 64;  // 9000 rows > the one-block top-k limit
+    const int64_t r = 9000, c = 64, k = 64;  // 9000 rows: several stats segments, 9000 keys in the select
     auto x = synthetic_operand(r, c, Pattern::row, 29, 0.01);
     const OutlierSplit cpu = split_outlier_rows(x.data(), r, c, k, OutlierMetric::l2);
     auto dx = to_device(x);
@@ -113,6 +621,277 @@ TEST(AdahopCuda, OutlierExtractionLargeDimensionUsesTheRadixSortPath) {
     CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_EQ(download(idx, size_t(k)), cpu.indices);
     EXPECT_EQ(download(slice, cpu.slice.size()), cpu.slice);
+}
+
+namespace {
+
+template <typename T>
+void expect_detector_matches(const std::vector<float>& x, int64_t r, int64_t c, size_t offset, OutlierStatsWorkspace& ws,
+                             const std::string& what) {
+    const auto xv = held_values<T>(x);
+    const PatternStats cpu = detect_outlier_pattern(xv.data(), r, c);
+    auto d = upload_at(as_type<T>(x), offset);
+    const PatternStats gpu = detect_outlier_pattern_cuda(d.ptr, r, c, {}, ws);
+    const std::string w = what + " " + shape_name(r, c) + (is_bf16<T> ? " bf16" : " fp32") + " offset " + std::to_string(offset);
+    EXPECT_EQ(gpu.pattern, cpu.pattern) << w;
+    EXPECT_EQ(gpu.rows, cpu.rows) << w;
+    EXPECT_EQ(gpu.cols, cpu.cols) << w;
+    if (r < 2 || c < 2) {  // degenerate: both return the zero statistics
+        EXPECT_EQ(gpu.cv_row, 0.0) << w;
+        EXPECT_EQ(gpu.cv_col, 0.0) << w;
+        EXPECT_EQ(gpu.kurtosis_row, 0.0) << w;
+        EXPECT_EQ(gpu.mean_row_variance, 0.0) << w;
+        return;
+    }
+    EXPECT_NEAR(gpu.cv_row, cpu.cv_row, 1e-6 * (1 + cpu.cv_row)) << w;
+    EXPECT_NEAR(gpu.cv_col, cpu.cv_col, 1e-6 * (1 + cpu.cv_col)) << w;
+    EXPECT_NEAR(gpu.kurtosis_row, cpu.kurtosis_row, 1e-5 * (1 + cpu.kurtosis_row)) << w;
+    EXPECT_NEAR(gpu.kurtosis_col, cpu.kurtosis_col, 1e-5 * (1 + cpu.kurtosis_col)) << w;
+    EXPECT_NEAR(gpu.mean_row_variance, cpu.mean_row_variance, 1e-6 * cpu.mean_row_variance + 1e-300) << w;
+    EXPECT_NEAR(gpu.mean_col_variance, cpu.mean_col_variance, 1e-6 * cpu.mean_col_variance + 1e-300) << w;
+}
+
+}  // namespace
+
+TEST(AdahopCuda, DetectorAdversarialShapes) {
+    REQUIRE_GPU();
+    OutlierStatsWorkspace ws;
+    for (const DetectorCase& d : adversarial_detector_cases()) {
+        const auto x = case_matrix(d);
+        expect_detector_matches<float>(x, d.rows, d.cols, 0, ws, pattern_name(d.pattern));
+        expect_detector_matches<__nv_bfloat16>(x, d.rows, d.cols, 0, ws, pattern_name(d.pattern));
+        if (d.pattern == Pattern::row) {  // misaligned start: the scalar path even where cols % 8 == 0
+            expect_detector_matches<__nv_bfloat16>(x, d.rows, d.cols, 1, ws, "misaligned");
+            expect_detector_matches<float>(x, d.rows, d.cols, 1, ws, "misaligned");
+        }
+    }
+    // all zeros: every variance 0 → none, all statistics 0 on both
+    std::vector<float> zeros(size_t(300 * 520), 0.0f);
+    expect_detector_matches<float>(zeros, 300, 520, 0, ws, "zeros");
+}
+
+TEST(AdahopCuda, DetectorRejectsNanAndInfLikeTheCpu) {
+    REQUIRE_GPU();
+    OutlierStatsWorkspace ws;
+    const int64_t shapes[][2] = {{1, 1}, {1, 9}, {9, 1}, {64, 64}, {300, 700}};
+    for (auto sh : shapes)
+        for (float bad : {NAN, INFINITY, -INFINITY})
+            for (int where : {0, 1, 2}) {  // first, middle, last element
+                const int64_t r = sh[0], c = sh[1], n = r * c;
+                std::vector<float> x = test_matrix(r, c, Pattern::none, 5);
+                x[size_t(where == 0 ? 0 : where == 1 ? n / 2 : n - 1)] = bad;
+                EXPECT_THROW(detect_outlier_pattern(x.data(), r, c), Error);
+                auto d = to_device(x);
+                EXPECT_THROW(detect_outlier_pattern_cuda(d.data(), r, c, {}, ws), Error) << shape_name(r, c) << " " << bad;
+                auto db = to_device(to_bf16(x));
+                EXPECT_THROW(detect_outlier_pattern_cuda(db.data(), r, c, {}, ws), Error) << shape_name(r, c) << " bf16 " << bad;
+            }
+    // the workspace is still good afterwards (counters reset by the kernel, not by the host)
+    const auto x = test_matrix(257, 300, Pattern::col, 9);
+    expect_detector_matches<float>(x, 257, 300, 0, ws, "after errors");
+}
+
+TEST(AdahopCuda, RowColStatisticsMatchFp64Sums) {
+    REQUIRE_GPU();
+    OutlierStatsWorkspace ws;
+    const int64_t shapes[][2] = {{1, 1}, {3, 5}, {257, 259}, {1000, 333}, {64, 4096}, {4100, 300}};
+    for (auto sh : shapes) {
+        const int64_t r = sh[0], c = sh[1];
+        auto x = held_values<__nv_bfloat16>(test_matrix(r, c, Pattern::col, 77));
+        x[size_t((r * c) / 3)] = NAN;  // max |x| ignores NaN, as the CPU's std::max(acc, NaN) does
+        std::vector<double> rs(size_t(2 * r), 0.0), cs(size_t(2 * c), 0.0), rabs(size_t(r), 0.0), cabs(size_t(c), 0.0);
+        std::vector<double> rmax(size_t(r), 0.0), cmax(size_t(c), 0.0);
+        for (int64_t i = 0; i < r; ++i)
+            for (int64_t j = 0; j < c; ++j) {
+                const double v = x[size_t(i * c + j)];
+                if (std::isnan(v)) continue;
+                rs[size_t(2 * i)] += v, rs[size_t(2 * i + 1)] += v * v, rabs[size_t(i)] += std::fabs(v);
+                cs[size_t(2 * j)] += v, cs[size_t(2 * j + 1)] += v * v, cabs[size_t(j)] += std::fabs(v);
+                rmax[size_t(i)] = std::max(rmax[size_t(i)], std::fabs(v));
+                cmax[size_t(j)] = std::max(cmax[size_t(j)], std::fabs(v));
+            }
+        for (bool bf16 : {true, false}) {
+            if (bf16) {
+                auto d = to_device(to_bf16(x));
+                row_col_sums_cuda(d.data(), r, c, ws);
+                CUDA_CHECK(cudaDeviceSynchronize());  // before d is freed
+            } else {
+                auto d = to_device(x);
+                row_col_sums_cuda(d.data(), r, c, ws);
+                CUDA_CHECK(cudaDeviceSynchronize());
+            }
+            const auto grs = download(ws.row_sums, size_t(2 * r)), gcs = download(ws.col_sums, size_t(2 * c));
+            const auto grm = download(ws.row_max, size_t(r)), gcm = download(ws.col_max, size_t(c));
+            const int64_t bad_r = (r * c) / 3 / c, bad_c = (r * c) / 3 % c;
+            for (int64_t i = 0; i < r; ++i) {
+                if (i == bad_r) {
+                    EXPECT_TRUE(std::isnan(grs[size_t(2 * i)]));
+                } else {
+                    EXPECT_NEAR(grs[size_t(2 * i)], rs[size_t(2 * i)], 1e-6 * rabs[size_t(i)] + 1e-30) << "row " << i;
+                    EXPECT_NEAR(grs[size_t(2 * i + 1)], rs[size_t(2 * i + 1)], 1e-6 * rs[size_t(2 * i + 1)] + 1e-30) << "row " << i;
+                }
+                EXPECT_EQ(grm[size_t(i)], bits_of(float(rmax[size_t(i)]))) << "row max " << i;
+            }
+            for (int64_t j = 0; j < c; ++j) {
+                if (j == bad_c) {
+                    EXPECT_TRUE(std::isnan(gcs[size_t(2 * j + 1)]));
+                } else {
+                    EXPECT_NEAR(gcs[size_t(2 * j)], cs[size_t(2 * j)], 1e-6 * cabs[size_t(j)] + 1e-30) << "col " << j;
+                    EXPECT_NEAR(gcs[size_t(2 * j + 1)], cs[size_t(2 * j + 1)], 1e-6 * cs[size_t(2 * j + 1)] + 1e-30) << "col " << j;
+                }
+                EXPECT_EQ(gcm[size_t(j)], bits_of(float(cmax[size_t(j)]))) << "col max " << j;
+            }
+        }
+    }
+}
+
+TEST(AdahopCuda, StatisticsWorkspaceSurvivesMixedCalls) {
+    REQUIRE_GPU();
+    // one workspace through kernels of different geometries and axes: partials and counters are reused
+    OutlierStatsWorkspace ws;
+    const auto big = test_matrix(2048, 1536, Pattern::row, 3), small = test_matrix(70, 90, Pattern::col, 4);
+    auto dbig = to_device(big), dsmall = to_device(small);
+    for (int round = 0; round < 3; ++round) {
+        OutlierStatsRequest rows_only;
+        rows_only.cols = false;
+        rows_only.max = false;
+        outlier_stats_cuda(dsmall.data(), 70, 90, rows_only, ws);
+        const PatternStats a = detect_outlier_pattern_cuda(dbig.data(), 2048, 1536, {}, ws);
+        OutlierStatsRequest cols_max;
+        cols_max.rows = false;
+        cols_max.sums = false;
+        outlier_stats_cuda(dbig.data(), 2048, 1536, cols_max, ws);
+        const PatternStats b = detect_outlier_pattern_cuda(dsmall.data(), 70, 90, {}, ws);
+        const PatternStats ca = detect_outlier_pattern(big.data(), 2048, 1536), cb = detect_outlier_pattern(small.data(), 70, 90);
+        EXPECT_EQ(a.pattern, ca.pattern);
+        EXPECT_NEAR(a.cv_row, ca.cv_row, 1e-6 * (1 + ca.cv_row));
+        EXPECT_EQ(b.pattern, cb.pattern);
+        EXPECT_NEAR(b.cv_col, cb.cv_col, 1e-6 * (1 + cb.cv_col));
+    }
+}
+
+namespace {
+
+template <typename T>
+void expect_split_matches(const std::vector<float>& x, int64_t r, int64_t c, bool by_rows, int64_t k, OutlierMetric m,
+                          bool in_place, size_t offset, OutlierExtractionWorkspace& ws, const std::string& what) {
+    const auto xv = held_values<T>(x);
+    const OutlierSplit cpu = by_rows ? split_outlier_rows(xv.data(), r, c, k, m) : split_outlier_cols(xv.data(), r, c, k, m);
+    const int64_t kk = int64_t(cpu.indices.size());
+    const std::string w = what + " " + shape_name(r, c) + (by_rows ? " rows" : " cols") + " k " + std::to_string(k) +
+                          (m == OutlierMetric::l2 ? " l2" : " absmax") + (in_place ? " in place" : " copy") +
+                          (is_bf16<T> ? " bf16" : " fp32") + " offset " + std::to_string(offset);
+    auto dx = upload_at(as_type<T>(x), offset);
+    auto dclean = upload_at(std::vector<T>(), offset, x.size());
+    auto dslice = upload_at(std::vector<T>(), offset, cpu.slice.size());
+    DeviceBuffer<int32_t> idx(static_cast<size_t>(std::max<int64_t>(kk, 1)));
+    T* clean = in_place ? dx.ptr : dclean.ptr;
+    const int64_t got = split_outliers_cuda(dx.ptr, r, c, by_rows, k, m, clean, dslice.ptr, idx.data(), ws);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    ASSERT_EQ(got, kk) << w;
+    EXPECT_EQ(download_at(idx.data(), size_t(kk)), cpu.indices) << w;
+    EXPECT_EQ(float_bits(to_float(download_at(dslice.ptr, cpu.slice.size()))), float_bits(cpu.slice)) << w;
+    EXPECT_EQ(float_bits(to_float(download_at(clean, x.size()))), float_bits(cpu.clean)) << w;
+}
+
+}  // namespace
+
+TEST(AdahopCuda, OutlierExtractionAdversarial) {
+    REQUIRE_GPU();
+    OutlierExtractionWorkspace ws;
+    for (const SplitCase& d : adversarial_split_cases()) {
+        const auto x = case_matrix(d);
+        const int64_t r = d.rows, c = d.cols;
+        for (int64_t k : d.ks) {
+            for (OutlierMetric m : {OutlierMetric::l2, OutlierMetric::absmax}) {
+                expect_split_matches<float>(x, r, c, d.by_rows, k, m, true, 0, ws, "synthetic");
+                expect_split_matches<__nv_bfloat16>(x, r, c, d.by_rows, k, m, false, 0, ws, "synthetic");
+            }
+            expect_split_matches<__nv_bfloat16>(x, r, c, d.by_rows, k, OutlierMetric::l2, true, 1, ws, "misaligned");
+            expect_split_matches<float>(x, r, c, d.by_rows, k, OutlierMetric::absmax, false, 1, ws, "misaligned");
+        }
+    }
+}
+
+TEST(AdahopCuda, OutlierExtractionTiesRankTheLowerIndexFirst) {
+    REQUIRE_GPU();
+    OutlierExtractionWorkspace ws;
+    const std::vector<int64_t> winners = {3, 40, 41, 150};
+    for (bool by_rows : {true, false}) {
+        const int64_t r = by_rows ? 200 : 24, c = by_rows ? 24 : 200;
+        const auto x = tied_matrix(r, c, by_rows, winners, 11);
+        for (int64_t k : {2, 4, 5, 9, 64, 199})
+            for (OutlierMetric m : {OutlierMetric::l2, OutlierMetric::absmax}) {
+                expect_split_matches<float>(x, r, c, by_rows, k, m, true, 0, ws, "ties");
+                expect_split_matches<__nv_bfloat16>(x, r, c, by_rows, k, m, true, 0, ws, "ties");
+            }
+        // all zeros: everything ties, the first k indices win
+        std::vector<float> zeros(size_t(r * c), 0.0f);
+        expect_split_matches<float>(zeros, r, c, by_rows, 13, OutlierMetric::l2, true, 0, ws, "zeros");
+        expect_split_matches<float>(zeros, r, c, by_rows, 13, OutlierMetric::absmax, false, 0, ws, "zeros");
+    }
+}
+
+TEST(AdahopCuda, OutlierExtractionInfAndNan) {
+    REQUIRE_GPU();
+    OutlierExtractionWorkspace ws;
+    for (bool by_rows : {true, false}) {
+        const int64_t r = 120, c = 72;
+        auto x = synthetic_operand(r, c, Pattern::none, 13);
+        // Inf: scores Inf on the CPU and the GPU (L2 and absmax); two of them tie → lower index first
+        auto xi = x;
+        xi[size_t(7 * c + 3)] = INFINITY;
+        xi[size_t(2 * c + 0)] = -INFINITY;
+        xi[size_t(90 * c + 70)] = INFINITY;
+        for (int64_t k : {1, 2, 3, 10})
+            for (OutlierMetric m : {OutlierMetric::l2, OutlierMetric::absmax}) {
+                expect_split_matches<float>(xi, r, c, by_rows, k, m, true, 0, ws, "inf");
+                expect_split_matches<__nv_bfloat16>(xi, r, c, by_rows, k, m, false, 0, ws, "inf");
+            }
+        // NaN with absmax: ignored by max on both sides (the CPU leaves NaN undefined for L2)
+        auto xn = x;
+        xn[size_t(5 * c + 5)] = NAN;
+        xn[size_t(60 * c + 1)] = NAN;
+        for (int64_t k : {1, 4, 30}) {
+            expect_split_matches<float>(xn, r, c, by_rows, k, OutlierMetric::absmax, true, 0, ws, "nan");
+            expect_split_matches<__nv_bfloat16>(xn, r, c, by_rows, k, OutlierMetric::absmax, true, 0, ws, "nan");
+        }
+    }
+}
+
+TEST(AdahopCuda, OutlierExtractionLargeDimensions) {
+    REQUIRE_GPU();
+    OutlierExtractionWorkspace ws;
+    for (const SplitCase& d : large_split_cases()) {
+        const auto x = case_matrix(d);
+        for (int64_t k : d.ks) {
+            if (d.l2_fp32) expect_split_matches<float>(x, d.rows, d.cols, d.by_rows, k, OutlierMetric::l2, true, 0, ws, "large");
+            else expect_split_matches<__nv_bfloat16>(x, d.rows, d.cols, d.by_rows, k, OutlierMetric::absmax, false, 0, ws, "large");
+        }
+    }
+}
+
+TEST(AdahopCuda, ScatterMatchesHost) {
+    REQUIRE_GPU();
+    const int64_t rows_c = 37, cols_c = 53;
+    for (bool by_rows : {true, false}) {
+        const int64_t n = by_rows ? rows_c : cols_c, other = by_rows ? cols_c : rows_c;
+        const std::vector<int32_t> idx = {0, 5, 6, int32_t(n - 1)};
+        const int64_t k = int64_t(idx.size());
+        std::vector<float> src(size_t(k * other)), c(size_t(rows_c * cols_c), -1.0f);
+        for (size_t i = 0; i < src.size(); ++i) src[i] = float(i) + 0.5f;
+        auto want = c;
+        for (int64_t i = 0; i < k; ++i)
+            for (int64_t j = 0; j < other; ++j) {
+                if (by_rows) want[size_t(idx[size_t(i)] * cols_c + j)] = src[size_t(i * cols_c + j)];
+                else want[size_t(j * cols_c + idx[size_t(i)])] = src[size_t(j * k + i)];
+            }
+        auto ds = to_device(src), dc = to_device(c);
+        auto di = to_device(idx);
+        scatter_outliers_cuda(ds.data(), k, di.data(), by_rows, dc.data(), rows_c, cols_c);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(to_host(dc), want) << (by_rows ? "rows" : "cols");
+    }
 }
 
 TEST(AdahopCuda, LpMatmulMatchesCpu) {

@@ -1,15 +1,23 @@
 // outlier_extraction.cuh — AdaHOP's outlier extraction on the GPU (CPU reference: adahop/outlier_extraction.h):
-// rank rows or columns by L2 norm or max |x| (one pass: outlier_stats.cuh), select the top k (CUB radix
-// sort, stable, so ties rank the lower index first; indices returned ascending), gather them into a compact
-// slice and zero them in the clean operand; plus the scatter of the high-precision sliver product back into C.
-// Napkin math for 4096×2048 BF16 rows, k = 64: score pass 16.8 MB (3.9 µs), sort of 4096 keys (a few µs of
-// launch latency), gather 256 KB, zeroing 256 KB; the clean copy (when not in place) 2×16.8 MB (7.8 µs).
+// rank rows or columns by L2 norm or max |x|, select the top k (ties rank the lower index first; indices
+// returned ascending), gather them into a compact slice and zero them in the clean operand; plus the
+// scatter of the high-precision sliver product back into C.
+// Two launches (outlier_extraction.cu): the one-axis statistics pass of outlier_stats.cuh, then one kernel
+// that selects (radix select in every CTA, keys in shared memory) and gathers/zeroes its share.
+// Napkin math for 4096×2048 BF16 rows, k = 64 (H200): score pass 16.8 MB → 3.9 µs at 4.3 TB/s; select:
+// 4096 keys (32 KB) per CTA, 3–8 histogram passes of 8 bits ≈ 1–2 µs; gather 256 KB + slice 256 KB + zeroing
+// 256 KB ≈ 0.2 µs spread over ~16 CTAs; plus ~2 × 2 µs of launch latency. The clean copy (when not in place)
+// adds 2 × 16.8 MB (7.8 µs). With k ≥ the dimension nothing is ranked: every row/column is taken.
+// The sliver GEMM that follows reads the whole other operand (e.g. W 2048×8192 BF16 = 33.5 MB → 7.8 µs floor):
+// only a fused epilogue in the main GEMM could avoid that.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "adahop/cuda/outlier_stats.cuh"
 #include "adahop/outlier_extraction.h"
@@ -18,14 +26,12 @@ namespace lowbit {
 
 struct OutlierExtractionWorkspace {
     OutlierStatsWorkspace stats;
-    DeviceBuffer<double> keys_in, keys_out;
-    DeviceBuffer<int32_t> index_in, index_out;
-    DeviceBuffer<uint8_t> sort_temp;
 };
 
 // x: rows × cols. by_rows: select rows (slice k × cols) else columns (slice rows × k). clean may equal x
 // (in place) or be another rows × cols buffer (x is copied into it first). indices: k int32, ascending.
-// k is clamped to the dimension; returns the k used.
+// k is clamped to the dimension; returns the k used. Scores: Σx² (FP64 sums of FP32 partials) or max |x|
+// (NaN ignored); a NaN Σx² ranks first (the CPU reference leaves NaN undefined).
 int64_t split_outliers_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, bool by_rows, int64_t k, OutlierMetric metric,
                             __nv_bfloat16* clean, __nv_bfloat16* slice, int32_t* indices, OutlierExtractionWorkspace& ws,
                             cudaStream_t stream = 0);
@@ -36,5 +42,41 @@ int64_t split_outliers_cuda(const float* x, int64_t rows, int64_t cols, bool by_
 // else c[:, indices[j]] = src[:, j] (src rows_c × k).
 void scatter_outliers_cuda(const float* src, int64_t k, const int32_t* indices, bool by_rows, float* c, int64_t rows_c,
                            int64_t cols_c, cudaStream_t stream = 0);
+
+// The selection rule of the GPU kernel, for the host-side tests.
+namespace outlier_extraction_detail {
+
+constexpr int kSelectThreads = 1024;                  // one CTA: 32 warps
+constexpr int kSelectWarps = kSelectThreads / 32;
+constexpr int kListCap = 16384;                       // selected indices per CTA at most (64 KB of shared memory)
+
+// Radix select of the k-th largest 64-bit key, 8 bits at a time from the top: after the passes, the keys
+// whose masked bits exceed `prefix` are taken, and of those equal to it the first `take_eq` in index order.
+struct RadixSelection {
+    uint64_t mask = 0, prefix = 0;
+    uint32_t take_eq = 0;
+};
+// 1: taken; 0: in the tie class (taken while its rank among equals is < take_eq); -1: not taken.
+__host__ __device__ inline int selection_class(uint64_t key, uint64_t mask, uint64_t prefix) {
+    const uint64_t m = key & mask;
+    return m > prefix ? 1 : (m == prefix ? 0 : -1);
+}
+
+// Of the 256 bins counted from the top, the bin b holding the krem-th key: Σ_{d>b} hist[d] < krem ≤
+// Σ_{d≥b} hist[d]. Returns b and writes the count above it. The host twin of the warp code.
+int find_bin_host(const uint32_t* hist, uint32_t krem, uint32_t* above);
+
+// The whole rule on the host (the passes, the per-warp ranges and bases of the ordered compaction, the
+// per-CTA position ranges), as the kernel runs it: the k selected indices, ascending.
+std::vector<int32_t> radix_top_k_host(const std::vector<uint64_t>& keys, int64_t k, int64_t chunk);
+
+// The key of a score: the bits of a non-negative double order like its value.
+inline uint64_t score_key(double s) {
+    uint64_t u;
+    std::memcpy(&u, &s, sizeof u);
+    return u;
+}
+
+}  // namespace outlier_extraction_detail
 
 }  // namespace lowbit

@@ -1,14 +1,24 @@
 // outlier_stats.cuh — one pass over a matrix on the GPU for AdaHOP's outlier statistics: per-row and
-// per-column sums of x and x² (FP64) and max |x|. The detector turns them into the pattern
-// label (outlier_detector.h); outlier extraction ranks rows/columns by them.
-// Napkin math: reads the matrix once (4096×2048 BF16 = 16.8 MB → 3.9 µs at 4.3 TB/s), writes R + C sums;
-// FP64 adds ≈ 4 per element (34 MFLOP at ~30 TFLOP/s FP64 ≈ 1 µs, hidden under the loads).
+// per-column Σx, Σx² (FP64) and max |x|, and — when both axes are asked for — the moments of the row and
+// column variances that the detector needs (outlier_detector.h), all in ONE kernel launch. Outlier
+// extraction ranks rows or columns by the same statistics (one axis only).
+//
+// Napkin math (H200, ~4.3 TB/s DRAM, 132 SMs): the kernel reads the matrix once — 4096×2048 BF16 = 16.8 MB
+// → 3.9 µs; 4096×8192 or 8192×4096 BF16 = 67 MB → 15.6 µs (a matrix already in the 60 MB L2 reads faster).
+// Arithmetic: ~5 FP32 ops per element for both axes (unpack, 2 adds, 2 FMAs) → 8.4 M elements × 5 /
+// (132 SMs × 128 lanes × 1.98 GHz) ≈ 1.3 µs, plus FP64 combines every 8 rows/columns (≈ 0.25 conversions
+// per element and axis on the 16/clk/SM conversion unit ≈ 0.5 µs per axis): hidden under the loads.
+// Partials: (R·C/256 + segments·C) × 16 B = 1.5 MB (4096×2048) … 5 MB (4096×8192), L2-resident, reduced by the
+// last CTA of each slab (columns) and of each row segment (rows): one SM reads ≤ 8 K partials (131 KB at
+// ~120 GB/s per SM) → ≈ 0.5–1 µs of tail. One launch: ≈ 2–3 µs of launch latency on top. Expected on the
+// H200: ≈ 6–8 µs for 4096×2048 BF16 (was 29 µs), ≈ 18–20 µs for 4096×8192 (was 87 µs).
 // CPU reference: adahop/outlier_detector.cpp (two-pass FP64). Test: tests/cuda/test_adahop_kernels.cu.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "adahop/outlier_detector.h"
@@ -16,31 +26,106 @@
 
 namespace lowbit {
 
-// Device scratch for the statistics of an R × C matrix (grown on demand, reused across calls).
+// Device scratch for the statistics of an R × C matrix (grown on demand, reused across calls). Not for
+// concurrent use from two streams.
 struct OutlierStatsWorkspace {
-    DeviceBuffer<double> row_sums;   // [2R]: Σx, Σx² per row
-    DeviceBuffer<double> col_sums;   // [2C]
-    DeviceBuffer<uint32_t> row_max;  // [R] max |x| as float bits
-    DeviceBuffer<uint32_t> col_max;  // [C]
-    DeviceBuffer<double> moments;    // [6]: mean, std, kurtosis of the row variances, then of the column ones
-    DeviceBuffer<uint8_t> partials;  // per-tile partial sums (outlier_stats.cu)
-    DeviceBuffer<double> powers;     // [8]: Σv, Σv², Σv³, Σv⁴ of the row variances, then of the column ones
+    DeviceBuffer<double> row_sums;    // [2R]: Σx, Σx² per row
+    DeviceBuffer<double> col_sums;    // [2C]
+    DeviceBuffer<uint32_t> row_max;   // [R] max |x| as float bits (NaN ignored, as the CPU's std::max does)
+    DeviceBuffer<uint32_t> col_max;   // [C]
+    DeviceBuffer<double> moments;     // [6]: mean, std, kurtosis of the row variances, then of the column ones
+    DeviceBuffer<uint8_t> partials;   // per-slab / per-segment partial sums (outlier_stats.cu)
+    DeviceBuffer<double> powers;      // [8]: Σv, Σv², Σv³, Σv⁴ of the row variances, then of the column ones
+    DeviceBuffer<uint32_t> counters;  // last-CTA-done counters; all zero between launches (each resets its own)
     void reserve(int64_t rows, int64_t cols);
 };
 
-// Computes ws.row_sums / col_sums (Σx, Σx²) and ws.row_max / col_max (max |x| as float bits).
+// What one statistics pass computes. Both axes always include the sums (and then the moments too).
+struct OutlierStatsRequest {
+    bool rows = true, cols = true;  // which axes
+    bool sums = true;               // Σx, Σx²
+    bool max = true;                // max |x|
+};
+
+// One launch: the requested statistics into ws.row_sums / col_sums / row_max / col_max and, with both axes,
+// ws.powers and ws.moments. Asynchronous.
+void outlier_stats_cuda(const float* x, int64_t rows, int64_t cols, const OutlierStatsRequest& what,
+                        OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
+void outlier_stats_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const OutlierStatsRequest& what,
+                        OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
+
+// Computes ws.row_sums / col_sums (Σx, Σx²) and ws.row_max / col_max (max |x| as float bits), and the
+// moments (ws.moments) on the way: outlier_stats_cuda with everything requested.
 void row_col_sums_cuda(const float* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                        cudaStream_t stream = 0);
 void row_col_sums_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                        cudaStream_t stream = 0);
 
-// The moments of the row and column variances into ws.moments (asynchronous; after row_col_sums_cuda).
+// The detector's device part in one launch (sums of both axes → ws.moments; no max). Asynchronous.
+void detector_stats_cuda(const float* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
+void detector_stats_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
+                         cudaStream_t stream = 0);
+
+// Recomputes ws.moments from ws.powers (asynchronous; after row_col_sums_cuda or detector_stats_cuda, which
+// already leave the moments there — kept for callers of the two-step interface).
 void variance_moments_cuda(int64_t rows, int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 
-// The whole detector: sums, moments, then (after synchronising `stream`) the label on the host.
+// The whole detector: one launch, then (after synchronising `stream`) the label on the host.
 PatternStats detect_outlier_pattern_cuda(const float* x, int64_t rows, int64_t cols, const DetectorOptions& opt,
                                          OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 PatternStats detect_outlier_pattern_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const DetectorOptions& opt,
                                          OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
+
+// Index logic of the statistics kernel, shared with the host-side tests (tests/cuda/test_adahop_kernels.cu).
+namespace outlier_stats_detail {
+
+constexpr int kThreads = 256;                 // 8 warps per CTA
+constexpr int kWarps = kThreads / 32;
+constexpr int kLaneCols = 8;                  // a lane owns 8 adjacent columns (one 16-byte BF16 load per row)
+constexpr int kSlabCols = 32 * kLaneCols;     // a CTA covers one slab of 256 columns
+constexpr int kSegmentRowAlign = kWarps;      // segment heights are multiples of 8 rows (equal rows per warp)
+
+// The grid: slabs of 256 columns × segments of seg_rows rows; CTA b covers slab b % slabs, segment b / slabs.
+struct StatsGeometry {
+    int64_t slabs = 0, segs = 0, seg_rows = 0;
+};
+
+// target_ctas: CTAs that fill the GPU once (SMs × CTAs per SM). Segments: enough for one full wave; with
+// both axes also ≈ √(R·C)/256, which balances the two finalisation loads (segments × 256 column partials per
+// slab vs seg_rows × slabs row partials per segment); then as many as fit in the waves the grid needs anyway
+// (288 CTAs on 264 slots would run two full waves for 1.09 waves of work).
+inline StatsGeometry stats_geometry(int64_t rows, int64_t cols, int64_t target_ctas, bool both_axes) {
+    StatsGeometry g;
+    if (target_ctas < 1) target_ctas = 1;
+    g.slabs = (cols + kSlabCols - 1) / kSlabCols;
+    int64_t segs = (target_ctas + g.slabs - 1) / g.slabs;
+    if (both_axes) {
+        const int64_t balanced = std::llround(std::sqrt(double(rows) * double(cols)) / double(kSlabCols));
+        if (balanced > segs) segs = balanced;
+    }
+    const int64_t waves = (g.slabs * segs + target_ctas - 1) / target_ctas;
+    const int64_t fill = waves * target_ctas / g.slabs;
+    if (fill > segs) segs = fill;
+    int64_t seg_rows = (rows + segs - 1) / segs;
+    seg_rows = (seg_rows + kSegmentRowAlign - 1) / kSegmentRowAlign * kSegmentRowAlign;
+    g.seg_rows = seg_rows;
+    g.segs = (rows + seg_rows - 1) / seg_rows;  // ≤ segs: the grid never needs more waves than planned
+    return g;
+}
+
+// Rows handled per warp between two FP64 flushes (8 × 16 B BF16 or 4 × 32 B FP32 per lane in flight).
+template <typename T>
+__host__ __device__ constexpr int batch_rows() {
+    return sizeof(T) == 2 ? 8 : 4;
+}
+
+// The row sums of a batch are reduced across the warp by a reduce-scatter butterfly (offsets 16, 8, 4, 2,
+// 1, halving the values each step while more than one is left): V = 2^log2v values per lane in, and lane
+// l ends with the full sum of value scatter_value_of_lane(l); scatter_lane_writes(l) picks one lane per
+// value. Pairwise sums in the same order as a plain xor all-reduce, so the results are the same bits.
+__host__ __device__ constexpr int scatter_value_of_lane(int lane, int log2v) { return (lane >> (5 - log2v)) & ((1 << log2v) - 1); }
+__host__ __device__ constexpr bool scatter_lane_writes(int lane, int log2v) { return (lane & ((1 << (5 - log2v)) - 1)) == 0; }
+
+}  // namespace outlier_stats_detail
 
 }  // namespace lowbit
