@@ -5,6 +5,8 @@
 //   forward (device)   CudaLlama::forward_logits_device, logits left on the GPU
 //   forward (to host)  forward_logits into host memory (the evaluator's provider call)
 //   eval               evaluate_perplexity end to end (forward + host log-softmax of 256·49152 logits/window)
+//   eval (device scoring)  the same with cuda_window_nll: log-softmax on the GPU, 12 B per position back;
+//                      its ln PPL is printed next to the host-scored one (contract: |Δ| ≤ 1e-6)
 // Before timing, each GPU precision checks its logits of the first window against the CPU's (max|Δ|/max|logit|).
 // Napkin math: ~130 GFLOP per window (forward_cpu.h); 50 MB of logits per window cross to the host.
 // On the GPU host the CPU baseline runs without BLAS (scripts/gpu_check.sh builds with LOWBIT_NO_BLAS; its
@@ -126,7 +128,7 @@ int main(int argc, char** argv) {
         double max_logit = 0;
         for (float x : cpu_first) max_logit = std::max(max_logit, double(std::fabs(x)));
 
-        std::vector<std::pair<std::string, double>> checks;
+        std::vector<std::pair<std::string, double>> checks, scoring_checks;
         for (CudaPrecision p : {CudaPrecision::fp32, CudaPrecision::bf16}) {
             const std::string pn = cuda_precision_name(p);
             CudaLlama gpu(m, {p, CudaResidency::resident});
@@ -154,12 +156,18 @@ int main(int argc, char** argv) {
             opt.seqs_per_batch = batch;
             const PerplexityResult r = evaluate_perplexity(tokens, V, opt, cuda_window_logits(gpu));
             rows.push_back({"cuda", pn, "eval", r.tokens_per_second});
+            const PerplexityResult rd = evaluate_perplexity(tokens, V, opt, cuda_window_logits(gpu), cuda_window_nll(gpu));
+            rows.push_back({"cuda", pn, "eval (device scoring)", rd.tokens_per_second});
+            scoring_checks.push_back({pn, std::fabs(rd.mean_nll - r.mean_nll)});
+            std::printf("device scoring %s: ln PPL %.9f vs host-scored %.9f, |d| = %.3e (contract 1e-6)%s\n", pn.c_str(),
+                        rd.mean_nll, r.mean_nll, std::fabs(rd.mean_nll - r.mean_nll),
+                        rd.scored_by_provider && rd.n_scored == r.n_scored ? "" : " -- NOT SCORED ON THE DEVICE");
             std::printf("weights on the GPU (%s): %.1f MiB\n", pn.c_str(), double(gpu.weight_bytes()) / (1024.0 * 1024.0));
         }
 
-        std::printf("%-6s %-6s %-20s %14s %10s\n", "device", "prec", "what", "tokens/s", "vs CPU");
+        std::printf("%-6s %-6s %-22s %14s %10s\n", "device", "prec", "what", "tokens/s", "vs CPU");
         for (const auto& r : rows)
-            std::printf("%-6s %-6s %-20s %14.1f %9.1fx\n", r.device.c_str(), r.precision.c_str(), r.what.c_str(),
+            std::printf("%-6s %-6s %-22s %14.1f %9.1fx\n", r.device.c_str(), r.precision.c_str(), r.what.c_str(),
                         r.tokens_per_second, r.tokens_per_second / cpu_tps);
         if (!json_path.empty()) {
             FILE* f = std::fopen(json_path.c_str(), "w");
@@ -173,8 +181,10 @@ int main(int argc, char** argv) {
                          "  \"batch\": %lld,\n  \"cpu_windows\": %lld,\n  \"cpu_threads\": %d,\n",
                          device.c_str(), commit.c_str(), date, (long long)layers, (long long)ctx, (long long)windows,
                          (long long)batch, (long long)cpu_windows, thread_count());
-            std::fprintf(f, "  \"self_check_max_rel_logit_error\": {\"fp32\": %.4e, \"bf16\": %.4e},\n  \"rows\": [\n",
+            std::fprintf(f, "  \"self_check_max_rel_logit_error\": {\"fp32\": %.4e, \"bf16\": %.4e},\n",
                          checks[0].second, checks[1].second);
+            std::fprintf(f, "  \"device_scoring_abs_d_ln_ppl\": {\"fp32\": %.4e, \"bf16\": %.4e},\n  \"rows\": [\n",
+                         scoring_checks[0].second, scoring_checks[1].second);
             for (size_t i = 0; i < rows.size(); ++i)
                 std::fprintf(f, "    {\"device\": \"%s\", \"precision\": \"%s\", \"what\": \"%s\", \"tokens_per_second\": %.2f, "
                                 "\"vs_cpu\": %.3f}%s\n",

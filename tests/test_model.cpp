@@ -1,8 +1,8 @@
 // test_model.cpp — the Llama-family model layer: RMSNorm, RoPE (pairings and llama3 scaling), GQA causal
 // attention against a naive double-precision implementation, block streaming and batching invariants,
 // config from GGUF metadata and config.json, the GGUF load path of a tiny model written here, the
-// perplexity protocol against a hand-computed NLL, the KLD base file, and (when the file is present) the
-// real SmolLM2-135M GGUF.
+// perplexity protocol against a hand-computed NLL, the scoring-provider path of the evaluator (same targets,
+// same result), the KLD base file, and (when the file is present) the real SmolLM2-135M GGUF.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -557,16 +557,26 @@ TEST(ModelFiles, HfExportUnpermutesAndReadsBack) {
 // ---------------------------------------------------------------------------------------------------
 // evaluation
 
-TEST(ModelEval, PerplexityProtocolMatchesHandComputedNll) {
-    const LlamaModel m = tiny_model(false, true, 3);
-    const int64_t V = m.config.vocab_size, n_ctx = 8;
-    const std::vector<int32_t> text = random_tokens(27, V, 77);  // 3 windows, 3 tokens dropped
+namespace {
+
+// The protocol's options for the tiny models: BOS (id 1) first in every window, no progress line.
+PerplexityOptions bos_options(int64_t n_ctx, int64_t seqs_per_batch) {
     PerplexityOptions opt;
     opt.n_ctx = n_ctx;
     opt.add_bos = true;
     opt.bos_id = 1;
     opt.progress = false;
-    opt.seqs_per_batch = 2;  // windows 0-1 together, then 2
+    opt.seqs_per_batch = seqs_per_batch;
+    return opt;
+}
+
+}  // namespace
+
+TEST(ModelEval, PerplexityProtocolMatchesHandComputedNll) {
+    const LlamaModel m = tiny_model(false, true, 3);
+    const int64_t V = m.config.vocab_size, n_ctx = 8;
+    const std::vector<int32_t> text = random_tokens(27, V, 77);  // 3 windows, 3 tokens dropped
+    PerplexityOptions opt = bos_options(n_ctx, 2);  // windows 0-1 together, then 2
     const PerplexityResult r = evaluate_perplexity(text, V, opt, cpu_window_logits(m));
     EXPECT_EQ(r.n_chunks, 3);
     EXPECT_EQ(r.n_scored, 3 * 3);  // n_ctx − 1 − n_ctx/2 = 3 per window
@@ -598,6 +608,93 @@ TEST(ModelEval, PerplexityProtocolMatchesHandComputedNll) {
     EXPECT_EQ(evaluate_perplexity(text, V, opt, cpu_window_logits(m)).n_chunks, 1);
     const std::vector<int32_t> short_text(text.begin(), text.begin() + 15);
     expect_error_mentions([&] { evaluate_perplexity(short_text, V, opt, cpu_window_logits(m)); }, "at least 16");
+}
+
+TEST(ModelEval, TokenScoreIsTheFirstMaximumAndTheNll) {
+    const float l[6] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, -INFINITY};
+    const TokenScore s = token_score(l, 6, 2);
+    EXPECT_EQ(s.argmax, 1);  // the first of two equal maxima
+    const double lse = 3.0 + std::log(std::exp(-2.0) + 1 + std::exp(-5.0) + 1 + std::exp(-2.5));  // exp(−Inf) = 0
+    EXPECT_NEAR(s.nll, lse + 2.0, 1e-6);
+    EXPECT_EQ(s.nll, token_nll(l, 6, 2));
+    // Logits far from 0: the max is subtracted first (exp(100) overflows FP32).
+    const float big[4] = {-100.0f, 100.0f, 99.0f, -80.0f};
+    const TokenScore b = token_score(big, 4, 0);
+    EXPECT_EQ(b.argmax, 1);
+    EXPECT_NEAR(b.nll, 200.0 + std::log1p(std::exp(-1.0)), 3e-5);  // FP32 result: ulp(200) = 1.5e-5
+    EXPECT_NEAR(token_score(big, 4, 1).nll, std::log1p(std::exp(-1.0)), 8e-6);  // (100 + lse) − 100: ulp(100) = 7.6e-6
+    const float nan_row[3] = {0.0f, NAN, 1.0f};
+    EXPECT_TRUE(std::isnan(token_score(nan_row, 3, 0).nll));
+}
+
+// The scoring provider (WindowNllFn): the evaluator hands it the protocol's windows (BOS first) and
+// targets; one that scores on the host like the evaluator gives bit-identical results. A run that needs the
+// logits on the host (--save-logits, --kld-base) does not use it.
+TEST(ModelEval, ScoringProviderGetsTheProtocolsTargetsAndGivesTheSameResult) {
+    const LlamaModel m = tiny_model(false, true, 3);
+    const int64_t V = m.config.vocab_size, n_ctx = 10, first = 5, n_score = 4;
+    const std::vector<int32_t> text = random_tokens(47, V, 78);  // 4 windows, 7 tokens dropped
+    PerplexityOptions opt = bos_options(n_ctx, 3);  // windows 0-2 together, then 3
+    int calls = 0;
+    std::vector<int32_t> seen_targets;
+    const WindowNllFn host_scoring = [&](const int32_t* t, BatchShape shape, int64_t first_pos, int64_t ns,
+                                         const int32_t* targets, double* nll, int32_t* argmax) {
+        ++calls;
+        EXPECT_EQ(shape.n_tok, n_ctx);
+        EXPECT_EQ(first_pos, first);
+        EXPECT_EQ(ns, n_score);
+        for (int64_t s = 0; s < shape.n_seq; ++s) EXPECT_EQ(t[s * n_ctx], 1) << "BOS first";
+        seen_targets.insert(seen_targets.end(), targets, targets + shape.n_seq * ns);
+        const auto lg = forward_logits(m, t, shape, first_pos);
+        const int64_t keep = shape.n_tok - first_pos;
+        for (int64_t s = 0; s < shape.n_seq; ++s)
+            for (int64_t r = 0; r < ns; ++r) {
+                const TokenScore sc = token_score(lg.data() + (s * keep + r) * V, V, targets[s * ns + r]);
+                nll[s * ns + r] = sc.nll;
+                if (argmax) argmax[s * ns + r] = sc.argmax;
+            }
+    };
+    const PerplexityResult host = evaluate_perplexity(text, V, opt, cpu_window_logits(m));
+    const PerplexityResult prov = evaluate_perplexity(text, V, opt, cpu_window_logits(m), host_scoring);
+    EXPECT_EQ(calls, 2);
+    EXPECT_FALSE(host.scored_by_provider);
+    EXPECT_TRUE(prov.scored_by_provider);
+    std::vector<int32_t> want;  // positions 5 … 8 of each window predict the original tokens 6 … 9
+    for (int64_t c = 0; c < 4; ++c)
+        for (int64_t r = 0; r < n_score; ++r) want.push_back(text[size_t(c * n_ctx + first + 1 + r)]);
+    EXPECT_EQ(seen_targets, want);
+    EXPECT_EQ(prov.n_chunks, 4);
+    EXPECT_EQ(prov.n_scored, host.n_scored);
+    EXPECT_EQ(prov.mean_nll, host.mean_nll);
+    EXPECT_EQ(prov.ppl_err, host.ppl_err);
+    EXPECT_EQ(prov.chunk_ppl, host.chunk_ppl);
+    EXPECT_EQ(evaluate_perplexity(text, V, opt, {}, host_scoring).mean_nll, host.mean_nll);  // no logits provider needed
+
+    // Runs that need the logits on the host score them there.
+    calls = 0;
+    const std::string path = temp_path("provider.kld");
+    opt.save_logits = path;
+    const PerplexityResult saved = evaluate_perplexity(text, V, opt, cpu_window_logits(m), host_scoring);
+    EXPECT_FALSE(saved.scored_by_provider);
+    EXPECT_EQ(saved.mean_nll, host.mean_nll);
+    opt.save_logits.clear();
+    opt.kld_base = path;
+    const PerplexityResult cmp = evaluate_perplexity(text, V, opt, cpu_window_logits(m), host_scoring);
+    EXPECT_TRUE(cmp.has_kld);
+    EXPECT_FALSE(cmp.scored_by_provider);
+    EXPECT_EQ(calls, 0);
+    expect_error_mentions([&] { evaluate_perplexity(text, V, opt, {}, host_scoring); }, "need the logits");
+    std::remove(path.c_str());
+
+    // A non-finite NLL from the provider is refused like NaN logits, naming the position.
+    opt.kld_base.clear();
+    const WindowNllFn nan_scoring = [&](const int32_t* t, BatchShape shape, int64_t f, int64_t ns, const int32_t* tg,
+                                        double* nll, int32_t* am) {
+        host_scoring(t, shape, f, ns, tg, nll, am);
+        nll[ns + 2] = NAN;  // window 1, position 7
+    };
+    expect_error_mentions([&] { evaluate_perplexity(text, V, opt, cpu_window_logits(m), nan_scoring); },
+                          "non-finite log-likelihood at window 1, position 7");
 }
 
 TEST(ModelEval, KldRecordEncodingIsLlamaCppCompatible) {
@@ -632,11 +729,7 @@ TEST(ModelEval, KldBaseFileRoundTrip) {
     const int64_t V = a.config.vocab_size;
     const std::vector<int32_t> text = random_tokens(40, V, 5);
     const std::string path = temp_path("base.kld");
-    PerplexityOptions opt;
-    opt.n_ctx = 10;
-    opt.add_bos = true;
-    opt.bos_id = 1;
-    opt.progress = false;
+    PerplexityOptions opt = bos_options(10, 1);
     opt.save_logits = path;
     const PerplexityResult ra = evaluate_perplexity(text, V, opt, cpu_window_logits(a));
     EXPECT_EQ(ra.n_chunks, 4);

@@ -229,11 +229,13 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
     opt.kld_base = a.kld_base;
     opt.progress = !a.no_progress;
     WindowLogitsFn logits_fn = cpu_window_logits(model);
+    WindowNllFn nll_fn;  // scoring where the logits are made (GPU); the evaluator still uses the logits for KLD/save
 #if defined(LOWBIT_HAVE_CUDA)
     std::unique_ptr<CudaLlama> gpu;  // the whole model on the GPU (blocks streamed from host memory if too big)
     if (a.device == "cuda") {
         gpu = std::make_unique<CudaLlama>(model, CudaLlamaOptions{parse_cuda_precision(a.precision)});
         logits_fn = cuda_window_logits(*gpu);
+        nll_fn = cuda_window_nll(*gpu);
     }
 #endif
     std::vector<float> dumped;  // --dump-logits: the raw logits of every scored window, in order
@@ -243,8 +245,10 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
             inner(t, shape, first, out);
             dumped.insert(dumped.end(), out, out + shape.n_seq * (shape.n_tok - first) * vocab);
         };
+        nll_fn = nullptr;  // the logits must come to the host
     }
-    const PerplexityResult r = evaluate_perplexity(tokens, model.config.vocab_size, opt, logits_fn);
+    const PerplexityResult r = evaluate_perplexity(tokens, model.config.vocab_size, opt, logits_fn, nll_fn);
+    const char* scoring = r.scored_by_provider ? "device" : "host";  // where the log-softmax ran
     if (!a.dump_logits.empty())
         npy_write_f32(a.dump_logits, {r.n_chunks, r.n_ctx - r.n_ctx / 2, model.config.vocab_size}, dumped.data());
 
@@ -267,6 +271,7 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                             {"ppl_err", r.ppl_err},
                             {"seconds", r.seconds},
                             {"tokens_per_second", r.tokens_per_second},
+                            {"scoring", scoring},
                             {"chunk_ppl", r.chunk_ppl}};
         if (!a.save_logits.empty()) j["saved_logits"] = a.save_logits;
         if (!a.dump_logits.empty()) j["dumped_logits"] = a.dump_logits;
@@ -300,8 +305,8 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                     r.ln_ppl_ratio, r.ln_ppl_ratio_err, r.ppl_base);
     }
     if (!a.save_logits.empty()) std::printf("logits  saved to %s\n", a.save_logits.c_str());
-    std::printf("speed   %.1f tokens/s (%.1f s, %d threads, %s)\n", r.tokens_per_second, r.seconds, thread_count(),
-                device_desc.c_str());
+    std::printf("speed   %.1f tokens/s (%.1f s, %d threads, %s, scored on the %s)\n", r.tokens_per_second, r.seconds,
+                thread_count(), device_desc.c_str(), scoring);
 }
 
 // --- export-hf ---

@@ -1,6 +1,7 @@
 // eval.cpp — the SOTU corpus, llama.cpp-compatible perplexity windows, and the KLD base file (write and
 // compare). The log-softmax arithmetic follows llama.cpp's (float max, double Σexpf, float log) so that
-// the 16-bit records written here match llama.cpp's for the same logits.
+// the 16-bit records written here match llama.cpp's for the same logits. The windows are scored on the host
+// from a WindowLogitsFn, or where their logits are made by a WindowNllFn (the GPU), with the same targets.
 #include "model/eval.h"
 
 #include <algorithm>
@@ -109,10 +110,12 @@ Softmax softmax_stats(const float* logits, int64_t n) {
 
 }  // namespace
 
-double token_nll(const float* logits, int64_t n_vocab, int32_t tok) {
+TokenScore token_score(const float* logits, int64_t n_vocab, int32_t tok) {
     const Softmax s = softmax_stats(logits, n_vocab);
-    return double(s.max_logit + s.log_sum_exp - logits[tok]);
+    return {double(s.max_logit + s.log_sum_exp - logits[tok]), int32_t(s.argmax)};
 }
+
+double token_nll(const float* logits, int64_t n_vocab, int32_t tok) { return token_score(logits, n_vocab, tok).nll; }
 
 double kld_encode_record(const float* logits, int64_t n_vocab, int32_t tok, uint16_t* record) {
     const Softmax s = softmax_stats(logits, n_vocab);
@@ -252,11 +255,18 @@ MeanErr mean_err(double sum, double sum2, int64_t n) {
 // evaluation
 
 PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, int64_t n_vocab,
-                                     const PerplexityOptions& opt, const WindowLogitsFn& logits_fn) {
+                                     const PerplexityOptions& opt, const WindowLogitsFn& logits_fn,
+                                     const WindowNllFn& nll_fn) {
     LOWBIT_CHECK(opt.save_logits.empty() || opt.kld_base.empty(), ErrorKind::usage,
                  "--save-logits and --kld-base cannot be used together");
+    // Where the logits are scored: by the provider unless every logit is wanted on the host.
+    const bool provider_scoring = nll_fn && opt.save_logits.empty() && opt.kld_base.empty();
+    LOWBIT_CHECK(provider_scoring || logits_fn, ErrorKind::usage,
+                 "evaluate_perplexity: no logits provider given; a scoring provider alone serves plain perplexity "
+                 "only (--save-logits and --kld-base need the logits on the host)");
     PerplexityResult res;
     res.n_vocab = n_vocab;
+    res.scored_by_provider = provider_scoring;
     int64_t n_ctx = opt.n_ctx;
     std::vector<int32_t> base_tokens;
     KldBaseHeader base;
@@ -302,10 +312,11 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
 
     const int64_t batch = std::max<int64_t>(1, opt.seqs_per_batch);
     const int64_t keep = n_ctx - first;  // logit rows per window from the forward
-    std::vector<int32_t> window;
+    std::vector<int32_t> window, targets;
     std::vector<float> logits;
     std::vector<uint16_t> records(writer || !opt.kld_base.empty() ? size_t(n_score * slots) : 0);
-    std::vector<double> nll(static_cast<size_t>(n_score)), nll_base(nll.size()), kld(nll.size());
+    std::vector<double> nll(static_cast<size_t>(batch * n_score));  // [nb, n_score] of the current batch
+    std::vector<double> nll_base(static_cast<size_t>(n_score)), kld(nll_base.size());
     std::vector<char> same_top(static_cast<size_t>(n_score));
     std::vector<double> all_kld;
     double sum_nll = 0, sum_nll2 = 0, sum_kld = 0, sum_kld2 = 0, sum_dnll = 0, sum_dnll2 = 0, sum_nll_base = 0;
@@ -319,43 +330,54 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
         window.assign(tokens.begin() + c0 * n_ctx, tokens.begin() + (c0 + nb) * n_ctx);
         if (opt.add_bos)
             for (int64_t s = 0; s < nb; ++s) window[s * n_ctx] = opt.bos_id;
-        logits.resize(size_t(nb * keep * n_vocab));
-        logits_fn(window.data(), BatchShape{nb, n_ctx}, first, logits.data());
+        // Positions first … n_ctx − 2 of each window predict the original tokens first + 1 … n_ctx − 1.
+        targets.resize(size_t(nb * n_score));
+        for (int64_t s = 0; s < nb; ++s)
+            std::copy_n(tokens.begin() + (c0 + s) * n_ctx + first + 1, n_score, targets.begin() + s * n_score);
+        if (provider_scoring) {
+            nll_fn(window.data(), BatchShape{nb, n_ctx}, first, n_score, targets.data(), nll.data(), nullptr);
+        } else {
+            logits.resize(size_t(nb * keep * n_vocab));
+            logits_fn(window.data(), BatchShape{nb, n_ctx}, first, logits.data());
+        }
 
         for (int64_t s = 0; s < nb; ++s) {
             const int64_t chunk = c0 + s;
-            const float* lg = logits.data() + s * keep * n_vocab;
-            const int32_t* target = tokens.data() + chunk * n_ctx + first + 1;  // original tokens
+            const int32_t* target = targets.data() + s * n_score;
+            double* nll_w = nll.data() + s * n_score;  // this window's NLLs
             if (!opt.kld_base.empty()) {
                 base_in.seekg(std::streamoff(base.data_offset + uint64_t(chunk) * n_score * slots * 2));
                 base_in.read(reinterpret_cast<char*>(records.data()), std::streamsize(records.size() * 2));
                 LOWBIT_CHECK(base_in.good(), ErrorKind::input, "{}: read failed at chunk {}", opt.kld_base, chunk);
             }
-            parallel_for(n_score, 8, [&](int64_t r0, int64_t r1) {
-                for (int64_t r = r0; r < r1; ++r) {
-                    const float* row = lg + r * n_vocab;
-                    if (writer) {
-                        nll[r] = kld_encode_record(row, n_vocab, target[r], records.data() + r * slots);
-                    } else if (!opt.kld_base.empty()) {
-                        const KldStep k = kld_compare_record(row, n_vocab, records.data() + r * slots, target[r]);
-                        nll[r] = k.nll, nll_base[r] = k.nll_base, kld[r] = k.kld, same_top[r] = k.same_top;
-                    } else {
-                        nll[r] = token_nll(row, n_vocab, target[r]);
+            if (!provider_scoring) {
+                const float* lg = logits.data() + s * keep * n_vocab;
+                parallel_for(n_score, 8, [&](int64_t r0, int64_t r1) {
+                    for (int64_t r = r0; r < r1; ++r) {
+                        const float* row = lg + r * n_vocab;
+                        if (writer) {
+                            nll_w[r] = kld_encode_record(row, n_vocab, target[r], records.data() + r * slots);
+                        } else if (!opt.kld_base.empty()) {
+                            const KldStep k = kld_compare_record(row, n_vocab, records.data() + r * slots, target[r]);
+                            nll_w[r] = k.nll, nll_base[r] = k.nll_base, kld[r] = k.kld, same_top[r] = k.same_top;
+                        } else {
+                            nll_w[r] = token_nll(row, n_vocab, target[r]);
+                        }
                     }
-                }
-            });
+                });
+            }
             double chunk_sum = 0;
             for (int64_t r = 0; r < n_score; ++r) {  // fixed order: results do not depend on threads
-                LOWBIT_CHECK(std::isfinite(nll[r]), ErrorKind::runtime,
+                LOWBIT_CHECK(std::isfinite(nll_w[r]), ErrorKind::runtime,
                              "non-finite log-likelihood at window {}, position {}: the model produced NaN/Inf logits",
                              chunk, first + r);
-                chunk_sum += nll[r];
-                sum_nll += nll[r];
-                sum_nll2 += nll[r] * nll[r];
+                chunk_sum += nll_w[r];
+                sum_nll += nll_w[r];
+                sum_nll2 += nll_w[r] * nll_w[r];
                 if (!opt.kld_base.empty()) {
                     sum_kld += kld[r];
                     sum_kld2 += kld[r] * kld[r];
-                    const double dn = nll[r] - nll_base[r];
+                    const double dn = nll_w[r] - nll_base[r];
                     sum_dnll += dn;
                     sum_dnll2 += dn * dn;
                     sum_nll_base += nll_base[r];

@@ -15,6 +15,11 @@
 // (`--save-logits`) and reads llama.cpp's or its own (`--kld-base`): KLD(base‖model) mean ± error,
 // top-1 agreement, and PPL(model)/PPL(base) = exp(mean(NLL − NLL_base)). NLL_base is read from the
 // 16-bit record, so it is floored at ~16 nats + log-sum-exp, exactly as in llama.cpp.
+//
+// Two providers: a WindowLogitsFn returns the scored logits to the host, where the evaluator scores them
+// (always used for --save-logits and --kld-base, which need every logit); an optional WindowNllFn scores
+// where the logits are made (the CUDA forward: cuda_window_nll) and returns one NLL per position. The
+// evaluator alone decides which positions are scored and which tokens they predict, for both.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +44,15 @@ std::vector<std::string> corpus_names();
 
 // --- scoring primitives (llama.cpp's arithmetic: float max, double sum of expf) ---
 
-// −log softmax(logits)[tok].
+// The score of one position: nll = −log softmax(logits)[tok] and argmax = the first index of the largest
+// logit. Arithmetic (what a device scorer must reproduce): m = max in FP32; lse = float(log(Σ double(
+// expf(l − m)))), l − m in FP32, the sum in FP64; nll = double(m + lse − logits[tok]) in FP32.
+struct TokenScore {
+    double nll = 0;
+    int32_t argmax = 0;
+};
+TokenScore token_score(const float* logits, int64_t n_vocab, int32_t tok);
+// token_score(…).nll.
 double token_nll(const float* logits, int64_t n_vocab, int32_t tok);
 
 // u16 slots per scored position in a KLD base file.
@@ -72,6 +85,13 @@ KldBaseHeader read_kld_base_header(const std::string& path);
 // The CPU forward is one implementation; a CUDA forward plugs in the same way.
 using WindowLogitsFn = std::function<void(const int32_t* tokens, BatchShape shape, int64_t first_pos, float* logits)>;
 
+// Scores positions first_pos … first_pos + n_score − 1 of n_seq windows where their logits are made, so
+// that only the scores reach the host: nll[s·n_score + r] and, when argmax is not null, argmax[s·n_score + r]
+// are token_score(logits of position first_pos + r of window s, targets[s·n_score + r]) — within the
+// implementation's stated rounding (the CUDA one: model/cuda/token_nll_cuda.cuh). targets are host token ids.
+using WindowNllFn = std::function<void(const int32_t* tokens, BatchShape shape, int64_t first_pos, int64_t n_score,
+                                       const int32_t* targets, double* nll, int32_t* argmax)>;
+
 struct PerplexityOptions {
     int64_t n_ctx = 512;
     int64_t max_chunks = -1;     // −1: all
@@ -89,6 +109,7 @@ struct PerplexityResult {
     double mean_nll = 0, ppl = 0, ppl_err = 0;
     std::vector<double> chunk_ppl;  // perplexity of each window's scored half
     double seconds = 0, tokens_per_second = 0;  // all n_chunks·n_ctx tokens through the model
+    bool scored_by_provider = false;  // the NLLs came from the WindowNllFn (no logits crossed to the host)
     // With a KLD base:
     bool has_kld = false;
     double kld_mean = 0, kld_err = 0, kld_median = 0, kld_p99 = 0, kld_max = 0;
@@ -98,8 +119,11 @@ struct PerplexityResult {
 
 // `tokens` is the tokenized text (ignored for the windows when opt.kld_base is set, except that it
 // must then agree with the base file's tokens if non-empty). n_vocab is the model's vocabulary.
+// When nll_fn is given and the run needs no logits on the host (neither opt.save_logits nor opt.kld_base),
+// the windows are scored by nll_fn and logits_fn is not called (it may then be empty); otherwise by the
+// host from logits_fn. The windows, their BOS, the scored positions and their targets are the same.
 PerplexityResult evaluate_perplexity(const std::vector<int32_t>& tokens, int64_t n_vocab, const PerplexityOptions& opt,
-                                     const WindowLogitsFn& logits_fn);
+                                     const WindowLogitsFn& logits_fn, const WindowNllFn& nll_fn = {});
 
 // The CPU forward of an in-memory model as a WindowLogitsFn.
 WindowLogitsFn cpu_window_logits(const LlamaModel& m);

@@ -3,9 +3,11 @@
 // and head_dim 256, SwiGLU, bias, embedding), then whole tiny random models (GQA/MQA, both RoPE pairings,
 // q/k/v biases, tied and untied embeddings, 2 sequences of an odd length) in FP32 against forward_logits,
 // block-at-a-time streaming against the whole model, streamed against resident residency, BF16 against a
-// CPU emulation of its rounding and against FP32, and the evaluator fed by the CUDA provider. Every
-// comparison prints its observed error next to its tolerance. Skips (except the argument checks) without
-// a CUDA device.
+// CPU emulation of its rounding and against FP32, and the evaluator fed by the CUDA provider. Scoring on the
+// device (token_nll_rows_cuda, CudaLlama::forward_nll, cuda_window_nll) against token_score on the host
+// for the same logits — random rows, ±80, ±100 peaks, ties, ±Inf and NaN, both load paths — and the
+// evaluator's perplexity scored on the device against the host-scored one. Every comparison prints its
+// observed error next to its tolerance. Skips (except the argument checks) without a CUDA device.
 #include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "model/cuda/attention_cuda.cuh"
 #include "model/cuda/forward_cuda.cuh"
 #include "model/cuda/model_ops_cuda.cuh"
+#include "model/cuda/token_nll_cuda.cuh"
 #include "model/eval.h"
 #include "model/forward_cpu.h"
 #include "model/weights.h"
@@ -206,6 +209,62 @@ double top1_agreement(const std::vector<float>& a, const std::vector<float>& b, 
     return double(same) / double(n);
 }
 
+// Device scores (nll, argmax) of `rows` against token_score on the host. The NLL bound, 2^-20·(1 + |max| +
+// |logit[target]| + |nll|), is ≥ 8 FP32 ulps of the largest operand: token_nll_cuda.cuh expects at most a
+// 1-ulp disagreement (exp rounding, FP64 summation order) and bit-equality in nearly all rows, printed here.
+// A NaN on the host must be a NaN on the device; the argmax must be equal.
+void expect_scores_match_host(const std::string& name, const std::vector<const float*>& rows, int64_t vocab,
+                              const std::vector<int32_t>& targets, const std::vector<double>& nll,
+                              const std::vector<int32_t>& argmax) {
+    ASSERT_EQ(rows.size(), targets.size());
+    ASSERT_EQ(rows.size(), nll.size());
+    ASSERT_EQ(rows.size(), argmax.size());
+    double worst = 0;
+    int64_t equal = 0, finite = 0;
+    for (size_t g = 0; g < rows.size(); ++g) {
+        const TokenScore h = token_score(rows[g], vocab, targets[g]);
+        EXPECT_EQ(argmax[g], h.argmax) << name << ", row " << g;
+        if (std::isnan(h.nll)) {
+            EXPECT_TRUE(std::isnan(nll[g])) << name << ", row " << g << ": host NaN, device " << nll[g];
+            continue;
+        }
+        ++finite;
+        const double bound = 0x1p-20 * (1.0 + std::fabs(rows[g][h.argmax]) + std::fabs(rows[g][targets[g]]) + std::fabs(h.nll));
+        const double err = std::fabs(nll[g] - h.nll) / bound;
+        if (!(err <= worst)) worst = err;  // NaN propagates as a failure
+        equal += nll[g] == h.nll;
+    }
+    expect_within(name + ": max|d nll| / 2^-20(1+|max|+|l_t|+|nll|)", worst, 1.0);
+    std::printf("    %-58s %lld of %lld\n", (name + ": NLLs bit-equal to the host's").c_str(), (long long)equal,
+                (long long)finite);
+}
+
+// token_nll_rows_cuda on host logits [n_seq, rows_per_seq, vocab] (uploaded `offset` floats into the device
+// buffer: 1 makes the rows misaligned for float4), scored rows 0 … n_score − 1 of each sequence.
+void check_token_nll_rows(const std::string& name, const std::vector<float>& logits, int64_t vocab, int64_t n_seq,
+                          int64_t rows_per_seq, int64_t n_score, const std::vector<int32_t>& targets, int64_t offset) {
+    DeviceBuffer<float> d_logits(logits.size() + size_t(offset));
+    CUDA_CHECK(cudaMemcpy(d_logits.data() + offset, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+    auto d_targets = to_device(targets);
+    DeviceBuffer<double> d_nll(targets.size());
+    DeviceBuffer<int32_t> d_argmax(targets.size());
+    d_nll.fill_bytes(0xFF);  // poisoned (NaN): an unwritten row fails
+    d_argmax.fill_bytes(0xFF);
+    token_nll_rows_cuda(d_logits.data() + offset, vocab, n_seq, rows_per_seq, n_score, d_targets.data(), d_nll.data(),
+                        d_argmax.data());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<const float*> rows;
+    for (int64_t s = 0; s < n_seq; ++s)
+        for (int64_t r = 0; r < n_score; ++r) rows.push_back(logits.data() + (s * rows_per_seq + r) * vocab);
+    expect_scores_match_host(name + (offset ? " (misaligned)" : ""), rows, vocab, targets, to_host(d_nll), to_host(d_argmax));
+}
+
+std::vector<float> uniform(int64_t n, uint64_t seed, float lo, float hi) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = lo + (hi - lo) * float(counter_random24(seed, uint64_t(i))) * 0x1p-24f;
+    return v;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -332,6 +391,51 @@ TEST(ModelCudaOps, SwigluBiasAndEmbeddingMatchCpu) {
     EXPECT_EQ(to_host(de), eb) << "embedding gather (bf16 table)";
 }
 
+TEST(ModelCudaOps, TokenNllRowsMatchHostScoring) {
+    REQUIRE_GPU();
+    // Vocabularies for the scalar path (61, 301), the float4 path (4096, 49152 = SmolLM2's) and, shifted by
+    // one float, the scalar path on a multiple of 4. 3 sequences of 6 rows, 5 scored: the last row of each
+    // is skipped, as in the evaluator.
+    const int64_t n_seq = 3, rows_per_seq = 6, n_score = 5;
+    uint64_t seed = 500;
+    for (int64_t vocab : {61, 301, 4096, 49152})
+        for (int dist = 0; dist < 2; ++dist) {
+            const int64_t n = n_seq * rows_per_seq * vocab;
+            const auto logits = dist == 0 ? gaussian(n, seed++, 3.0f) : uniform(n, seed++, -80.0f, 80.0f);
+            const auto targets = random_tokens(n_seq * n_score, vocab, seed++);
+            const std::string name = "vocab " + std::to_string(vocab) + (dist == 0 ? ", gaussian x3" : ", uniform +-80");
+            for (int64_t offset : {0, 1}) {
+                if (offset == 1 && vocab % 4 != 0) continue;  // already the scalar path
+                check_token_nll_rows(name, logits, vocab, n_seq, rows_per_seq, n_score, targets, offset);
+            }
+        }
+}
+
+TEST(ModelCudaOps, TokenNllRowsHandlePeaksTiesAndNonFiniteLogits) {
+    REQUIRE_GPU();
+    for (int64_t vocab : {int64_t(4096), int64_t(4099)}) {  // float4 path, scalar path
+        const int64_t n_rows = 9;
+        std::vector<float> logits = gaussian(n_rows * vocab, 600, 2.0f);
+        std::vector<int32_t> targets = random_tokens(n_rows, vocab, 601);
+        auto row = [&](int64_t r) { return logits.data() + r * vocab; };
+        std::fill(row(0), row(0) + vocab, 0.5f);  // constant: argmax 0, nll = log(vocab)
+        row(1)[vocab - 1] = 50.0f;                // the maximum in the last element
+        std::fill(row(2), row(2) + vocab, -100.0f);
+        row(2)[17] = 100.0f;  // one peak 200 above the rest (exp(100) overflows FP32 unless the max goes first)
+        targets[2] = 17;      // nll ≈ 0
+        std::copy(row(2), row(2) + vocab, row(3));
+        targets[3] = 3;                                                // nll ≈ 200
+        row(4)[7] = row(4)[vocab - 5] = 40.0f;                         // two equal maxima: the first wins
+        for (int64_t i = 0; i < vocab; i += 2) row(5)[i] = -INFINITY;  // masked tokens
+        targets[5] = 1;
+        row(6)[vocab / 2] = NAN;  // NaN → NaN NLL (the evaluator then reports it)
+        row(7)[5] = INFINITY;     // +Inf → NaN NLL, argmax 5
+        std::fill(row(8), row(8) + vocab, -INFINITY);  // nothing finite: NaN NLL, argmax 0
+        check_token_nll_rows("peaks, ties, +-Inf, NaN, vocab " + std::to_string(vocab), logits, vocab, 1, n_rows, n_rows,
+                             targets, 0);
+    }
+}
+
 // Launcher argument checks run before any CUDA call: they need no GPU.
 TEST(ModelCudaOps, UnsupportedArgumentsAreRefusedWithAMessage) {
     try {
@@ -345,6 +449,8 @@ TEST(ModelCudaOps, UnsupportedArgumentsAreRefusedWithAMessage) {
                  Error);
     EXPECT_THROW(rms_norm_rows_cuda(nullptr, nullptr, 4, 8, 1e-5f, nullptr, nullptr), Error);
     EXPECT_THROW(parse_cuda_precision("fp16"), Error);
+    EXPECT_THROW(token_nll_rows_cuda(nullptr, 0, 1, 4, 3, nullptr, nullptr, nullptr), Error);  // empty vocabulary
+    EXPECT_THROW(token_nll_rows_cuda(nullptr, 8, 1, 4, 5, nullptr, nullptr, nullptr), Error);  // 5 scored of 4 rows
     EXPECT_EQ(parse_cuda_precision("bf16"), CudaPrecision::bf16);
 }
 
@@ -478,6 +584,47 @@ TEST(ModelCuda, BadInputsAreRefused) {
     EXPECT_EQ(gpu.forward_logits(tok.data(), {1, 3}, 2).size(), size_t(m.config.vocab_size));  // still usable
 }
 
+TEST(ModelCuda, ForwardNllMatchesHostScoringOfItsLogits) {
+    REQUIRE_GPU();
+    int idx = 0;
+    for (const ModelCase& mc : model_cases())
+        for (CudaPrecision p : {CudaPrecision::fp32, CudaPrecision::bf16}) {
+            const LlamaModel m = make_model(mc.config, 300 + idx++, 0.3f);
+            const BatchShape shape{mc.n_seq, mc.n_tok};
+            const int64_t first = mc.n_tok / 2, keep = mc.n_tok - first, n_score = keep - 1, V = m.config.vocab_size;
+            const auto tok = random_tokens(shape.rows(), V, 11);
+            const auto targets = random_tokens(shape.n_seq * n_score, V, 12);
+            CudaLlama gpu(m, {p, CudaResidency::resident});
+            // The same logits twice (the forward is bit-reproducible run to run): to the host, then scored on the device.
+            const auto logits = gpu.forward_logits(tok.data(), shape, first);
+            std::vector<double> nll(targets.size());
+            std::vector<int32_t> argmax(targets.size());
+            gpu.forward_nll(tok.data(), shape, first, n_score, targets.data(), nll.data(), argmax.data());
+            std::vector<const float*> rows;
+            for (int64_t s = 0; s < shape.n_seq; ++s)
+                for (int64_t r = 0; r < n_score; ++r) rows.push_back(logits.data() + (s * keep + r) * V);
+            expect_scores_match_host(std::string(mc.name) + ", " + cuda_precision_name(p), rows, V, targets, nll, argmax);
+            std::vector<double> nll_only(targets.size());  // without argmax
+            gpu.forward_nll(tok.data(), shape, first, n_score, targets.data(), nll_only.data());
+            EXPECT_EQ(nll_only, nll) << mc.name << ", " << cuda_precision_name(p) << ": run to run";
+        }
+
+    const LlamaModel m = make_model(model_cases()[0].config, 3, 0.3f);
+    CudaLlama gpu(m);
+    const auto tok = random_tokens(8, m.config.vocab_size, 13);
+    std::vector<int32_t> targets = {1, 2, int32_t(m.config.vocab_size)};
+    std::vector<double> nll(3);
+    try {
+        gpu.forward_nll(tok.data(), {1, 8}, 4, 3, targets.data(), nll.data());
+        ADD_FAILURE() << "out-of-vocabulary target accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::input);
+        EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+    }
+    targets[2] = 0;
+    EXPECT_THROW(gpu.forward_nll(tok.data(), {1, 8}, 6, 3, targets.data(), nll.data()), Error);  // 3 scored of 2 rows
+}
+
 TEST(ModelCuda, EvaluatorGivesTheSamePerplexityWithTheCudaProvider) {
     REQUIRE_GPU();
     LlamaConfig cfg = model_cases()[2].config;
@@ -497,4 +644,28 @@ TEST(ModelCuda, EvaluatorGivesTheSamePerplexityWithTheCudaProvider) {
     expect_within("perplexity cuda fp32 vs cpu: |d ln ppl|", std::fabs(cuda.mean_nll - cpu.mean_nll), 1e-3);
     for (size_t i = 0; i < cpu.chunk_ppl.size() && i < cuda.chunk_ppl.size(); ++i)
         EXPECT_NEAR(cuda.chunk_ppl[i], cpu.chunk_ppl[i], 1e-3 * cpu.chunk_ppl[i]) << "window " << i;
+
+    // Scored on the device (cuda_window_nll) against the host scoring of the same logits: |Δ ln PPL| ≤ 1e-6.
+    // Per position the two NLLs are equal but for rare 1-ulp disagreements (token_nll_cuda.cuh: ≤ ~4e-6 at
+    // logits of ~30, of either sign, in a small fraction of positions), so the mean moves by far less; the
+    // chunk perplexities (31 positions each) likewise.
+    for (CudaPrecision p : {CudaPrecision::fp32, CudaPrecision::bf16}) {
+        const std::string pn = cuda_precision_name(p);
+        CudaLlama g(m, {p, CudaResidency::resident});
+        const PerplexityResult host = evaluate_perplexity(tokens, cfg.vocab_size, opt, cuda_window_logits(g));
+        const PerplexityResult dev = evaluate_perplexity(tokens, cfg.vocab_size, opt, cuda_window_logits(g), cuda_window_nll(g));
+        EXPECT_FALSE(host.scored_by_provider);
+        EXPECT_TRUE(dev.scored_by_provider);
+        EXPECT_EQ(dev.n_chunks, 5);
+        EXPECT_EQ(dev.n_scored, host.n_scored);
+        expect_within("perplexity " + pn + ", device vs host scoring: |d ln ppl|", std::fabs(dev.mean_nll - host.mean_nll),
+                      1e-6);
+        expect_within("perplexity " + pn + ", device vs host scoring: |d ppl_err|/ppl_err",
+                      std::fabs(dev.ppl_err - host.ppl_err) / host.ppl_err, 1e-5);
+        double chunk_err = 0;
+        ASSERT_EQ(dev.chunk_ppl.size(), host.chunk_ppl.size());
+        for (size_t i = 0; i < host.chunk_ppl.size(); ++i)
+            chunk_err = std::max(chunk_err, std::fabs(std::log(dev.chunk_ppl[i]) - std::log(host.chunk_ppl[i])));
+        expect_within("perplexity " + pn + ", device vs host scoring: max |d ln chunk ppl|", chunk_err, 1e-6);
+    }
 }

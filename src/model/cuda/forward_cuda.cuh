@@ -9,7 +9,8 @@
 // change, so a caller that cannot hold the model on the device (post-training quantization of a model
 // larger than GPU memory, or CudaLlama in streamed residency) uploads block after block into one object.
 // CudaLlama bundles it all for evaluation: it uploads a whole model (or streams its blocks from host memory
-// or a ModelReader when they do not fit) and returns host FP32 logits exactly like forward_logits.
+// or a ModelReader when they do not fit) and returns host FP32 logits exactly like forward_logits, or scores
+// them on the device (token_nll_cuda.cuh) and returns only each position's NLL and argmax.
 //
 // Precision (CudaPrecision), what is rounded where:
 //   fp32  weights, activations and GEMMs in FP32; cuBLAS with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32, no
@@ -196,6 +197,14 @@ public:
     void forward_logits(const int32_t* tokens, BatchShape shape, int64_t first_pos, float* host_logits);
     const float* forward_logits_device(const int32_t* tokens, BatchShape shape, int64_t first_pos = 0);
 
+    // Scores positions first_pos … first_pos + n_score − 1 of every sequence on the device, where their
+    // logits are (token_nll_rows_cuda: token_score's arithmetic, see token_nll_cuda.cuh for the rounding):
+    // nll [n_seq, n_score] = −log softmax[targets], argmax [n_seq, n_score] when not null. Only these come
+    // back to the host (synchronized). 0 ≤ n_score ≤ n_tok − first_pos; targets [n_seq, n_score] are host
+    // ids, checked against the vocabulary (input error naming the position).
+    void forward_nll(const int32_t* tokens, BatchShape shape, int64_t first_pos, int64_t n_score, const int32_t* targets,
+                     double* nll, int32_t* argmax = nullptr);
+
 private:
     void init(CudaResidency residency, size_t free_bytes);
     void upload_block(CudaBlockWeights& dst, int64_t layer) const;
@@ -210,10 +219,16 @@ private:
     std::vector<CudaBlockWeights> blocks_;  // all layers (resident) or one reused block (streamed)
     CudaBlockScratch scratch_;
     DeviceBuffer<float> hidden_, logits_;
+    DeviceBuffer<int32_t> targets_, argmax_;  // forward_nll
+    DeviceBuffer<double> nll_;
 };
 
 // CudaLlama as the evaluator's logits provider (model/eval.h): the same perplexity/KLD code serves both
 // devices. `m` must outlive the function.
 WindowLogitsFn cuda_window_logits(CudaLlama& m);
+// CudaLlama as the evaluator's scoring provider (CudaLlama::forward_nll): evaluate_perplexity uses it when
+// it needs no logits on the host. Per position, |Δnll| against host scoring of the same logits is within a
+// few FP32 ulps of the operands and 0 in nearly all positions (token_nll_cuda.cuh). `m` must outlive it.
+WindowNllFn cuda_window_nll(CudaLlama& m);
 
 }  // namespace lowbit
