@@ -156,6 +156,22 @@ __device__ __forceinline__ void block_sum(double (&v)[N], double* s_red, double*
     __syncthreads();
 }
 
+// A finaliser's sum of item i's partials over n parts (part j at j·stride + i), in part order so that the
+// result does not depend on which CTA finishes last; __ldcg: the partials were written by other CTAs.
+template <bool kSums, bool kMax>
+__device__ __forceinline__ void add_partials(const double* ps, const double* pq, const uint32_t* pm, int64_t n,
+                                             int64_t stride, int64_t i, double& s, double& q, uint32_t& m) {
+#pragma unroll 16  // loads in flight: a finaliser is L2-bound on one SM
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t at = j * stride + i;
+        if constexpr (kSums) {
+            s += __ldcg(ps + at);
+            q += __ldcg(pq + at);
+        }
+        if constexpr (kMax) m = max(m, __ldcg(pm + at));
+    }
+}
+
 // Mean, unbiased std and kurtosis of n variances from their power sums S1..S4 (FP64; the variances of a
 // matrix are positive and of one magnitude, so the expansion loses at most a few of FP64's 16 digits).
 __host__ __device__ inline void moments_from_powers(const double* S, int64_t n, double* out) {
@@ -318,15 +334,7 @@ __global__ void __launch_bounds__(kThreads, 2) outlier_stats_kernel(const T* __r
         if (c < cols) {
             double s = 0.0, q = 0.0;
             uint32_t m = 0;
-#pragma unroll 16  // loads in flight: a finaliser is L2-bound on one SM
-            for (int j = 0; j < p.segs; ++j) {
-                const int64_t at = int64_t(j) * cols + c;
-                if constexpr (kColSums) {
-                    s += __ldcg(p.col_s + at);
-                    q += __ldcg(p.col_q + at);
-                }
-                if constexpr (kColMax) m = max(m, __ldcg(p.col_m + at));
-            }
+            add_partials<kColSums, kColMax>(p.col_s, p.col_q, p.col_m, p.segs, cols, c, s, q, m);
             if constexpr (kColSums) {
                 p.col_sums[2 * c] = s;
                 p.col_sums[2 * c + 1] = q;
@@ -355,15 +363,7 @@ __global__ void __launch_bounds__(kThreads, 2) outlier_stats_kernel(const T* __r
         for (int64_t r = r_begin + threadIdx.x; r < r_end; r += kThreads) {
             double s = 0.0, q = 0.0;
             uint32_t m = 0;
-#pragma unroll 16
-            for (int sl = 0; sl < p.slabs; ++sl) {
-                const int64_t at = int64_t(sl) * rows + r;
-                if constexpr (kSums) {
-                    s += __ldcg(p.row_s + at);
-                    q += __ldcg(p.row_q + at);
-                }
-                if constexpr (kMax) m = max(m, __ldcg(p.row_m + at));
-            }
+            add_partials<kSums, kMax>(p.row_s, p.row_q, p.row_m, p.slabs, rows, r, s, q, m);
             if constexpr (kSums) {
                 p.row_sums[2 * r] = s;
                 p.row_sums[2 * r + 1] = q;
