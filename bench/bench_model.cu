@@ -41,22 +41,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 LlamaConfig smollm2_135m_shape(int64_t layers) {
-    LlamaConfig c;
-    c.architecture = "llama";
+    LlamaConfig c = smollm2_135m_config(layers);
     c.name = "random SmolLM2-135M-shaped";
-    c.vocab_size = 49152;
-    c.hidden_size = 576;
-    c.n_layers = layers;
-    c.n_heads = 9;
-    c.n_kv_heads = 3;
-    c.head_dim = 64;
-    c.ffn_size = 1536;
-    c.context_length = 8192;
-    c.rms_eps = 1e-5f;
-    c.rope_theta = 100000.0;
-    c.rope_pairing = RopePairing::adjacent;  // as the GGUF
-    c.tied_embeddings = true;
-    c.bos_token_id = 1;
     return c;
 }
 

@@ -1,5 +1,5 @@
 // cuda_test_util.h — what the GPU test suites share: the skip-without-GPU guard and host↔device copies of
-// std::vectors (whole buffers).
+// std::vectors (whole buffers or their first n elements).
 #pragma once
 
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
@@ -26,6 +26,14 @@ template <typename T>
 std::vector<T> to_host(const DeviceBuffer<T>& d) {
     std::vector<T> v(d.size());
     d.download(v.data(), v.size());
+    return v;
+}
+
+// The first n elements of a device buffer.
+template <typename T>
+std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
+    std::vector<T> v(n);
+    d.download(v.data(), n);
     return v;
 }
 

@@ -24,14 +24,6 @@ using namespace lowbit::testing_util;
 
 namespace {
 
-// The first n elements of a device buffer.
-template <typename T>
-std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
-    std::vector<T> v(n);
-    d.download(v.data(), n);
-    return v;
-}
-
 std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
     std::vector<__nv_bfloat16> y(x.size());
     for (size_t i = 0; i < x.size(); ++i) y[i] = __float2bfloat16_rn(x[i]);

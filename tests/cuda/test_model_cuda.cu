@@ -61,14 +61,6 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     return m;
 }
 
-// The first n elements of a device buffer.
-template <typename T>
-std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
-    std::vector<T> v(n);
-    d.download(v.data(), n);
-    return v;
-}
-
 std::vector<float> bf16_to_float(const std::vector<__nv_bfloat16>& x) {
     std::vector<float> y(x.size());
     for (size_t i = 0; i < x.size(); ++i) y[i] = __bfloat162float(x[i]);
@@ -92,24 +84,7 @@ struct ModelCase {
     int64_t n_seq, n_tok;
 };
 
-LlamaConfig base_config() {
-    LlamaConfig c;
-    c.architecture = "llama";
-    c.name = "tiny";
-    c.vocab_size = 61;
-    c.hidden_size = 32;
-    c.n_layers = 3;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 8;
-    c.ffn_size = 48;
-    c.context_length = 4096;
-    c.rms_eps = 1e-5f;
-    c.rope_theta = 10000.0;
-    c.rope_pairing = RopePairing::halves;
-    c.bos_token_id = 1;
-    return c;
-}
+LlamaConfig base_config() { return tiny_llama_config(/*qkv_bias=*/false, /*tied_embeddings=*/false); }
 
 // Tiny models covering the switches of the forward: GQA and MQA, both RoPE pairings, q/k/v biases, tied and
 // untied embeddings, head_dim 8 … 128, several attention tiles (n_tok 300).
