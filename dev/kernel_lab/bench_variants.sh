@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# bench_variants.sh — kernel lab: rebuild bench_kernels with compile-time variants of the MX row kernels
-# and time them in the same run as the default build. Run after scripts/gpu_check.sh (reuses build-gpu/obj).
-#   bash dev/kernel_lab/bench_variants.sh "LOWBIT_MX_ROWS_ITEMS=1" ...
+# bench_variants.sh — kernel lab: rebuild a benchmark with compile-time variants (-D macros) of some kernels
+# and time each variant in its own run next to its own device-copy baseline. Run after scripts/gpu_check.sh
+# (reuses build-gpu/obj). A variant is one or more MACRO=VALUE separated by spaces.
+#   bash dev/kernel_lab/bench_variants.sh "LOWBIT_MX_ROWS_CTAS_PER_SM=16" "LOWBIT_MX_COLS_WARPS=4 LOWBIT_MX_ROWS_CTAS_PER_SM=32"
+# Rebuilt: the MX quantizers and the fused Hadamard+MXFP4 kernels; timed: bench_kernels.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OBJ=build-gpu/obj
-[ -f $OBJ/bench_kernels.o ] || { echo "run scripts/gpu_check.sh first" >&2; exit 1; }
-base=$(ls $OBJ/*.o | grep -v -E "/(test_|bench_|gtest|cli_)|mx_quantize|hadamard_mxfp4")
+TUS="formats/cuda/mx_quantize.cu hadamard/cuda/hadamard_mxfp4.cu"
+BENCH=bench_kernels
+SHOW="memcpy|mxfp4 rceil axis|hadamard\+mxfp4 axis [01] |hadamard\+mxfp4 both "
+[ -f $OBJ/$BENCH.o ] || { echo "run scripts/gpu_check.sh first" >&2; exit 1; }
 NVF="-O3 -std=c++20 --fmad=false -lineinfo -gencode=arch=compute_90a,code=sm_90a -Isrc -DLOWBIT_HAVE_CUDA=1 -DFMT_USE_CONSTEXPR=1 -Xcompiler=-ffp-contract=off"
+skip=$(for t in $TUS; do echo -n "|$(echo "$t" | tr '/' '_')"; done)
+base=$(ls $OBJ/*.o | grep -v -E "/(test_|bench_|gtest|cli_|v_)${skip}")
 for v in "$@"; do
     name=$(echo "$v" | tr -c 'A-Za-z0-9_\n' '_')
-    nvcc $NVF -D"$v" -Xptxas -v -c src/formats/cuda/mx_quantize.cu -o $OBJ/v_$name.mxq.o 2> build-gpu/v_$name.ptxas
-    nvcc $NVF -D"$v" -c src/hadamard/cuda/hadamard_mxfp4.cu -o $OBJ/v_$name.hm.o
-    nvcc -gencode=arch=compute_90a,code=sm_90a -o build-gpu/bench_$name $OBJ/bench_kernels.o $base $OBJ/v_$name.mxq.o $OBJ/v_$name.hm.o -lcublas -lpthread
+    defs=$(for d in $v; do echo -n " -D$d"; done)
+    objs=()
+    for t in $TUS; do
+        o=$OBJ/v_${name}_$(basename "$t" .cu).o
+        nvcc $NVF $defs -Xptxas -v -c "src/$t" -o "$o" 2> "build-gpu/v_${name}_$(basename "$t" .cu).ptxas" || { echo "variant $v: $t failed"; continue 2; }
+        objs+=("$o")
+    done
+    nvcc -gencode=arch=compute_90a,code=sm_90a -o "build-gpu/${BENCH}_$name" $OBJ/$BENCH.o $base "${objs[@]}" -lcublas -lpthread
     echo "== variant $v"
-    grep -A2 "mx_rows_kernelI13__nv_bfloat16Lb1ELb1ELNS_8RoundingE0" build-gpu/v_$name.ptxas | grep -o "Used [0-9]* registers" | head -1 || true
-    ./build-gpu/bench_$name --reps 20 | sed -n '/^kernel /,$p' | grep -E "memcpy|mxfp4 rceil axis|hadamard\+mxfp4 axis [01] |hadamard\+mxfp4 both "
+    grep -h -E "spill stores" build-gpu/v_${name}_*.ptxas | sort | uniq -c | sort -rn | head -3
+    "./build-gpu/${BENCH}_$name" --reps 20 | grep -E "$SHOW"
 done

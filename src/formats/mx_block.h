@@ -67,6 +67,31 @@ LOWBIT_HD uint8_t mx_scale_code(uint32_t amax_bits, MxSpec s, ScaleRule rule) {
     return uint8_t(biased);
 }
 
+// The same rules in integer form for a normal amax (0x00800000 ≤ bits < 0x7F800000), the hot path of the
+// CUDA quantizers: with e = exponent field − 127 and m = the 23 mantissa bits, every rule is
+//     s = e − emax + [m ≥ inc_from],
+// floor never increments (inc_from = 2^23), rceil increments when amax > max_elem·2^(e−emax) ⇔ m > the
+// mantissa bits of max_elem, midmax when amax·2^−e ≥ (max_mant + 2)/2 ⇔ m ≥ that threshold's mantissa bits
+// (both thresholds are exact floats in [1, 2)). tests/test_mx_blocks.cpp checks it against mx_scale_code.
+struct MxScaleRuleBits {
+    int emax;
+    uint32_t inc_from;  // mantissa bits from which the exponent is incremented
+};
+
+LOWBIT_HD MxScaleRuleBits mx_scale_rule_bits(MxSpec s, ScaleRule rule) {
+    const float max_mant = scale_pow2(s.max_value(), -s.emax());  // in [1, 2)
+    uint32_t inc_from = 0x00800000u;
+    if (rule == ScaleRule::rceil) inc_from = (float_bits(max_mant) & 0x007FFFFFu) + 1u;
+    else if (rule == ScaleRule::midmax) inc_from = float_bits((max_mant + 2.0f) * 0.5f) & 0x007FFFFFu;
+    return {s.emax(), inc_from};
+}
+
+LOWBIT_HD uint8_t mx_scale_code_normal(uint32_t amax_bits, MxScaleRuleBits r) {
+    int biased = int(amax_bits >> 23) - r.emax + ((amax_bits & 0x007FFFFFu) >= r.inc_from ? 1 : 0);
+    biased = biased < 0 ? 0 : biased;
+    return uint8_t(biased > 254 ? 254 : biased);
+}
+
 // Element code of x in a block whose scale byte is `scale` (code 0 when the scale is NaN).
 LOWBIT_HD uint32_t mx_encode(float x, uint8_t scale, MxSpec s, Rounding r, uint32_t random24) {
     if (scale == kE8m0Nan) return 0;

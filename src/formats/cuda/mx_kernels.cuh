@@ -16,6 +16,7 @@
 
 #include "core/bits.h"
 #include "core/counter_rng.h"
+#include "core/cuda_device.h"
 #include "formats/cuda/e2m1_fast.h"
 #include "formats/mx_block.h"
 #include "hadamard/hadamard.h"
@@ -153,30 +154,37 @@ struct RandomStream {
 //     sign alone (E2M1's smallest step is 0.25). Hence the fast path is taken for scale ∈ [27, 250];
 //     blocks with a smaller scale (amax < ~2^-98) take the reference path (a larger one cannot occur for
 //     a 32-point transform: |y| ≤ FLT_MAX·2^-2.5 gives scale ≤ 250).
-//   * NaN scale: codes are 0 (masked after packing); all-zero block: every t is ±0, xs = ±0 either way.
+//   * all-zero block: every t is ±0, xs = ±0 either way.
 // The amax of y is round(amax(|t|)·hs) because rounding is monotonic, so it is computed once per block.
+//   * NaN scale (a NaN/Inf in the block) and the rare scales outside that range take the reference path,
+//     which gives code 0 for a NaN scale.
+// The scale byte itself comes from mx_scale_code_normal (integer form, one compare for the rule) for a normal
+// amax and from mx_scale_code otherwise (zero, subnormal, NaN/Inf).
 struct MxBlockScale {
     uint32_t scale;  // E8M0 byte, 0xFF = NaN
-    float mult;      // E2M1 fast path multiplier (unused otherwise)
+    float mult;      // E2M1 fast path multiplier (meaningful when fast_ok)
     bool fast_ok;
 };
 
+static __device__ __noinline__ uint32_t mx_scale_code_reference(uint32_t bits, MxElement e, ScaleRule rule) {
+    return mx_scale_code(bits, mx_spec(e), rule);
+}
+
 template <bool kHad>
-__device__ __forceinline__ MxBlockScale mx_block_scale(float amax_t, MxElement e, ScaleRule rule, float hs) {
+__device__ __forceinline__ MxBlockScale mx_block_scale(float amax_t, const MxScaleRuleBits& rb, MxElement e, ScaleRule rule,
+                                                       float hs) {
     const float amax = kHad ? amax_t * hs : amax_t;
     const uint32_t bits = abs_bits(amax);
     MxBlockScale b;
-    b.scale = mx_scale_code(bits, mx_spec(e), rule);
-    const int n = 127 - int(b.scale);
-    if (b.scale == kE8m0Nan) {
-        b.fast_ok = true;
-        b.mult = 1.0f;
-    } else if (kHad) {
-        b.fast_ok = bits == 0 || (b.scale >= 27 && b.scale <= 250);
-        b.mult = (n >= -123) ? hs * __uint_as_float(uint32_t(n + 127) << 23) : 1.0f;
+    b.scale = bits - 0x00800000u < 0x7F000000u ? mx_scale_code_normal(bits, rb) : mx_scale_code_reference(bits, e, rule);
+    // 2^n, n = 127 − scale, as float bits (254 − scale) << 23: exact for the scales of the fast path
+    const float pow2n = __uint_as_float((254u - b.scale) << 23);
+    if constexpr (kHad) {
+        b.fast_ok = bits == 0 || b.scale - 27u <= 223u;
+        b.mult = hs * pow2n;
     } else {
-        b.fast_ok = b.scale <= 253;
-        b.mult = (n >= -126) ? __uint_as_float(uint32_t(n + 127) << 23) : 1.0f;
+        b.fast_ok = b.scale <= 253u;
+        b.mult = pow2n;
     }
     return b;
 }
@@ -188,10 +196,23 @@ static __device__ __noinline__ uint32_t mx_encode_reference(float y, uint32_t sc
 }
 
 template <Rounding R>
-__device__ __forceinline__ uint32_t e2m1_encode_fast(float xs, uint32_t rnd) {
-    if constexpr (R == Rounding::nearest_even) return e2m1_encode_rne(xs);
-    else if constexpr (R == Rounding::half_away) return e2m1_encode_away(xs);
-    else return e2m1_encode_stochastic(xs, rnd);
+__device__ __forceinline__ uint32_t e2m1_magnitude_fast(float xs, uint32_t rnd) {
+    if constexpr (R == Rounding::nearest_even) return e2m1_magnitude_rne(xs);
+    else if constexpr (R == Rounding::half_away) return e2m1_magnitude_away(xs);
+    else return e2m1_magnitude_stochastic(xs, rnd);
+}
+
+// Packing of eight E2M1 codes, element j in bits 4j..4j+3, two instructions per element: shift the word
+// right by a nibble pulling the magnitude (≤ 7) in at the top (one funnel shift), then OR the element's
+// float sign bit (of the scaled value xs that was encoded) into bit 31, which is bit 3 of its nibble.
+// After the eighth element, element j has moved down 4·(7 − j) bits.
+__device__ __forceinline__ uint32_t push_e2m1(uint32_t word, uint32_t magnitude, float xs) {
+#if defined(__CUDA_ARCH__)
+    word = __funnelshift_r(word, magnitude, 4);
+#else
+    word = (word >> 4) | (magnitude << 28);
+#endif
+    return word | (__float_as_uint(xs) & 0x80000000u);
 }
 
 // Codes of 8 elements t[0..8) of one block; element j has SR index idx0 + j·idx_step.
@@ -208,15 +229,21 @@ __device__ __forceinline__ void mx_encode8(const float (&t)[8], const MxBlockSca
         ik = idx0 * RandomStream::kStep;
         dk = idx_step * RandomStream::kStep;
     }
-    uint32_t c[8];
     if constexpr (kFp4 && kFast) {
+        uint32_t p = 0;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             uint32_t rnd = 0;
             if constexpr (kDraw) rnd = rs.at_scaled(ik + uint64_t(j) * dk);
-            c[j] = e2m1_encode_fast<kRoundT>(t[j] * b.mult, rnd);
+            const float xs = t[j] * b.mult;
+            p = push_e2m1(p, e2m1_magnitude_fast<kRoundT>(xs, rnd), xs);
         }
-    } else {
+        w[0] = p;
+        w[1] = 0;
+        return;
+    }
+    uint32_t c[8];
+    {
         const MxElement el = kFp4 ? MxElement::e2m1 : e;
         const Rounding r = kFp4 ? kRoundT : rounding;
 #pragma unroll
@@ -229,8 +256,8 @@ __device__ __forceinline__ void mx_encode8(const float (&t)[8], const MxBlockSca
     if constexpr (kFp4) {
         uint32_t p = c[7];
 #pragma unroll
-        for (int j = 6; j >= 0; --j) p = (p << 4) + c[j];  // + (not |): lets the compiler use one LEA
-        w[0] = b.scale == kE8m0Nan ? 0u : p;
+        for (int j = 6; j >= 0; --j) p = (p << 4) | c[j];
+        w[0] = p;
         w[1] = 0;
     } else {
         w[0] = c[0] | (c[1] << 8) | (c[2] << 16) | (c[3] << 24);
@@ -304,15 +331,24 @@ __device__ __forceinline__ void mx_encode_block32(const float (&t)[32], const Mx
 // 32-element block: four (BF16) or eight (FP32) 16-byte loads, every Hadamard stage in registers, the
 // block maximum without shuffles, one 16-byte (E2M1) code store, and the warp's 32 scale bytes form one
 // 32-byte store. The 16-byte loads of a warp are 64 bytes apart; the two halves of each 32-byte sector
-// are read by consecutive load instructions, the second from L1. A lane does kRowsItems blocks (64 or
-// 128 bytes in flight per lane), the warp's blocks of item k being consecutive.
-#ifndef LOWBIT_MX_ROWS_ITEMS  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
-// 1 block per lane: 2 gave 108 registers and 25 % occupancy (ncu), 0.55 of copy bandwidth for the fused
-// Hadamard+MXFP4 kernel on the H200; 1 gives 0.67 (bench/results/gpu_kernels_h200.md).
-#define LOWBIT_MX_ROWS_ITEMS 1
-#endif
-constexpr int kRowsItems = LOWBIT_MX_ROWS_ITEMS;
+// are read by consecutive load instructions, the second from L1. The grid strides over the blocks (a
+// lane's next block is one grid of threads later), so the per-thread set-up is paid once for several
+// blocks. One block at a time per lane: two in flight gave 108 registers, 25 % occupancy and 0.55 of copy
+// bandwidth against 0.67 for the fused Hadamard+MXFP4 kernel on the H200.
 constexpr int kRowsThreads = 256;
+#ifndef LOWBIT_MX_ROWS_CTAS_PER_SM  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
+// 8 measured 0.85 of copy bandwidth for the fused axis-1 kernel, 5 / 10 / 32 / 128 0.81–0.83 (run-to-run
+// spread ~2 %; bench/results/README.md)
+#define LOWBIT_MX_ROWS_CTAS_PER_SM 8
+#endif
+
+// CTAs of the row kernel for nblocks 32-element blocks: one thread per block up to
+// LOWBIT_MX_ROWS_CTAS_PER_SM CTAs per SM (about 1.6 rounds of the 5 resident ones), then the grid strides.
+inline unsigned mx_rows_grid(int64_t nblocks) {
+    const int64_t needed = (nblocks + kRowsThreads - 1) / kRowsThreads;
+    const int64_t cap = int64_t(cuda_multiprocessor_count()) * LOWBIT_MX_ROWS_CTAS_PER_SM;
+    return unsigned(needed < cap ? needed : cap);
+}
 
 template <typename T>
 __device__ __forceinline__ void load32(const T* p, float (&v)[32]) {
@@ -327,43 +363,32 @@ __device__ __forceinline__ void load32(const T* p, float (&v)[32]) {
 
 template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
 __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restrict__ x, int64_t n, MxElement e, ScaleRule rule,
-                                                               Rounding rounding, float hs, uint64_t seed,
+                                                               MxScaleRuleBits rb, Rounding rounding, float hs, uint64_t seed,
                                                                uint8_t* __restrict__ codes, uint8_t* __restrict__ scales) {
-    const int lane = threadIdx.x & 31;
     const int64_t nblocks = n >> 5;
-    const int64_t wbase = ((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5) * (kRowsItems * 32);  // first block of the warp
+    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     const MxElement el = kFp4 ? MxElement::e2m1 : e;
     const RandomStream rs(seed);
-    float v[kRowsItems][32];
-#pragma unroll
-    for (int k = 0; k < kRowsItems; ++k) {
-        const int64_t blk = wbase + k * 32 + lane;
-        if (blk < nblocks) {
-            load32(x + blk * 32, v[k]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 32; ++j) v[k][j] = 0.0f;
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < kRowsItems; ++k) {
-        const int64_t blk = wbase + k * 32 + lane;
-        if constexpr (kHad) fwht_unnormalized<32>(v[k]);
-        const MxBlockScale b = mx_block_scale<kHad>(block_amax32(v[k]), el, rule, hs);
-        if (blk < nblocks) {
-            scales[blk] = uint8_t(b.scale);
-            mx_encode_block32<kFp4, kHad, kRoundT>(v[k], b, hs, el, rounding, rs, uint64_t(blk * 32), 1, blk * 32, codes);
-        }
+    for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
+        float v[32];
+        load32(x + blk * 32, v);
+        if constexpr (kHad) fwht_unnormalized<32>(v);
+        const MxBlockScale b = mx_block_scale<kHad>(block_amax32(v), rb, el, rule, hs);
+        scales[blk] = uint8_t(b.scale);
+        mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk * 32), 1, blk * 32, codes);
     }
 }
 
 // ------------------------------------------------------------------------------------------------
 // Axis 0 (blocks down columns). A CTA of kColsWarps warps owns a tile of kColsTileCols = 32 columns ×
 // kColsWarps 32-row blocks: warp w takes row block stripe·kColsWarps + w, lane l column 32·tile + l, whose
-// 32 values sit in registers (one 2/4-byte load per row: 64/128 coalesced bytes per warp and row). One
-// column per lane keeps the kernel at the register count of the row kernel (~55, 4 CTAs per SM); two per
-// lane needed 110 registers, 25 % occupancy and reached 0.20 of copy bandwidth (ncu: 16 cycles per issued
-// instruction, DRAM 12 % busy). In the transposed output a column's codes are contiguous, so the CTA stages
+// 32 values it reads from its warp's 32 rows staged in shared memory (the warp loads them with 16-byte
+// loads, 4 lanes per 64-byte BF16 row: one load per 8 elements instead of a 2-byte load and a 64-bit
+// address add per element; no CTA barrier before the arithmetic, so warps overlap loads and work). H200,
+// fused Hadamard+MXFP4: per-lane 2-byte loads 0.56 of copy bandwidth, a CTA-wide load phase 0.46, this
+// 0.64. One column per lane keeps the kernel at the register count of the row kernel; two per lane needed
+// 110 registers, 25 % occupancy and reached 0.20 of copy bandwidth (ncu: 16 cycles per issued instruction,
+// DRAM 12 % busy). In the transposed output a column's codes are contiguous, so the CTA stages
 // its codes and scales in shared memory and writes each column's kColsWarps blocks as one contiguous run
 // (8 × 16 bytes = a full 128-byte line for E2M1) instead of one 16-byte store per thread and block.
 // Grid: blockIdx.x = stripe · col_tiles + tile, column tiles fastest, so the CTAs in flight read whole
@@ -403,11 +428,11 @@ struct ColsGrid {
 // chunks into the stage (col = the column within the tile, rb = the row block within the tile). Shared by
 // the column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
 template <bool kFp4, bool kHad, Rounding kRoundT, int kCols>
-__device__ __forceinline__ void mx_encode_column(float (&a)[32], MxElement el, ScaleRule rule, Rounding rounding, float hs,
-                                                 const RandomStream& rs, int64_t r0, int64_t c, int64_t cols,
+__device__ __forceinline__ void mx_encode_column(float (&a)[32], const MxScaleRuleBits& rule_bits, MxElement el,
+                                                 ScaleRule rule, Rounding rounding, float hs, const RandomStream& rs, int64_t r0, int64_t c, int64_t cols,
                                                  ColsTileStage<kFp4, kCols>& stage, int col, int rb) {
     if constexpr (kHad) fwht_unnormalized<32>(a);
-    const MxBlockScale q = mx_block_scale<kHad>(block_amax32(a), el, rule, hs);
+    const MxBlockScale q = mx_block_scale<kHad>(block_amax32(a), rule_bits, el, rule, hs);
     uint32_t w[4][2];  // SR indices (r0 + j)·cols + c
     mx_block32_codes<kFp4, kHad, kRoundT>(a, q, hs, el, rounding, rs, uint64_t(r0 * cols + c), uint64_t(cols), w);
     store_code_chunks<kFp4>(stage.block_chunks(col, rb), w);
@@ -452,24 +477,63 @@ __device__ __forceinline__ int cols_tile_row_blocks(int64_t rows, int64_t stripe
     return int(rbs - rb_first < kColsWarps ? rbs - rb_first : kColsWarps);
 }
 
+// A warp's input tile in the column kernel: 32 rows × kColsTileCols columns of T, row-major.
+template <typename T>
+struct ColsWarpTile {
+    static constexpr int kChunksPerRow = kColsTileCols * int(sizeof(T)) / 16;
+    __align__(16) T v[32][kColsTileCols];
+};
+
+// The warp loads rows r0..r0+31 × columns c0.. of x into its tile: 16-byte chunks when every chunk is inside
+// the matrix and aligned (cols a multiple of 8 BF16 / 4 FP32 elements and the tile's columns all present),
+// else one element at a time with zeros outside.
+template <typename T>
+__device__ __forceinline__ void load_cols_warp_tile(const T* __restrict__ x, int64_t r0, int64_t c0, int64_t cols, int lane,
+                                                    ColsWarpTile<T>& tile) {
+    using Tile = ColsWarpTile<T>;
+    constexpr int kPerChunk = 16 / int(sizeof(T));
+    if (cols % kPerChunk == 0 && c0 + kColsTileCols <= cols) {
+        const uint4* src = reinterpret_cast<const uint4*>(x + r0 * cols + c0);
+        const int64_t row_chunks = cols / kPerChunk;
+#pragma unroll
+        for (int i = 0; i < Tile::kChunksPerRow; ++i) {
+            const int q = 32 * i + lane, r = q / Tile::kChunksPerRow, k = q % Tile::kChunksPerRow;
+            reinterpret_cast<uint4*>(&tile.v[r][0])[k] = __ldg(src + r * row_chunks + k);
+        }
+    } else {
+        for (int q = lane; q < 32 * kColsTileCols; q += 32) {
+            const int r = q / kColsTileCols, c = q % kColsTileCols;
+            tile.v[r][c] = c0 + c < cols ? x[(r0 + r) * cols + c0 + c] : T(0.0f);
+        }
+    }
+    __syncwarp();
+}
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __uint_as_float(uint32_t(__bfloat16_as_ushort(v)) << 16); }
+
 template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
 __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
-                                                               int64_t col_tiles, MxElement e, ScaleRule rule, Rounding rounding,
-                                                               float hs, uint64_t seed, uint8_t* __restrict__ codes,
+                                                               int64_t col_tiles, MxElement e, ScaleRule rule, MxScaleRuleBits rb,
+                                                               Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
                                                                uint8_t* __restrict__ scales) {
     __shared__ ColsTileStage<kFp4, kColsTileCols> stage;
+    __shared__ ColsWarpTile<T> in[kColsWarps];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t tile = int64_t(blockIdx.x) % col_tiles, stripe = int64_t(blockIdx.x) / col_tiles;
+    const unsigned tile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
     int64_t rb_first;
     const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
-    const int64_t c = tile * kColsTileCols + lane;
+    const int64_t c = int64_t(tile) * kColsTileCols + lane;
+    if (warp < nrb) {
+        const int64_t r0 = (rb_first + warp) * 32;
+        load_cols_warp_tile(x, r0, int64_t(tile) * kColsTileCols, cols, lane, in[warp]);
+    }
     if (warp < nrb && c < cols) {
         const int64_t r0 = (rb_first + warp) * 32;
         float a[32];
-        const T* p = x + r0 * cols + c;
 #pragma unroll
-        for (int r = 0; r < 32; ++r) a[r] = load1(p + r * cols);
-        mx_encode_column<kFp4, kHad, kRoundT>(a, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed), r0, c, cols,
+        for (int r = 0; r < 32; ++r) a[r] = to_float(in[warp].v[r][lane]);
+        mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed), r0, c, cols,
                                               stage, lane, warp);
     }
     __syncthreads();

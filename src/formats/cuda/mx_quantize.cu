@@ -27,16 +27,15 @@ namespace {
 template <typename T, bool kFp4, Rounding kRoundT>
 void launch_mx(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleRule rule, const QuantizeOptions& opt, uint8_t* codes,
                uint8_t* scales, cudaStream_t stream) {
+    const MxScaleRuleBits rb = mx_scale_rule_bits(mx_spec(e), rule);
     if (opt.axis == 1) {
         const int64_t n = rows * cols;
-        const int64_t warps = (n / 32 + kRowsItems * 32 - 1) / (kRowsItems * 32);
-        const int64_t blocks = (warps * 32 + kRowsThreads - 1) / kRowsThreads;
-        mx_rows_kernel<T, kFp4, false, kRoundT><<<unsigned(blocks), kRowsThreads, 0, stream>>>(x, n, e, rule, opt.rounding, 1.0f,
-                                                                                             opt.seed, codes, scales);
+        mx_rows_kernel<T, kFp4, false, kRoundT><<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(
+            x, n, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales);
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         mx_cols_kernel<T, kFp4, false, kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, e, rule, opt.rounding, 1.0f, opt.seed, codes, scales);
+            x, rows, cols, grid.col_tiles, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales);
     }
     CUDA_CHECK(cudaGetLastError());
 }

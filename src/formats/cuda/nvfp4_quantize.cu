@@ -54,10 +54,11 @@ __device__ __forceinline__ uint32_t nvfp4_encode8(const float (&t)[8], float den
     }
     uint32_t p = 0;
 #pragma unroll
-    for (int j = 7; j >= 0; --j) {
+    for (int j = 0; j < 8; ++j) {
         uint32_t rnd = 0;
         if constexpr (kRoundT == Rounding::stochastic) rnd = rs.at_scaled(ik + uint64_t(j) * dk);
-        p = (p << 4) + e2m1_encode_fast<kRoundT>(t[j] / denom, rnd);
+        const float xs = t[j] / denom;
+        p = push_e2m1(p, e2m1_magnitude_fast<kRoundT>(xs, rnd), xs);
     }
     return bad ? 0u : p;
 }

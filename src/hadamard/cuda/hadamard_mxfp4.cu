@@ -3,8 +3,9 @@
 // Napkin math, 8192×8192 BF16 (67 M elements):
 //   one orientation: reads 134 MB, writes 33.5 MB codes + 2.1 MB scales = 170 MB → 40 µs at 4.3 TB/s.
 //   both:            reads 134 MB once, writes 2 × 35.6 MB               = 205 MB → 48 µs.
-//   Arithmetic per element and orientation: 1 widen + 5 butterfly adds + 1 max + 1 multiply + 9 for the
-//   E2M1 code with its sign and packing (e2m1_fast.h) + per-block scale and addressing ≈ 19 instructions. The H200 issues
+//   Arithmetic per element and orientation: 1 widen + 5 butterfly adds + 1 max + 1 multiply + 6 for the
+//   E2M1 magnitude (e2m1_fast.h) + 2 for sign and packing + ~1 per-block share ≈ 17 instructions (SASS of
+//   the row kernel; the measured 0.83 of copy bandwidth is issue-bound, bench/results). The H200 issues
 //   132 SMs × 4 × 1.98 GHz ≈ 1.05 T warp-instructions/s = 33 T thread-instructions/s, so one orientation
 //   is ~40 µs of issue: compute and memory floors coincide, and "both" is issue-bound (~2× the
 //   instructions for 1.2× the bytes). Stochastic rounding adds ~20 integer instructions per element for
@@ -15,11 +16,11 @@
 //            16-byte loads), all 5 butterfly stages in registers, one 16-byte code store per lane and one
 //            32-byte scale store per warp; no shuffles.
 //   axis 0 → mx_cols_kernel<bf16, e2m1, Hadamard>: a lane owns 1 column × 32 rows, all 5 stages in
-//            registers; the CTA's codes and scales are staged in shared memory and written as whole
-//            column runs (mx_kernels.cuh).
-//   both   → hadamard_mxfp4_both_kernel below: the axis-0 work on the loaded registers, and the same tile,
-//            staged through shared memory (4 KB per warp), re-read as 8-element row chunks for the axis-1
-//            work — one read of the input.
+//            registers read from the warp's rows staged in shared memory; the CTA's codes and scales are
+//            staged in shared memory and written as whole column runs (mx_kernels.cuh).
+//   both   → hadamard_mxfp4_both_kernel below: the warp's 32×64 tile staged through shared memory (4 KB per
+//            warp), read as columns for the axis-0 work and as 8-element row chunks for the axis-1 work —
+//            one read of the input.
 #include "hadamard/cuda/hadamard_mxfp4.cuh"
 
 #include <string>
@@ -36,8 +37,8 @@ namespace {
 
 // A CTA owns a tile of 64 columns × kColsWarps row blocks (column tiles fastest, as mx_cols_kernel), warp w
 // the 32×64 warp tile of row block stripe·kColsWarps + w:
-//   load:   lane l reads the word of columns cw + 2l, cw + 2l + 1 of each of the 32 rows (128 bytes per warp
-//           and row) into shared memory, row r's word w at word w ^ 4·(r % 8);
+//   load:   the warp reads its 32 rows × 128 bytes as 16-byte chunks (4 rows per warp instruction) into
+//           shared memory, row r's chunk k at chunk k ^ (r % 8) (word w at word w ^ 4·(r % 8));
 //   axis 0: lane l takes column cw + 2l, then cw + 2l + 1, reading its 32 values back (lane l reads word
 //           l ^ 4·(r % 8) of row r: 32 distinct banks) and does the mx_cols_kernel work, staging codes
 //           and scales for whole-column-run stores (one column at a time keeps ~60 registers);
@@ -52,14 +53,14 @@ constexpr int kBothTileCols = 64;
 
 template <Rounding kRoundT>
 __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadamard_mxfp4_both_kernel(
-    const __nv_bfloat16* __restrict__ x, int64_t rows, int64_t cols, int64_t col_tiles, ScaleRule rule, float hs,
+    const __nv_bfloat16* __restrict__ x, int64_t rows, int64_t cols, int64_t col_tiles, ScaleRule rule, MxScaleRuleBits rb, float hs,
     uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, uint8_t* __restrict__ codes_c,
     uint8_t* __restrict__ scales_c) {
     __shared__ __align__(16) uint32_t tile[kColsWarps][32][32];
     __shared__ ColsTileStage<true, kBothTileCols> stage;
     constexpr MxElement E = MxElement::e2m1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t ctile = int64_t(blockIdx.x) % col_tiles, stripe = int64_t(blockIdx.x) / col_tiles;
+    const unsigned ctile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
     int64_t rb_first;
     const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
     const int64_t cbs = cols >> 5;
@@ -69,15 +70,14 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
     const bool hi_block_ok = cw + 32 < cols;  // axis 1: the strip's second block exists
     if (warp < nrb) {
         const int64_t r0 = (rb_first + warp) * 32;
-        const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
         const RandomStream rs(seed);
         uint32_t(&my_tile)[32][32] = tile[warp];
-        {
-            uint32_t raw[32];
 #pragma unroll
-            for (int r = 0; r < 32; ++r) raw[r] = col_ok ? __ldg(xw + (((r0 + r) * cols + c0) >> 1)) : 0u;
-#pragma unroll
-            for (int r = 0; r < 32; ++r) my_tile[r][lane ^ (4 * (r & 7))] = raw[r];
+        for (int i = 0; i < 8; ++i) {  // 32 rows × 8 chunks of 16 bytes; chunk q = 32i + lane: row q / 8, chunk q % 8
+            const int q = 32 * i + lane, r = q >> 3, k = q & 7;
+            uint4 u = make_uint4(0u, 0u, 0u, 0u);
+            if (cw + 8 * k < cols) u = __ldg(reinterpret_cast<const uint4*>(x + (r0 + r) * cols + cw) + k);
+            reinterpret_cast<uint4*>(&my_tile[r][0])[k ^ (r & 7)] = u;
         }
         __syncwarp();
 
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     const uint32_t w = my_tile[r][lane ^ (4 * (r & 7))];
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
-                mx_encode_column<true, true, kRoundT>(a, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage, 2 * lane + half,
+                mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage, 2 * lane + half,
                                                       warp);
             }
         }
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     bf16x2_to_float(u.w, v[8 * m + 6], v[8 * m + 7]);
                 }
                 fwht_unnormalized<32>(v);
-                const MxBlockScale q = mx_block_scale<true>(block_amax32(v), E, rule, hs);
+                const MxBlockScale q = mx_block_scale<true>(block_amax32(v), rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;
                 if (beta == 0 || hi_block_ok)
@@ -135,24 +135,23 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
                            const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, cudaStream_t stream) {
     constexpr MxElement E = MxElement::e2m1;
     const float hs = hadamard_inv_sqrt(32);
+    const MxScaleRuleBits rb = mx_scale_rule_bits(mx_spec(E), opt.rule);
     if (along_rows.requested() && along_cols.requested()) {
         const ColsGrid grid(rows, cols, kBothTileCols);
         hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, opt.rule, hs, opt.seed, along_rows.codes, along_rows.scales, along_cols.codes,
+            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, along_cols.codes,
             along_cols.scales);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
     if (along_rows.requested()) {
         const int64_t n = rows * cols;
-        const int64_t warps = (n / 32 + kRowsItems * 32 - 1) / (kRowsItems * 32);
-        const int64_t blocks = (warps * 32 + kRowsThreads - 1) / kRowsThreads;
-        mx_rows_kernel<__nv_bfloat16, true, true, kRoundT><<<unsigned(blocks), kRowsThreads, 0, stream>>>(
-            x, n, E, opt.rule, opt.rounding, hs, opt.seed, along_rows.codes, along_rows.scales);
+        mx_rows_kernel<__nv_bfloat16, true, true, kRoundT><<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(
+            x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes, along_rows.scales);
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         mx_cols_kernel<__nv_bfloat16, true, true, kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, E, opt.rule, opt.rounding, hs, opt.seed, along_cols.codes,
+            x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_cols.codes,
             along_cols.scales);
     }
     CUDA_CHECK(cudaGetLastError());
