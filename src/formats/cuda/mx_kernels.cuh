@@ -155,9 +155,9 @@ struct RandomStream {
 //     blocks with a smaller scale (amax < ~2^-98) take the reference path (a larger one cannot occur for
 //     a 32-point transform: |y| ≤ FLT_MAX·2^-2.5 gives scale ≤ 250).
 //   * all-zero block: every t is ±0, xs = ±0 either way.
-// The amax of y is round(amax(|t|)·hs) because rounding is monotonic, so it is computed once per block.
 //   * NaN scale (a NaN/Inf in the block) and the rare scales outside that range take the reference path,
 //     which gives code 0 for a NaN scale.
+// The amax of y is round(amax(|t|)·hs) because rounding is monotonic, so it is computed once per block.
 // The scale byte itself comes from mx_scale_code_normal (integer form, one compare for the rule) for a normal
 // amax and from mx_scale_code otherwise (zero, subnormal, NaN/Inf).
 struct MxBlockScale {
@@ -243,15 +243,13 @@ __device__ __forceinline__ void mx_encode8(const float (&t)[8], const MxBlockSca
         return;
     }
     uint32_t c[8];
-    {
-        const MxElement el = kFp4 ? MxElement::e2m1 : e;
-        const Rounding r = kFp4 ? kRoundT : rounding;
+    const MxElement el = kFp4 ? MxElement::e2m1 : e;
+    const Rounding r = kFp4 ? kRoundT : rounding;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            uint32_t rnd = 0;
-            if constexpr (kDraw) rnd = rs.at_scaled(ik + uint64_t(j) * dk);
-            c[j] = mx_encode_reference(kHad ? t[j] * hs : t[j], b.scale, el, r, rnd);
-        }
+    for (int j = 0; j < 8; ++j) {
+        uint32_t rnd = 0;
+        if constexpr (kDraw) rnd = rs.at_scaled(ik + uint64_t(j) * dk);
+        c[j] = mx_encode_reference(kHad ? t[j] * hs : t[j], b.scale, el, r, rnd);
     }
     if constexpr (kFp4) {
         uint32_t p = c[7];
@@ -337,8 +335,8 @@ __device__ __forceinline__ void mx_encode_block32(const float (&t)[32], const Mx
 // bandwidth against 0.67 for the fused Hadamard+MXFP4 kernel on the H200.
 constexpr int kRowsThreads = 256;
 #ifndef LOWBIT_MX_ROWS_CTAS_PER_SM  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
-// 8 measured 0.85 of copy bandwidth for the fused axis-1 kernel, 5 / 10 / 32 / 128 0.81–0.83 (run-to-run
-// spread ~2 %; bench/results/README.md)
+// 8 measured 0.82–0.85 of copy bandwidth for the fused axis-1 kernel, 5 / 10 / 32 / 128 0.81–0.83
+// (run-to-run spread ~2 %; bench/results/README.md)
 #define LOWBIT_MX_ROWS_CTAS_PER_SM 8
 #endif
 
