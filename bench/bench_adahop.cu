@@ -4,6 +4,9 @@
 //   OE-left    top-64 rows of X (score pass + select/gather/zero in place: 2 launches) + sliver GEMM 64×K×N
 //              + scatter
 //   OE-right   top-64 rows of W (= columns of Wᵀ) + sliver GEMM M×K×64 + scatter
+//   OE fused   the extraction fused into the IHT+MXFP4 quantization of the operand (which training runs
+//              anyway): the quantize pass with the per-block Σx² minus the pass without, plus the score
+//              and select/gather/zero launches (extract_outliers_quantized_cuda)
 // "floor" rows: the bytes each step must move at the device-copy bandwidth measured in the same run
 // (detector: the matrix; extract: the matrix + the slice and the zeroed rows; sliver: the other operand read
 // in full + the sliver written and scattered) — the DRAM bound, ignoring launch latency.
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "adahop/cuda/outlier_extraction.cuh"
+#include "hadamard/cuda/hadamard_mxfp4.cuh"
 #include "adahop/cuda/outlier_stats.cuh"
 #include "adahop/pair_analysis.h"
 
@@ -199,6 +203,25 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "OE-right extract (W rows)", rs, g});
             rows.push_back({shape, "OE-right sliver GEMM+scatter", rg, g});
             rows.push_back({shape, "OE-right total", rs + rg, g});
+            // OE fused into the quantization pass of the operand (blocks along K, extracted rows)
+            auto fused_oe = [&](const char* side, const char* op, const DeviceBuffer<__nv_bfloat16>& T, int64_t r, double sliver_us) {
+                DeviceBuffer<uint8_t> codes(size_t(r * K / 2)), scales(size_t(r * K / 32));
+                DeviceBuffer<float> sumsq(size_t(r * K / 32));
+                const HadamardMxfp4Options o;
+                const Mxfp4DeviceOutput plain{codes.data(), scales.data()}, with_sums{codes.data(), scales.data(), sumsq.data()};
+                const double q = median_us([&] { hadamard_mxfp4_cuda(T.data(), r, K, o, plain, Mxfp4DeviceOutput{}); }, reps);
+                const double qs = median_us([&] { hadamard_mxfp4_cuda(T.data(), r, K, o, with_sums, Mxfp4DeviceOutput{}); }, reps);
+                const double sel = median_us(
+                    [&] { extract_outliers_quantized_cuda(T.data(), r, K, 1, k_oe, o.rule, with_sums, slice.data(), idx.data(), oe); }, reps);
+                const std::string pre = std::string(side) + " fused: ";
+                rows.push_back({shape, pre + "IHT+MXFP4 quantize " + op, q, g});
+                rows.push_back({shape, pre + "the same + block sums", qs, g});
+                rows.push_back({shape, pre + "scores+select+gather+zero", sel, g});
+                rows.push_back({shape, pre + "extract (sums share + select)", std::max(0.0, qs - q) + sel, g});
+                rows.push_back({shape, pre + "total (+ sliver GEMM+scatter)", std::max(0.0, qs - q) + sel + sliver_us, g});
+            };
+            fused_oe("OE-left", "X", X, M, lg);
+            fused_oe("OE-right", "W", W, N, rg);
             rows.push_back({shape, "OE-right sliver GEMM only", median_us(oe_right_gemm, reps), g});
             rows.push_back({shape, "OE-right sliver GEMM, swapped roles", median_us(oe_right_gemm_alt, reps), g});
             rows.push_back({shape, "OE-right scatter only", median_us(oe_right_scatter, reps), g});

@@ -1,11 +1,12 @@
-// cuda_test_util.h — what the GPU test suites share: the skip-without-GPU guard and host↔device copies of
-// std::vectors (whole buffers or their first n elements).
+// cuda_test_util.h — what the GPU test suites share: the skip-without-GPU guard, host↔device copies of
+// std::vectors (whole buffers or their first n elements), and the check that a call throws a given Error.
 #pragma once
 
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 namespace lowbit::testing_util {
@@ -35,6 +36,18 @@ std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
     std::vector<T> v(n);
     d.download(v.data(), n);
     return v;
+}
+
+// f() must throw Error of this kind with a message that says something.
+template <typename F>
+void expect_error(ErrorKind kind, F&& f) {
+    try {
+        f();
+        ADD_FAILURE() << "no error thrown";
+    } catch (const Error& e) {
+        EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
+        EXPECT_GT(std::strlen(e.what()), 20u);
+    }
 }
 
 }  // namespace lowbit::testing_util

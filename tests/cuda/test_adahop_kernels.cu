@@ -1,5 +1,6 @@
 // test_adahop_kernels.cu — the AdaHOP CUDA paths against their CPU references: detector statistics and
-// labels, outlier extraction (indices, slices, clean operands bit for bit), and lp_matmul (quantized
+// labels, outlier extraction (indices, slices, clean operands bit for bit; fused into the quantization pass:
+// equal to split-then-quantize bit for bit), and lp_matmul (quantized
 // operands bit for bit, products within FP32 summation-order tolerance). GPU tests skip without a CUDA
 // device; the AdahopIndexLogic tests run the index logic of the statistics and top-k kernels on the host
 // (geometry, reduce-scatter lane mapping, radix select + ordered compaction) and need no GPU.
@@ -18,6 +19,7 @@
 #include "adahop/cuda/outlier_stats.cuh"
 #include "adahop/pair_analysis.h"
 #include "formats/element_codec.h"
+#include "hadamard/cuda/hadamard_mxfp4.cuh"
 
 using namespace lowbit;
 using namespace lowbit::testing_util;
@@ -861,6 +863,134 @@ TEST(AdahopCuda, OutlierExtractionLargeDimensions) {
             else expect_split_matches<__nv_bfloat16>(x, d.rows, d.cols, d.by_rows, k, OutlierMetric::absmax, false, 0, ws, "large");
         }
     }
+}
+
+namespace {
+
+// The MXFP4 output of one orientation in device memory, with the per-block Σx² when asked.
+struct QuantizedDevice {
+    DeviceBuffer<uint8_t> codes, scales;
+    DeviceBuffer<float> sumsq;
+    QuantizedDevice(int64_t r, int64_t c, bool with_sumsq)
+        : codes(size_t(r * c / 2)), scales(size_t(r * c / 32)), sumsq(with_sumsq ? size_t(r * c / 32) : 0) {}
+    Mxfp4DeviceOutput out() { return {codes.data(), scales.data(), sumsq.size() ? sumsq.data() : nullptr}; }
+};
+
+void quantize_axis(const __nv_bfloat16* x, int64_t r, int64_t c, int axis, const HadamardMxfp4Options& o, QuantizedDevice& q) {
+    hadamard_mxfp4_cuda(x, r, c, o, axis == 1 ? q.out() : Mxfp4DeviceOutput{}, axis == 0 ? q.out() : Mxfp4DeviceOutput{});
+}
+
+// Extraction fused into the quantization pass against the two-step path (split_outliers_cuda, then the
+// fused Hadamard+MXFP4 kernel on the clean operand), both tested against the CPU elsewhere: indices, slice,
+// codes and scales bit for bit; the per-block Σx² against FP64 sums of the BF16 values; quantizing with
+// the sums changes no code.
+void expect_fused_extraction_matches(const std::vector<float>& x, int64_t r, int64_t c, int axis, int64_t k,
+                                     const HadamardMxfp4Options& o, OutlierExtractionWorkspace& ws, const std::string& what) {
+    const bool by_rows = axis == 1;
+    const int64_t n = by_rows ? r : c, other = by_rows ? c : r, kk = std::clamp<int64_t>(k, 0, n);
+    const std::string w = what + " " + shape_name(r, c) + " axis " + std::to_string(axis) + " k " + std::to_string(k) + " rule " +
+                          std::to_string(int(o.rule)) + " rounding " + std::to_string(int(o.rounding));
+    const auto xb = to_bf16(x);
+    DeviceBuffer<__nv_bfloat16> dx(xb.size()), clean(xb.size()), slice_ref(size_t(std::max<int64_t>(kk * other, 1))),
+        slice(size_t(std::max<int64_t>(kk * other, 1)));
+    dx.upload(xb.data(), xb.size());
+    DeviceBuffer<int32_t> idx_ref(size_t(std::max<int64_t>(kk, 1))), idx(size_t(std::max<int64_t>(kk, 1)));
+    ASSERT_EQ(split_outliers_cuda(dx.data(), r, c, by_rows, k, OutlierMetric::l2, clean.data(), slice_ref.data(), idx_ref.data(), ws), kk)
+        << w;
+    QuantizedDevice ref(r, c, false), plain(r, c, false), fused(r, c, true);
+    quantize_axis(clean.data(), r, c, axis, o, ref);
+    quantize_axis(dx.data(), r, c, axis, o, plain);
+    quantize_axis(dx.data(), r, c, axis, o, fused);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(download_at(fused.codes.data(), fused.codes.size()), download_at(plain.codes.data(), plain.codes.size())) << w;
+    EXPECT_EQ(download_at(fused.scales.data(), fused.scales.size()), download_at(plain.scales.data(), plain.scales.size())) << w;
+    const auto sums = download_at(fused.sumsq.data(), fused.sumsq.size());
+    const auto xv = bf16_values(x);
+    const int64_t nb = other / 32;
+    for (int64_t o_ = 0; o_ < n; ++o_)
+        for (int64_t b = 0; b < nb; ++b) {
+            double s = 0;
+            for (int64_t j = 32 * b; j < 32 * b + 32; ++j) {
+                const double v = by_rows ? xv[size_t(o_ * c + j)] : xv[size_t(j * c + o_)];
+                s += v * v;
+            }
+            ASSERT_NEAR(sums[size_t(o_ * nb + b)], s, 4e-6 * s) << w << " block " << o_ << "," << b;
+        }
+    ASSERT_EQ(extract_outliers_quantized_cuda(dx.data(), r, c, axis, k, o.rule, fused.out(), slice.data(), idx.data(), ws), kk) << w;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(download_at(idx.data(), size_t(kk)), download_at(idx_ref.data(), size_t(kk))) << w;
+    const auto bits16 = [](const std::vector<__nv_bfloat16>& v) {
+        std::vector<uint16_t> u(v.size());
+        std::memcpy(u.data(), v.data(), v.size() * 2);
+        return u;
+    };
+    EXPECT_EQ(bits16(download_at(slice.data(), size_t(kk * other))), bits16(download_at(slice_ref.data(), size_t(kk * other)))) << w;
+    EXPECT_EQ(download_at(fused.codes.data(), fused.codes.size()), download_at(ref.codes.data(), ref.codes.size())) << w;
+    EXPECT_EQ(download_at(fused.scales.data(), fused.scales.size()), download_at(ref.scales.data(), ref.scales.size())) << w;
+}
+
+}  // namespace
+
+TEST(AdahopCuda, OutlierExtractionFusedIntoQuantizationEqualsSplitThenQuantize) {
+    REQUIRE_GPU();
+    OutlierExtractionWorkspace ws;
+    uint64_t seed = 900;
+    const int64_t shapes[][2] = {{64, 96}, {96, 64}, {256, 320}, {32, 2048}, {2048, 32}};
+    for (auto sh : shapes)
+        for (int axis : {1, 0}) {
+            const int64_t r = sh[0], c = sh[1], n = axis == 1 ? r : c;
+            const auto x = synthetic_operand(r, c, axis == 1 ? Pattern::row : Pattern::col, ++seed, 0.05);
+            for (int64_t k : {int64_t(0), int64_t(1), int64_t(7), n - 1, n, n + 3}) {
+                HadamardMxfp4Options o;
+                expect_fused_extraction_matches(x, r, c, axis, k, o, ws, "synthetic");
+            }
+            for (ScaleRule rule : {ScaleRule::floor, ScaleRule::rceil, ScaleRule::midmax})
+                for (Rounding rnd : {Rounding::nearest_even, Rounding::stochastic}) {
+                    HadamardMxfp4Options o;
+                    o.rule = rule;
+                    o.rounding = rnd;
+                    o.seed = seed;
+                    expect_fused_extraction_matches(x, r, c, axis, 5, o, ws, "rules");
+                }
+        }
+    // exact ties (small integers: every sum is exact in any order) rank the lower index first; all zeros
+    const std::vector<int64_t> winners = {3, 40, 41, 150};
+    for (int axis : {1, 0}) {
+        const bool by_rows = axis == 1;
+        const int64_t r = by_rows ? 200 : 64, c = by_rows ? 64 : 200;
+        const auto x = tied_matrix(r, c, by_rows, winners, 17);
+        for (int64_t k : {2, 4, 5, 9, 64, 199}) expect_fused_extraction_matches(x, r, c, axis, k, HadamardMxfp4Options{}, ws, "ties");
+        expect_fused_extraction_matches(std::vector<float>(size_t(r * c), 0.0f), r, c, axis, 13, HadamardMxfp4Options{}, ws, "zeros");
+    }
+}
+
+TEST(AdahopCuda, BlockSumsOfBothOrientationsEqualTheSingleOrientationOnes) {
+    REQUIRE_GPU();
+    const int64_t r = 96, c = 128;
+    const auto xb = to_bf16(synthetic_operand(r, c, Pattern::col, 77, 0.05));
+    DeviceBuffer<__nv_bfloat16> dx(xb.size());
+    dx.upload(xb.data(), xb.size());
+    QuantizedDevice rows1(r, c, true), cols1(r, c, true), rows2(r, c, true), cols2(r, c, true);
+    HadamardMxfp4Options o;
+    quantize_axis(dx.data(), r, c, 1, o, rows1);
+    quantize_axis(dx.data(), r, c, 0, o, cols1);
+    hadamard_mxfp4_cuda(dx.data(), r, c, o, rows2.out(), cols2.out());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(float_bits(download_at(rows2.sumsq.data(), rows2.sumsq.size())), float_bits(download_at(rows1.sumsq.data(), rows1.sumsq.size())));
+    EXPECT_EQ(float_bits(download_at(cols2.sumsq.data(), cols2.sumsq.size())), float_bits(download_at(cols1.sumsq.data(), cols1.sumsq.size())));
+    EXPECT_EQ(download_at(rows2.codes.data(), rows2.codes.size()), download_at(rows1.codes.data(), rows1.codes.size()));
+    EXPECT_EQ(download_at(cols2.codes.data(), cols2.codes.size()), download_at(cols1.codes.data(), cols1.codes.size()));
+}
+
+TEST(AdahopCuda, FusedExtractionRejectsMissingBuffersAndBadAxes) {
+    REQUIRE_GPU();
+    DeviceBuffer<__nv_bfloat16> dx(64 * 64), slice(64 * 4);
+    DeviceBuffer<int32_t> idx(4);
+    OutlierExtractionWorkspace ws;
+    QuantizedDevice q(64, 64, true), no_sums(64, 64, false);
+    expect_error(ErrorKind::usage, [&] { extract_outliers_quantized_cuda(dx.data(), 64, 64, 1, 4, ScaleRule::rceil, no_sums.out(), slice.data(), idx.data(), ws); });
+    expect_error(ErrorKind::usage, [&] { extract_outliers_quantized_cuda(dx.data(), 64, 64, 2, 4, ScaleRule::rceil, q.out(), slice.data(), idx.data(), ws); });
+    expect_error(ErrorKind::input, [&] { extract_outliers_quantized_cuda(dx.data(), 64, 40, 1, 4, ScaleRule::rceil, q.out(), slice.data(), idx.data(), ws); });
 }
 
 TEST(AdahopCuda, ScatterMatchesHost) {

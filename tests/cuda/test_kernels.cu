@@ -720,17 +720,6 @@ TEST(HadamardMxfp4Cuda, TieDataHitsE2m1Ties) {
 // ===================================================================================================
 // Launcher argument checks (no GPU needed: they throw before any CUDA call).
 
-template <typename F>
-void expect_error(ErrorKind kind, F&& f) {
-    try {
-        f();
-        ADD_FAILURE() << "no error thrown";
-    } catch (const Error& e) {
-        EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
-        EXPECT_GT(std::strlen(e.what()), 20u);
-    }
-}
-
 TEST(CudaLaunchers, RejectBadShapesBeforeLaunching) {
     QuantizeOptions opt;
     expect_error(ErrorKind::input, [&] { mx_quantize_cuda((const float*)nullptr, 4, 33, MxElement::e2m1, ScaleRule::floor, opt, nullptr, nullptr); });

@@ -42,7 +42,11 @@ struct SelectGatherParams {
     bool vector;              // rows: 16-byte copies
     int n, k, chunk;
     const T* x;               // may equal clean (in place)
-    T* clean;
+    T* clean;                 // nullptr: nothing to zero in x's layout …
+    uint8_t* codes;           // … but, when set, the quantized operand's codes [n][code_bytes] and
+    uint8_t* scales;          //     scales [n][nb], overwritten with those of an all-zero vector
+    int64_t code_bytes, nb;
+    uint8_t zero_scale;
     T* slice;
     int32_t* indices;
     int64_t rows, cols;
@@ -189,7 +193,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
                 const int64_t pi = u / per_row, j = u - pi * per_row, r = s_list[pi];
                 const uint4 v = reinterpret_cast<const uint4*>(p.x + r * cols)[j];
                 reinterpret_cast<uint4*>(p.slice + (p0 + pi) * cols)[j] = v;
-                reinterpret_cast<uint4*>(p.clean + r * cols)[j] = make_uint4(0u, 0u, 0u, 0u);
+                if (p.clean != nullptr) reinterpret_cast<uint4*>(p.clean + r * cols)[j] = make_uint4(0u, 0u, 0u, 0u);
             }
         } else {
             const int64_t total = cnt * cols;
@@ -197,7 +201,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
                 const int64_t pi = u / cols, j = u - pi * cols, r = s_list[pi];
                 const T v = p.x[r * cols + j];
                 p.slice[(p0 + pi) * cols + j] = v;
-                p.clean[r * cols + j] = zero_value<T>();
+                if (p.clean != nullptr) p.clean[r * cols + j] = zero_value<T>();
             }
         }
     } else {
@@ -206,9 +210,32 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
             const int64_t r = u / cnt, pi = u - r * cnt, c = s_list[pi];
             const T v = p.x[r * cols + c];
             p.slice[r * p.k + p0 + pi] = v;
-            p.clean[r * cols + c] = zero_value<T>();
+            if (p.clean != nullptr) p.clean[r * cols + c] = zero_value<T>();
         }
     }
+    if (p.codes != nullptr) {  // the quantized operand: codes (16-byte runs) and scales of the taken vectors
+        const int64_t per = p.code_bytes / 16;
+        for (int64_t u = tid; u < cnt * per; u += kSelectThreads)
+            reinterpret_cast<uint4*>(p.codes + int64_t(s_list[u / per]) * p.code_bytes)[u % per] = make_uint4(0u, 0u, 0u, 0u);
+        for (int64_t u = tid; u < cnt * p.nb; u += kSelectThreads) p.scales[int64_t(s_list[u / p.nb]) * p.nb + u % p.nb] = p.zero_scale;
+    }
+}
+
+// The L2 score of outer vector i from its blocks' Σx² partials (block_sumsq [n][nb]): one warp per vector,
+// lane l adds blocks l, l + 32, … in FP64, then an xor tree across the lanes — a fixed order, so equal
+// vectors get equal bits (the tie rule relies on it). Written as sums[2i+1], where select_gather_kernel
+// reads the Σx² of the statistics pass.
+constexpr int kScoreThreads = 256;
+__global__ void __launch_bounds__(kScoreThreads) block_scores_kernel(const float* __restrict__ block_sumsq, int64_t n, int64_t nb,
+                                                                   double* __restrict__ sums) {
+    const int64_t i = (int64_t(blockIdx.x) * kScoreThreads + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (i >= n) return;  // warp-uniform
+    double s = 0.0;
+    for (int64_t j = lane; j < nb; j += 32) s += double(block_sumsq[i * nb + j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
+    if (lane == 0) sums[2 * i + 1] = s;
 }
 
 // by_rows: i = t / cols_c, j = t % cols_c (both sides coalesced); columns: t → (row j, position i) with i
@@ -231,17 +258,69 @@ unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) 
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Plans and launches select_gather_kernel for p (everything but rank, cache_keys, chunk filled in).
+// CTAs: ~16 KB of slice each, at most 64 (each reads all n keys), 4 when the keys do not fit in shared
+// memory (each pass then reads them from L2), 128 without ranking; each CTA's list ≤ kListCap entries.
+// Shared memory: the keys (n × 8 B) when they fit next to the list in the device's opt-in limit
+// (227 KB on the H200: up to ~28 K keys with k = 64).
+template <typename T>
+void launch_select_gather(SelectGatherParams<T> p, cudaStream_t stream) {
+    const int64_t n = p.n, k = p.k, other = p.by_rows ? p.cols : p.rows;
+    p.rank = k < n;
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const int64_t budget = int64_t(optin) - 4096;  // the kernel's static shared memory (~1.6 KB) and a margin
+    const int64_t list_cap = std::min<int64_t>(kListCap, budget / 4);
+    auto plan = [&](int64_t max_ctas, int64_t& ctas, int64_t& chunk) {
+        ctas = std::clamp<int64_t>(ceil_div(k * other * int64_t(sizeof(T)), 16384), 1, std::min(max_ctas, k));
+        chunk = std::min<int64_t>(ceil_div(k, ctas), list_cap);
+        ctas = ceil_div(k, chunk);  // every CTA owns at least one position
+    };
+    int64_t ctas = 0, chunk = 0;
+    plan(!p.rank ? 128 : 64, ctas, chunk);
+    p.cache_keys = p.rank && n * 8 + chunk * 4 <= budget;
+    if (p.rank && !p.cache_keys) plan(4, ctas, chunk);
+    p.chunk = int(chunk);
+    const size_t smem = (p.cache_keys ? size_t(n) * 8 : 0) + size_t(chunk) * 4;
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(select_gather_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    select_gather_kernel<T><<<unsigned(ctas), kSelectThreads, smem, stream>>>(p);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+SelectGatherParams<T> select_params(const T* x, int64_t rows, int64_t cols, bool by_rows, int64_t k, T* slice, int32_t* indices) {
+    SelectGatherParams<T> p{};
+    p.n = int(by_rows ? rows : cols);
+    p.k = int(k);
+    p.x = x;
+    p.slice = slice;
+    p.indices = indices;
+    p.rows = rows;
+    p.cols = cols;
+    p.by_rows = by_rows;
+    p.vector = by_rows && (cols * int64_t(sizeof(T))) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(slice) % 16 == 0;
+    return p;
+}
+
+// k clamped to [0, n]; the dimension checked against the kernel's int indexing.
+int64_t clamp_k(int64_t n, int64_t k) {
+    if (n > int64_t(INT32_MAX) - kListCap - kSelectThreads) cuda_input_error("outlier extraction: dimension beyond 2^31");
+    return k < 0 ? 0 : (k > n ? n : k);
+}
+
 template <typename T>
 int64_t split(const T* x, int64_t rows, int64_t cols, bool by_rows, int64_t k, OutlierMetric metric, T* clean, T* slice,
               int32_t* indices, OutlierExtractionWorkspace& ws, cudaStream_t stream) {
     if (rows <= 0 || cols <= 0) cuda_input_error("outlier extraction: empty matrix");
     const int64_t n = by_rows ? rows : cols;
-    if (n > int64_t(INT32_MAX) - kListCap - kSelectThreads) cuda_input_error("outlier extraction: dimension beyond 2^31");
-    k = k < 0 ? 0 : (k > n ? n : k);
+    k = clamp_k(n, k);
     if (clean != x) CUDA_CHECK(cudaMemcpyAsync(clean, x, size_t(rows * cols) * sizeof(T), cudaMemcpyDeviceToDevice, stream));
     if (k == 0) return 0;
-    const bool l2 = metric == OutlierMetric::l2, rank = k < n;
-    if (rank) {
+    const bool l2 = metric == OutlierMetric::l2;
+    if (k < n) {
         OutlierStatsRequest q;
         q.rows = by_rows;
         q.cols = !by_rows;
@@ -249,49 +328,13 @@ int64_t split(const T* x, int64_t rows, int64_t cols, bool by_rows, int64_t k, O
         q.max = !l2;
         outlier_stats_cuda(x, rows, cols, q, ws.stats, stream);
     }
-    // CTAs: ~16 KB of slice each, at most 64 (each reads all n keys), 4 when the keys do not fit in shared
-    // memory (each pass then reads them from L2), 128 without ranking; each CTA's list ≤ kListCap entries.
-    // Shared memory: the keys (n × 8 B) when they fit next to the list in the device's opt-in limit
-    // (227 KB on the H200: up to ~28 K keys with k = 64).
-    int dev = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    const int64_t budget = int64_t(optin) - 4096;  // the kernel's static shared memory (~1.6 KB) and a margin
-    const int64_t list_cap = std::min<int64_t>(kListCap, budget / 4);
-    const int64_t other = by_rows ? cols : rows;
-    auto plan = [&](int64_t max_ctas, int64_t& ctas, int64_t& chunk) {
-        ctas = std::clamp<int64_t>(ceil_div(k * other * int64_t(sizeof(T)), 16384), 1, std::min(max_ctas, k));
-        chunk = std::min<int64_t>(ceil_div(k, ctas), list_cap);
-        ctas = ceil_div(k, chunk);  // every CTA owns at least one position
-    };
-    int64_t ctas = 0, chunk = 0;
-    plan(!rank ? 128 : 64, ctas, chunk);
-    bool cache_keys = rank && n * 8 + chunk * 4 <= budget;
-    if (rank && !cache_keys) plan(4, ctas, chunk);
-
-    SelectGatherParams<T> p;
+    SelectGatherParams<T> p = select_params(x, rows, cols, by_rows, k, slice, indices);
     p.sums = by_rows ? ws.stats.row_sums.data() : ws.stats.col_sums.data();
     p.maxbits = by_rows ? ws.stats.row_max.data() : ws.stats.col_max.data();
     p.l2 = l2;
-    p.rank = rank;
-    p.cache_keys = cache_keys;
-    p.vector = by_rows && (cols * int64_t(sizeof(T))) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-               reinterpret_cast<uintptr_t>(clean) % 16 == 0 && reinterpret_cast<uintptr_t>(slice) % 16 == 0;
-    p.n = int(n);
-    p.k = int(k);
-    p.chunk = int(chunk);
-    p.x = x;
     p.clean = clean;
-    p.slice = slice;
-    p.indices = indices;
-    p.rows = rows;
-    p.cols = cols;
-    p.by_rows = by_rows;
-    const size_t smem = (p.cache_keys ? size_t(n) * 8 : 0) + size_t(chunk) * 4;
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(select_gather_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    select_gather_kernel<T><<<unsigned(ctas), kSelectThreads, smem, stream>>>(p);
-    CUDA_CHECK(cudaGetLastError());
+    p.vector = p.vector && reinterpret_cast<uintptr_t>(clean) % 16 == 0;
+    launch_select_gather(p, stream);
     return k;
 }
 
@@ -306,6 +349,38 @@ int64_t split_outliers_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, 
 int64_t split_outliers_cuda(const float* x, int64_t rows, int64_t cols, bool by_rows, int64_t k, OutlierMetric metric,
                             float* clean, float* slice, int32_t* indices, OutlierExtractionWorkspace& ws, cudaStream_t stream) {
     return split(x, rows, cols, by_rows, k, metric, clean, slice, indices, ws, stream);
+}
+
+int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, int axis, int64_t k, ScaleRule rule,
+                                        const Mxfp4DeviceOutput& quantized, __nv_bfloat16* slice, int32_t* indices,
+                                        OutlierExtractionWorkspace& ws, cudaStream_t stream) {
+    const char* op = "extract_outliers_quantized_cuda";
+    if (axis != 0 && axis != 1) cuda_usage_error(std::string(op) + ": axis must be 0 or 1, got " + std::to_string(axis));
+    if (!quantized.requested() || quantized.scales == nullptr || quantized.block_sumsq == nullptr)
+        cuda_usage_error(std::string(op) + ": needs the codes, scales and block_sumsq of the quantization pass");
+    if (rows <= 0 || cols <= 0) cuda_input_error(std::string(op) + ": empty matrix");
+    const bool by_rows = axis == 1;
+    const int64_t n = by_rows ? rows : cols, inner = by_rows ? cols : rows;
+    check_block_divisible(inner, 32, by_rows ? "columns" : "rows", "outlier extraction on an MXFP4 operand");
+    cuda_check_aligned(quantized.codes, 16, "codes", op);
+    k = clamp_k(n, k);
+    if (k == 0) return 0;
+    SelectGatherParams<__nv_bfloat16> p = select_params(x, rows, cols, by_rows, k, slice, indices);
+    p.l2 = true;
+    p.nb = inner / 32;
+    if (k < n) {
+        ws.stats.reserve(rows, cols);
+        double* sums = by_rows ? ws.stats.row_sums.data() : ws.stats.col_sums.data();
+        block_scores_kernel<<<blocks_for(n * 32, kScoreThreads), kScoreThreads, 0, stream>>>(quantized.block_sumsq, n, p.nb, sums);
+        CUDA_CHECK(cudaGetLastError());
+        p.sums = sums;
+    }
+    p.codes = quantized.codes;
+    p.scales = quantized.scales;
+    p.code_bytes = inner / 2;
+    p.zero_scale = mx_scale_code(0u, mx_spec(MxElement::e2m1), rule);
+    launch_select_gather(p, stream);
+    return k;
 }
 
 void scatter_outliers_cuda(const float* src, int64_t k, const int32_t* indices, bool by_rows, float* c, int64_t rows_c,

@@ -10,6 +10,15 @@
 // adds 2 × 16.8 MB (7.8 µs). With k ≥ the dimension nothing is ranked: every row/column is taken.
 // The sliver GEMM that follows reads the whole other operand (e.g. W 2048×8192 BF16 = 33.5 MB → 7.8 µs floor):
 // only a fused epilogue in the main GEMM could avoid that.
+//
+// Fused with the quantization pass (extract_outliers_quantized_cuda): the operand is quantized whole by the
+// fused Hadamard+MXFP4 kernel, which also writes Σx² of each 32-block of its input (+1 FMA per element in a
+// pass that reads the operand anyway); a score launch adds each outer vector's block partials (one warp
+// per vector, ~n·nb·4 bytes), and the select/gather launch ranks them, gathers the slice and overwrites the
+// selected vectors' codes and scales with those of a zero vector. Exact: the extracted dimension (rows of A, columns of B) is never the reduction dimension the
+// blocks and the Hadamard run along, so a zeroed vector quantizes to zero codes and the zero-amax scale and
+// leaves every other block untouched (tests/cuda/test_adahop_kernels.cu checks this bit for bit against
+// split → quantize). The separate statistics pass and the clean copy disappear.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,6 +30,8 @@
 
 #include "adahop/cuda/outlier_stats.cuh"
 #include "adahop/outlier_extraction.h"
+#include "formats/mx_block.h"
+#include "hadamard/cuda/hadamard_mxfp4.cuh"
 
 namespace lowbit {
 
@@ -37,6 +48,17 @@ int64_t split_outliers_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, 
                             cudaStream_t stream = 0);
 int64_t split_outliers_cuda(const float* x, int64_t rows, int64_t cols, bool by_rows, int64_t k, OutlierMetric metric,
                             float* clean, float* slice, int32_t* indices, OutlierExtractionWorkspace& ws, cudaStream_t stream = 0);
+
+// Outlier extraction on an operand already quantized by hadamard_mxfp4_cuda along `axis` (1: blocks along
+// rows, the extracted vectors are rows; 0: blocks along columns, the extracted vectors are columns) with
+// `rule` and quantized.block_sumsq requested: ranks the outer vectors by L2 (Σ of their blocks' Σx², FP64 in
+// block order; ties → lower index), writes the k selected indices (ascending) and their BF16 values into
+// slice (rows: k × cols; columns: rows × k), and overwrites their codes and scales in `quantized` with
+// those of an all-zero vector — the same bytes as split_outliers_cuda followed by hadamard_mxfp4_cuda of the
+// clean operand. Two launches (none to rank when k ≥ the dimension); k is clamped to the dimension; returns the k used. Asynchronous.
+int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, int axis, int64_t k, ScaleRule rule,
+                                        const Mxfp4DeviceOutput& quantized, __nv_bfloat16* slice, int32_t* indices,
+                                        OutlierExtractionWorkspace& ws, cudaStream_t stream = 0);
 
 // c (rows_c × cols_c, row-major): by_rows: c[indices[i], :] = src[i, :] (src k × cols_c);
 // else c[:, indices[j]] = src[:, j] (src rows_c × k).

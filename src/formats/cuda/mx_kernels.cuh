@@ -114,6 +114,15 @@ __device__ __forceinline__ float block_amax32(const float (&v)[32]) {
 #endif
 }
 
+// Σx² of a block's input values in FP32, fused multiply-adds in element order: the per-block score partial
+// of outlier extraction (adahop/cuda/outlier_extraction.cuh), taken before the Hadamard transform.
+__device__ __forceinline__ float block_sum_squares32(const float (&v)[32]) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) s = __fmaf_rn(v[j], v[j], s);
+    return s;
+}
+
 // ------------------------------------------------------------------------------------------------
 // Hadamard pieces. In-register stages use fwht_unnormalized<N> (hadamard.h). A stage whose partner
 // element lives in another lane (h = 8·lane_mask for 8 elements per lane) is one shuffle and one fma.
@@ -362,7 +371,8 @@ __device__ __forceinline__ void load32(const T* p, float (&v)[32]) {
 template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
 __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restrict__ x, int64_t n, MxElement e, ScaleRule rule,
                                                                MxScaleRuleBits rb, Rounding rounding, float hs, uint64_t seed,
-                                                               uint8_t* __restrict__ codes, uint8_t* __restrict__ scales) {
+                                                               uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
+                                                               float* __restrict__ block_sumsq) {
     const int64_t nblocks = n >> 5;
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     const MxElement el = kFp4 ? MxElement::e2m1 : e;
@@ -370,6 +380,7 @@ __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restri
     for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
         float v[32];
         load32(x + blk * 32, v);
+        if (block_sumsq != nullptr) block_sumsq[blk] = block_sum_squares32(v);
         if constexpr (kHad) fwht_unnormalized<32>(v);
         const MxBlockScale b = mx_block_scale<kHad>(block_amax32(v), rb, el, rule, hs);
         scales[blk] = uint8_t(b.scale);
@@ -422,13 +433,14 @@ struct ColsGrid {
     unsigned blocks() const { return unsigned(col_tiles * stripes); }
 };
 
-// The 32-row block r0.. of column c held in registers: Hadamard (kHad), block maximum, scale, and the code
-// chunks into the stage (col = the column within the tile, rb = the row block within the tile). Shared by
-// the column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
+// The 32-row block r0.. of column c held in registers: Σx² into *sumsq when asked, Hadamard (kHad), block
+// maximum, scale, and the code chunks into the stage (col = the column within the tile, rb = the row block
+// within the tile). Shared by the column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
 template <bool kFp4, bool kHad, Rounding kRoundT, int kCols>
 __device__ __forceinline__ void mx_encode_column(float (&a)[32], const MxScaleRuleBits& rule_bits, MxElement el,
                                                  ScaleRule rule, Rounding rounding, float hs, const RandomStream& rs, int64_t r0, int64_t c, int64_t cols,
-                                                 ColsTileStage<kFp4, kCols>& stage, int col, int rb) {
+                                                 ColsTileStage<kFp4, kCols>& stage, int col, int rb, float* sumsq) {
+    if (sumsq != nullptr) *sumsq = block_sum_squares32(a);
     if constexpr (kHad) fwht_unnormalized<32>(a);
     const MxBlockScale q = mx_block_scale<kHad>(block_amax32(a), rule_bits, el, rule, hs);
     uint32_t w[4][2];  // SR indices (r0 + j)·cols + c
@@ -514,7 +526,7 @@ template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
 __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                                                int64_t col_tiles, MxElement e, ScaleRule rule, MxScaleRuleBits rb,
                                                                Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
-                                                               uint8_t* __restrict__ scales) {
+                                                               uint8_t* __restrict__ scales, float* __restrict__ block_sumsq) {
     __shared__ ColsTileStage<kFp4, kColsTileCols> stage;
     __shared__ ColsWarpTile<T> in[kColsWarps];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -531,8 +543,9 @@ __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restri
         float a[32];
 #pragma unroll
         for (int r = 0; r < 32; ++r) a[r] = to_float(in[warp].v[r][lane]);
+        float* sumsq = block_sumsq != nullptr ? block_sumsq + c * (rows >> 5) + (r0 >> 5) : nullptr;
         mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed), r0, c, cols,
-                                              stage, lane, warp);
+                                              stage, lane, warp, sumsq);
     }
     __syncthreads();
     write_cols_tile(stage, tile * kColsTileCols, rb_first, nrb, rows, cols, codes, scales);

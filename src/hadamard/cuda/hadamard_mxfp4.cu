@@ -54,8 +54,8 @@ constexpr int kBothTileCols = 64;
 template <Rounding kRoundT>
 __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadamard_mxfp4_both_kernel(
     const __nv_bfloat16* __restrict__ x, int64_t rows, int64_t cols, int64_t col_tiles, ScaleRule rule, MxScaleRuleBits rb, float hs,
-    uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, uint8_t* __restrict__ codes_c,
-    uint8_t* __restrict__ scales_c) {
+    uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, float* __restrict__ sumsq_r,
+    uint8_t* __restrict__ codes_c, uint8_t* __restrict__ scales_c, float* __restrict__ sumsq_c) {
     __shared__ __align__(16) uint32_t tile[kColsWarps][32][32];
     __shared__ ColsTileStage<true, kBothTileCols> stage;
     constexpr MxElement E = MxElement::e2m1;
@@ -90,8 +90,9 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     const uint32_t w = my_tile[r][lane ^ (4 * (r & 7))];
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
+                float* sumsq = sumsq_c != nullptr ? sumsq_c + (c0 + half) * (rows >> 5) + (r0 >> 5) : nullptr;
                 mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage, 2 * lane + half,
-                                                      warp);
+                                                      warp, sumsq);
             }
         }
 
@@ -110,12 +111,13 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     bf16x2_to_float(u.z, v[8 * m + 4], v[8 * m + 5]);
                     bf16x2_to_float(u.w, v[8 * m + 6], v[8 * m + 7]);
                 }
+                const bool block_ok = beta == 0 || hi_block_ok;
+                if (sumsq_r != nullptr && block_ok) sumsq_r[row * cbs + (cw >> 5) + beta] = block_sum_squares32(v);
                 fwht_unnormalized<32>(v);
                 const MxBlockScale q = mx_block_scale<true>(block_amax32(v), rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;
-                if (beta == 0 || hi_block_ok)
-                    mx_encode_block32<true, true, kRoundT>(v, q, hs, E, kRoundT, rs, uint64_t(off), 1, off, codes_r);
+                if (block_ok) mx_encode_block32<true, true, kRoundT>(v, q, hs, E, kRoundT, rs, uint64_t(off), 1, off, codes_r);
             }
             const int64_t si = row * cbs + (cw >> 5);
             if (hi_block_ok && (si & 1) == 0) {
@@ -139,20 +141,20 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     if (along_rows.requested() && along_cols.requested()) {
         const ColsGrid grid(rows, cols, kBothTileCols);
         hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, along_cols.codes,
-            along_cols.scales);
+            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, along_rows.block_sumsq,
+            along_cols.codes, along_cols.scales, along_cols.block_sumsq);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
     if (along_rows.requested()) {
         const int64_t n = rows * cols;
         mx_rows_kernel<__nv_bfloat16, true, true, kRoundT><<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(
-            x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes, along_rows.scales);
+            x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes, along_rows.scales, along_rows.block_sumsq);
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         mx_cols_kernel<__nv_bfloat16, true, true, kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
             x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_cols.codes,
-            along_cols.scales);
+            along_cols.scales, along_cols.block_sumsq);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -172,6 +174,7 @@ void hadamard_mxfp4_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, con
         if (o->requested()) {
             cuda_check_aligned(o->codes, 16, "codes", op);
             cuda_check_aligned(o->scales, 16, "scales", op);
+            if (o->block_sumsq != nullptr) cuda_check_aligned(o->block_sumsq, 4, "block_sumsq", op);
         }
     if ((rows / 32 / kColsWarps + 1) * (cols / kColsTileCols + 1) > 0x7FFFFFFFll) cuda_input_error(std::string(op) + ": matrix too large for one launch");
     switch (opt.rounding) {

@@ -23,9 +23,13 @@ namespace lowbit {
 // One orientation's output, device pointers (16-byte aligned): packed E2M1 codes [outer][inner/2] and E8M0
 // scales [outer][inner/32], outer = rows for blocks along rows, cols for blocks along columns.
 // Sizes: mx_code_bytes(e2m1, rows, cols) = rows·cols/2 and mx_scale_bytes(rows, cols) = rows·cols/32.
+// block_sumsq (optional, rows·cols/32 floats in the scales' layout): Σx² of each block's BF16 input values
+// (FP32 FMAs in element order, before the transform) — the scores of outlier extraction fused into this
+// pass (extract_outliers_quantized_cuda, adahop/cuda/outlier_extraction.cuh).
 struct Mxfp4DeviceOutput {
     uint8_t* codes = nullptr;
     uint8_t* scales = nullptr;
+    float* block_sumsq = nullptr;
     bool requested() const { return codes != nullptr; }
 };
 
