@@ -17,6 +17,7 @@
 //   bench_adahop [--json PATH] [--commit HASH] [--reps N] [--flush-l2]
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -67,6 +68,48 @@ double median_us(const std::function<void()>& f, int reps) {
     return t[t.size() / 2];
 }
 
+// Row-major C (m × n, FP32) = A (m × k, BF16, row-major) · Bᵀ with B (n × k, BF16, row-major) — the layout of
+// every sliver here — through cuBLASLt: each of up to 16 heuristic algorithms (workspace: all of `workspace`) timed;
+// returns the best median and writes the heuristic's first choice to *first_us and the count to *algos.
+double best_lt_nt_us(cublasLtHandle_t lt, DeviceBuffer<uint8_t>& workspace, const __nv_bfloat16* a, const __nv_bfloat16* b, float* c,
+                     int64_t m, int64_t n, int64_t k, int reps, double* first_us, int* algos) {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    // column-major view: Cᵀ (n × m) = op(B) · Aᵀ, op = T on B's k × n column-major storage
+    cublas_ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    cublas_ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
+    cublas_ok(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, uint64_t(k), uint64_t(n), k));
+    cublas_ok(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, uint64_t(k), uint64_t(m), k));
+    cublas_ok(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(n), uint64_t(m), n));
+    cublasLtMatmulPreference_t pref;
+    cublas_ok(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws_bytes = workspace.bytes();
+    cublas_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+    cublasLtMatmulHeuristicResult_t res[16];
+    int found = 0;
+    cublas_ok(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 16, res, &found));
+    const float one = 1.0f, zero = 0.0f;
+    double best = 1e30;
+    for (int i = 0; i < found; ++i) {
+        const double us = median_us(
+            [&] {
+                cublas_ok(cublasLtMatmul(lt, op, &one, b, la, a, lb, &zero, c, lc, c, lc, &res[i].algo, workspace.data(), ws_bytes, 0));
+            },
+            reps);
+        if (i == 0) *first_us = us;
+        best = std::min(best, us);
+    }
+    *algos = found;
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+    return best;
+}
+
 DeviceBuffer<__nv_bfloat16> bf16_matrix(int64_t rows, int64_t cols, Pattern p, uint64_t seed) {
     auto x = synthetic_operand(rows, cols, p, seed);
     std::vector<__nv_bfloat16> h(x.size());
@@ -105,6 +148,9 @@ int main(int argc, char** argv) {
     try {
         cublasHandle_t h;
         cublas_ok(cublasCreate(&h));
+        cublasLtHandle_t lt;
+        cublas_ok(cublasLtCreate(&lt));
+        DeviceBuffer<uint8_t> lt_workspace(size_t(64) << 20);
         DeviceBuffer<uint8_t> flush;
         if (flush_l2) {
             flush.resize(size_t(256) << 20);
@@ -177,6 +223,13 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "OE-left total", ls + lg, g});
             rows.push_back({shape, "OE-left sliver GEMM only", median_us(oe_left_gemm, reps), g});
             rows.push_back({shape, "OE-left sliver GEMM, swapped roles", median_us(oe_left_gemm_alt, reps), g});
+            {
+                double first = 0;
+                int algos = 0;
+                const double best = best_lt_nt_us(lt, lt_workspace, slice.data(), W.data(), sliver.data(), k_oe, N, K, reps, &first, &algos);
+                rows.push_back({shape, "OE-left sliver GEMM, cublasLt heuristic #1", first, g});
+                rows.push_back({shape, "OE-left sliver GEMM, cublasLt best of " + std::to_string(algos), best, g});
+            }
             rows.push_back({shape, "OE-left scatter only", median_us(oe_left_scatter, reps), g});
             rows.push_back({shape, "floor: OE-left extract", floor_us(2.0 * double(M * K) + 3.0 * 2.0 * double(k_oe * K)), g});
             rows.push_back({shape, "floor: OE-left sliver (read W)", floor_us(2.0 * double(N * K) + 3.0 * 4.0 * double(k_oe * N)), g});
@@ -224,11 +277,19 @@ int main(int argc, char** argv) {
             fused_oe("OE-right", "W", W, N, rg);
             rows.push_back({shape, "OE-right sliver GEMM only", median_us(oe_right_gemm, reps), g});
             rows.push_back({shape, "OE-right sliver GEMM, swapped roles", median_us(oe_right_gemm_alt, reps), g});
+            {
+                double first = 0;
+                int algos = 0;
+                const double best = best_lt_nt_us(lt, lt_workspace, X.data(), slice.data(), sliver.data(), M, k_oe, K, reps, &first, &algos);
+                rows.push_back({shape, "OE-right sliver GEMM, cublasLt heuristic #1", first, g});
+                rows.push_back({shape, "OE-right sliver GEMM, cublasLt best of " + std::to_string(algos), best, g});
+            }
             rows.push_back({shape, "OE-right scatter only", median_us(oe_right_scatter, reps), g});
             rows.push_back({shape, "floor: OE-right extract", floor_us(2.0 * double(N * K) + 3.0 * 2.0 * double(k_oe * K)), g});
             rows.push_back({shape, "floor: OE-right sliver (read X)", floor_us(2.0 * double(M * K) + 3.0 * 4.0 * double(M * k_oe)), g});
         }
         g_flush = nullptr;
+        cublasLtDestroy(lt);
         cublasDestroy(h);
         const std::string device = cuda_device_description();
         std::printf("bench_adahop on %s, commit %s, median of %d runs%s; device copy %.0f GB/s (floors)\n", device.c_str(),

@@ -160,7 +160,7 @@ for i in "${!PIDS[@]}"; do
 done
 cat "$BUILD"/obj/*.log >> "$LOG" 2>/dev/null
 [ "$FAILED" = 0 ] || die "compilation failed (see above and $LOG)"
-LINK_LIBS="-lcublas -lpthread $FMT_LIB"
+LINK_LIBS="-lcublas -lcublasLt -lpthread $FMT_LIB"
 for t in $GPU_TESTS; do
     "$NVCC" $ARCH -o "$BUILD/test_cuda_${t#test_}" "$BUILD/obj/$t.o" "${OBJS[@]}" "$BUILD/obj/gtest-all.o" \
         "$BUILD/obj/gtest_main.o" $LINK_LIBS >> "$LOG" 2>&1 || die "linking $t failed (see $LOG)"

@@ -72,12 +72,20 @@ constexpr int kSelectThreads = 1024;                  // one CTA: 32 warps
 constexpr int kSelectWarps = kSelectThreads / 32;
 constexpr int kListCap = 16384;                       // selected indices per CTA at most (64 KB of shared memory)
 
-// Radix select of the k-th largest 64-bit key, 8 bits at a time from the top: after the passes, the keys
+// Radix select of the k-th largest 64-bit key, 8 bits at a time from the first byte in which the keys differ
+// (first_differing_byte): after the passes, the keys
 // whose masked bits exceed `prefix` are taken, and of those equal to it the first `take_eq` in index order.
 struct RadixSelection {
     uint64_t mask = 0, prefix = 0;
     uint32_t take_eq = 0;
 };
+// The highest byte (7 = the top one) in which the keys differ, given the OR ^ AND of all of them; −1 when
+// they are all equal. The passes start there: the bytes above it are the same in every key.
+__host__ __device__ inline int first_differing_byte(uint64_t diff) {
+    for (int b = 7; b >= 0; --b)
+        if ((diff >> (8 * b)) & 0xFFu) return b;
+    return -1;
+}
 // 1: taken; 0: in the tie class (taken while its rank among equals is < take_eq); -1: not taken.
 __host__ __device__ inline int selection_class(uint64_t key, uint64_t mask, uint64_t prefix) {
     const uint64_t m = key & mask;

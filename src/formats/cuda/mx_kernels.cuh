@@ -433,14 +433,13 @@ struct ColsGrid {
     unsigned blocks() const { return unsigned(col_tiles * stripes); }
 };
 
-// The 32-row block r0.. of column c held in registers: Σx² into *sumsq when asked, Hadamard (kHad), block
-// maximum, scale, and the code chunks into the stage (col = the column within the tile, rb = the row block
-// within the tile). Shared by the column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
+// The 32-row block r0.. of column c held in registers: Hadamard (kHad), block maximum, scale, and the code
+// chunks into the stage (col = the column within the tile, rb = the row block within the tile). Shared by
+// the column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
 template <bool kFp4, bool kHad, Rounding kRoundT, int kCols>
 __device__ __forceinline__ void mx_encode_column(float (&a)[32], const MxScaleRuleBits& rule_bits, MxElement el,
                                                  ScaleRule rule, Rounding rounding, float hs, const RandomStream& rs, int64_t r0, int64_t c, int64_t cols,
-                                                 ColsTileStage<kFp4, kCols>& stage, int col, int rb, float* sumsq) {
-    if (sumsq != nullptr) *sumsq = block_sum_squares32(a);
+                                                 ColsTileStage<kFp4, kCols>& stage, int col, int rb) {
     if constexpr (kHad) fwht_unnormalized<32>(a);
     const MxBlockScale q = mx_block_scale<kHad>(block_amax32(a), rule_bits, el, rule, hs);
     uint32_t w[4][2];  // SR indices (r0 + j)·cols + c
@@ -522,7 +521,7 @@ __device__ __forceinline__ void load_cols_warp_tile(const T* __restrict__ x, int
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __uint_as_float(uint32_t(__bfloat16_as_ushort(v)) << 16); }
 
-template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
+template <typename T, bool kFp4, bool kHad, Rounding kRoundT, bool kSums = false>
 __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                                                int64_t col_tiles, MxElement e, ScaleRule rule, MxScaleRuleBits rb,
                                                                Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
@@ -543,9 +542,9 @@ __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restri
         float a[32];
 #pragma unroll
         for (int r = 0; r < 32; ++r) a[r] = to_float(in[warp].v[r][lane]);
-        float* sumsq = block_sumsq != nullptr ? block_sumsq + c * (rows >> 5) + (r0 >> 5) : nullptr;
+        if constexpr (kSums) block_sumsq[c * (rows >> 5) + (r0 >> 5)] = block_sum_squares32(a);
         mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed), r0, c, cols,
-                                              stage, lane, warp, sumsq);
+                                              stage, lane, warp);
     }
     __syncthreads();
     write_cols_tile(stage, tile * kColsTileCols, rb_first, nrb, rows, cols, codes, scales);

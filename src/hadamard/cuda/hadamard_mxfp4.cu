@@ -90,9 +90,9 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     const uint32_t w = my_tile[r][lane ^ (4 * (r & 7))];
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
-                float* sumsq = sumsq_c != nullptr ? sumsq_c + (c0 + half) * (rows >> 5) + (r0 >> 5) : nullptr;
+                if (sumsq_c != nullptr) sumsq_c[(c0 + half) * (rows >> 5) + (r0 >> 5)] = block_sum_squares32(a);
                 mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage, 2 * lane + half,
-                                                      warp, sumsq);
+                                                      warp);
             }
         }
 
@@ -152,9 +152,11 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
             x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes, along_rows.scales, along_rows.block_sumsq);
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
-        mx_cols_kernel<__nv_bfloat16, true, true, kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_cols.codes,
-            along_cols.scales, along_cols.block_sumsq);
+        // the per-block sums as a template flag: a run-time pointer test cost the column kernel 16 registers
+        auto kernel = along_cols.block_sumsq != nullptr ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, true>
+                                                        : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, false>;
+        kernel<<<grid.blocks(), kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
+                                                           along_cols.codes, along_cols.scales, along_cols.block_sumsq);
     }
     CUDA_CHECK(cudaGetLastError());
 }
