@@ -67,12 +67,23 @@ __device__ __forceinline__ float zero_value<float>() { return 0.0f; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 zero_value<__nv_bfloat16>() { return __ushort_as_bfloat16(0); }
 
+// Σ of v over the lanes below this one.
+__device__ __forceinline__ uint32_t exclusive_scan_warp(uint32_t v, int lane) {
+    uint32_t incl = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t t = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+        if (lane >= o) incl += t;
+    }
+    return incl - v;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const SelectGatherParams<T> p) {
     extern __shared__ __align__(16) unsigned char smem[];  // [cached keys: n × 8 B][list: chunk × 4 B]
     uint64_t* s_keys = reinterpret_cast<uint64_t*>(smem);
     int32_t* s_list = reinterpret_cast<int32_t*>(smem + (p.cache_keys ? size_t(p.n) * 8 : 0));
-    __shared__ uint32_t s_hist[256];
+    __shared__ __align__(16) uint32_t s_hist[256];
     __shared__ uint32_t s_gt[kSelectWarps], s_eq[kSelectWarps], s_eq_base[kSelectWarps], s_sel_base[kSelectWarps];
     __shared__ uint32_t s_bin, s_above, s_bin_count;
     __shared__ uint64_t s_or[kSelectWarps], s_and[kSelectWarps];
@@ -101,12 +112,9 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
             s_and[warp] = w_and;
         }
         __syncthreads();
-        k_or = 0;
-        k_and = ~uint64_t(0);
-        for (int w = 0; w < kSelectWarps; ++w) {
-            k_or |= s_or[w];
-            k_and &= s_and[w];
-        }
+        k_or = (uint64_t(__reduce_or_sync(0xFFFFFFFFu, uint32_t(s_or[lane] >> 32))) << 32) | __reduce_or_sync(0xFFFFFFFFu, uint32_t(s_or[lane]));
+        k_and = (uint64_t(__reduce_and_sync(0xFFFFFFFFu, uint32_t(s_and[lane] >> 32))) << 32) |
+                __reduce_and_sync(0xFFFFFFFFu, uint32_t(s_and[lane]));  // lane l holds warp l's (kSelectWarps = 32)
         const int first = first_differing_byte(k_or ^ k_and);
         if (first < 0) {  // all keys equal: the tie rule alone picks the first k
             mask = ~uint64_t(0);
@@ -129,12 +137,9 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
             }
             __syncthreads();
             if (warp == 0) {  // lane l holds bins 8l … 8l+7; find b with above(b) < krem ≤ above(b) + hist[b]
-                uint32_t h[8], local = 0;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    h[j] = s_hist[8 * lane + j];
-                    local += h[j];
-                }
+                const uint4 lo = reinterpret_cast<const uint4*>(s_hist)[2 * lane], hi = reinterpret_cast<const uint4*>(s_hist)[2 * lane + 1];
+                const uint32_t h[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                const uint32_t local = h[0] + h[1] + h[2] + h[3] + h[4] + h[5] + h[6] + h[7];
                 uint32_t suffix = local;  // Σ over lanes ≥ lane
 #pragma unroll
                 for (int o = 1; o < 32; o <<= 1) {
@@ -182,15 +187,11 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
         }
     }
     __syncthreads();
-    if (tid == 0) {
-        uint32_t eq_base = 0, sel_base = 0;
-        for (int w = 0; w < kSelectWarps; ++w) {
-            s_eq_base[w] = eq_base;
-            s_sel_base[w] = sel_base;
-            const uint32_t taken_eq = take_eq > eq_base ? min(take_eq - eq_base, s_eq[w]) : 0u;
-            sel_base += s_gt[w] + taken_eq;
-            eq_base += s_eq[w];
-        }
+    if (warp == 0) {  // lane w: warp w's bases, two exclusive scans over the warps
+        const uint32_t eq = s_eq[lane], eq_base = exclusive_scan_warp(eq, lane);
+        const uint32_t taken_eq = take_eq > eq_base ? min(take_eq - eq_base, eq) : 0u;
+        s_eq_base[lane] = eq_base;
+        s_sel_base[lane] = exclusive_scan_warp(s_gt[lane] + taken_eq, lane);
     }
     __syncthreads();
     {

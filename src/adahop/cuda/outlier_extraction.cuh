@@ -70,6 +70,7 @@ namespace outlier_extraction_detail {
 
 constexpr int kSelectThreads = 1024;                  // one CTA: 32 warps
 constexpr int kSelectWarps = kSelectThreads / 32;
+static_assert(kSelectWarps == 32, "the select kernel reduces its per-warp values with one warp (lane w = warp w)");
 constexpr int kListCap = 16384;                       // selected indices per CTA at most (64 KB of shared memory)
 
 // Radix select of the k-th largest 64-bit key, 8 bits at a time from the first byte in which the keys differ
