@@ -995,24 +995,28 @@ TEST(AdahopCuda, FusedExtractionRejectsMissingBuffersAndBadAxes) {
 
 TEST(AdahopCuda, ScatterMatchesHost) {
     REQUIRE_GPU();
-    const int64_t rows_c = 37, cols_c = 53;
-    for (bool by_rows : {true, false}) {
-        const int64_t n = by_rows ? rows_c : cols_c, other = by_rows ? cols_c : rows_c;
-        const std::vector<int32_t> idx = {0, 5, 6, int32_t(n - 1)};
-        const int64_t k = int64_t(idx.size());
-        std::vector<float> src(size_t(k * other)), c(size_t(rows_c * cols_c), -1.0f);
-        for (size_t i = 0; i < src.size(); ++i) src[i] = float(i) + 0.5f;
-        auto want = c;
-        for (int64_t i = 0; i < k; ++i)
-            for (int64_t j = 0; j < other; ++j) {
-                if (by_rows) want[size_t(idx[size_t(i)] * cols_c + j)] = src[size_t(i * cols_c + j)];
-                else want[size_t(j * cols_c + idx[size_t(i)])] = src[size_t(j * k + i)];
-            }
-        auto ds = to_device(src), dc = to_device(c);
-        auto di = to_device(idx);
-        scatter_outliers_cuda(ds.data(), k, di.data(), by_rows, dc.data(), rows_c, cols_c);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_EQ(to_host(dc), want) << (by_rows ? "rows" : "cols");
+    const int64_t shapes[][2] = {{37, 53}, {300, 17000}, {40000, 130}};  // small; past the grid caps in both layouts
+    for (auto sh : shapes) {
+        for (bool by_rows : {true, false}) {
+            const int64_t rows_c = sh[0], cols_c = sh[1];
+            const int64_t n = by_rows ? rows_c : cols_c, other = by_rows ? cols_c : rows_c;
+            std::vector<int32_t> idx = {0, 5, 6, int32_t(n - 1)};
+            for (int32_t extra = 7; extra < std::min<int64_t>(n - 1, 77); extra += 2) idx.push_back(extra);  // k > 32 positions
+            const int64_t k = int64_t(idx.size());
+            std::vector<float> src(size_t(k * other)), c(size_t(rows_c * cols_c), -1.0f);
+            for (size_t i = 0; i < src.size(); ++i) src[i] = float(i) + 0.5f;
+            auto want = c;
+            for (int64_t i = 0; i < k; ++i)
+                for (int64_t j = 0; j < other; ++j) {
+                    if (by_rows) want[size_t(idx[size_t(i)] * cols_c + j)] = src[size_t(i * cols_c + j)];
+                    else want[size_t(j * cols_c + idx[size_t(i)])] = src[size_t(j * k + i)];
+                }
+            auto ds = to_device(src), dc = to_device(c);
+            auto di = to_device(idx);
+            scatter_outliers_cuda(ds.data(), k, di.data(), by_rows, dc.data(), rows_c, cols_c);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_EQ(to_host(dc), want) << (by_rows ? "rows " : "cols ") << shape_name(rows_c, cols_c);
+        }
     }
 }
 
