@@ -268,23 +268,19 @@ __global__ void __launch_bounds__(kScoreThreads) block_scores_kernel(const float
     if (lane == 0) sums[2 * i + 1] = s;
 }
 
-// by_rows: CTA row blockIdx.y takes positions i = blockIdx.y, + gridDim.y, …, its threads stride over the
-// columns (both sides coalesced);
-// columns: a CTA of 8 × 32 threads takes 8 rows of C at a time, lane x the positions x, x + 32, … of a row
-// (the sliver row is read coalesced, the k writes land in one row of C). No 64-bit division per element:
-// that made this kernel 6–27 µs on the H200 (session 9) for a 2–4 MB copy.
-constexpr int kScatterRows = 8;
-__global__ void scatter_kernel(const float* __restrict__ src, int64_t k, const int32_t* __restrict__ indices, bool by_rows,
-                               float* __restrict__ c, int64_t rows_c, int64_t cols_c) {
+// by_rows: i = t / cols_c, j = t % cols_c (both sides coalesced); columns: t → (row j, position i) with i
+// fastest, so the sliver (rows_c × k) is read coalesced and each row's k writes go to one row of C.
+__global__ void scatter_kernel(const float* src, int64_t k, const int32_t* indices, bool by_rows, float* c, int64_t rows_c,
+                               int64_t cols_c) {
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (by_rows) {
-        for (int64_t i = blockIdx.y; i < k; i += gridDim.y) {
-            const float* s = src + i * cols_c;
-            float* d = c + int64_t(indices[i]) * cols_c;
-            for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < cols_c; j += int64_t(gridDim.x) * blockDim.x) d[j] = s[j];
-        }
+        if (t >= k * cols_c) return;
+        const int64_t i = t / cols_c, j = t - i * cols_c;
+        c[int64_t(indices[i]) * cols_c + j] = src[t];
     } else {
-        for (int64_t r = int64_t(blockIdx.x) * kScatterRows + threadIdx.y; r < rows_c; r += int64_t(gridDim.x) * kScatterRows)
-            for (int64_t i = threadIdx.x; i < k; i += 32) c[r * cols_c + indices[i]] = src[r * k + i];
+        if (t >= k * rows_c) return;
+        const int64_t j = t / k, i = t - j * k;
+        c[j * cols_c + indices[i]] = src[t];
     }
 }
 
@@ -421,13 +417,7 @@ void scatter_outliers_cuda(const float* src, int64_t k, const int32_t* indices, 
                            int64_t cols_c, cudaStream_t stream) {
     const int64_t other = by_rows ? cols_c : rows_c;
     if (k <= 0 || other <= 0) return;
-    if (by_rows) {
-        const dim3 grid(unsigned(std::min<int64_t>(ceil_div(cols_c, 256), 64)), unsigned(std::min<int64_t>(k, 65535)));
-        scatter_kernel<<<grid, 256, 0, stream>>>(src, k, indices, by_rows, c, rows_c, cols_c);
-    } else {
-        const unsigned grid = unsigned(std::min<int64_t>(ceil_div(rows_c, kScatterRows), 4096));
-        scatter_kernel<<<grid, dim3(32, kScatterRows), 0, stream>>>(src, k, indices, by_rows, c, rows_c, cols_c);
-    }
+    scatter_kernel<<<blocks_for(k * other, 256), 256, 0, stream>>>(src, k, indices, by_rows, c, rows_c, cols_c);
     CUDA_CHECK(cudaGetLastError());
 }
 
