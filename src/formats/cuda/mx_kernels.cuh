@@ -368,7 +368,7 @@ __device__ __forceinline__ void load32(const T* p, float (&v)[32]) {
     }
 }
 
-template <typename T, bool kFp4, bool kHad, Rounding kRoundT>
+template <typename T, bool kFp4, bool kHad, Rounding kRoundT, bool kSums = false>
 __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restrict__ x, int64_t n, MxElement e, ScaleRule rule,
                                                                MxScaleRuleBits rb, Rounding rounding, float hs, uint64_t seed,
                                                                uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restri
     for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
         float v[32];
         load32(x + blk * 32, v);
-        if (block_sumsq != nullptr) block_sumsq[blk] = block_sum_squares32(v);
+        if constexpr (kSums) block_sumsq[blk] = block_sum_squares32(v);
         if constexpr (kHad) fwht_unnormalized<32>(v);
         const MxBlockScale b = mx_block_scale<kHad>(block_amax32(v), rb, el, rule, hs);
         scales[blk] = uint8_t(b.scale);

@@ -148,11 +148,14 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     }
     if (along_rows.requested()) {
         const int64_t n = rows * cols;
-        mx_rows_kernel<__nv_bfloat16, true, true, kRoundT><<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(
-            x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes, along_rows.scales, along_rows.block_sumsq);
+        auto kernel = along_rows.block_sumsq != nullptr ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, true>
+                                                        : mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, false>;
+        kernel<<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed,
+                                                                         along_rows.codes, along_rows.scales, along_rows.block_sumsq);
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
-        // the per-block sums as a template flag: a run-time pointer test cost the column kernel 16 registers
+        // the per-block sums as a template flag (as for the rows): a run-time pointer test cost the column kernel
+        // 16 registers
         auto kernel = along_cols.block_sumsq != nullptr ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, true>
                                                         : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, false>;
         kernel<<<grid.blocks(), kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
