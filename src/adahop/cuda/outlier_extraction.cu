@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
     uint64_t mask = 0, prefix = 0;
     uint32_t krem = uint32_t(p.k);
     if (p.rank) {
-        // the leading bytes every key shares need no pass: OR and AND of all keys (one barrier)
+        // the leading bytes every key shares need no pass: OR and AND of all keys (the barrier also publishes
+        // the cached keys)
         uint64_t k_or = 0, k_and = ~uint64_t(0);
         for (int i = tid; i < n; i += kSelectThreads) {
             const uint64_t key = global_key(p, i);
@@ -115,17 +116,10 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
         k_or = (uint64_t(__reduce_or_sync(0xFFFFFFFFu, uint32_t(s_or[lane] >> 32))) << 32) | __reduce_or_sync(0xFFFFFFFFu, uint32_t(s_or[lane]));
         k_and = (uint64_t(__reduce_and_sync(0xFFFFFFFFu, uint32_t(s_and[lane] >> 32))) << 32) |
                 __reduce_and_sync(0xFFFFFFFFu, uint32_t(s_and[lane]));  // lane l holds warp l's (kSelectWarps = 32)
-        const int first = first_differing_byte(k_or ^ k_and);
-        if (first < 0) {  // all keys equal: the tie rule alone picks the first k
-            mask = ~uint64_t(0);
-            prefix = k_and;
-        } else {
-            mask = first == 7 ? 0 : ~uint64_t(0) << (8 * first + 8);
-            prefix = k_and & mask;
-        }
+        const int first = radix_start(k_or, k_and, mask, prefix);  // < 0: all keys equal, the tie rule picks the first k
         for (int shift = 8 * first; first >= 0; shift -= 8) {
             if (tid < 256) s_hist[tid] = 0;
-            __syncthreads();  // (the first one also publishes the cached keys)
+            __syncthreads();
             for (int i0 = 0; i0 < n; i0 += kSelectThreads) {  // block-uniform trip count: full warps below
                 const int i = i0 + tid;
                 uint32_t digit = 256u;  // not counted
@@ -465,14 +459,7 @@ std::vector<int32_t> radix_top_k_host(const std::vector<uint64_t>& keys, int64_t
             k_or |= key;
             k_and &= key;
         }
-        const int first = first_differing_byte(k_or ^ k_and);
-        if (first < 0) {
-            mask = ~uint64_t(0);
-            prefix = k_and;
-        } else {
-            mask = first == 7 ? 0 : ~uint64_t(0) << (8 * first + 8);
-            prefix = k_and & mask;
-        }
+        const int first = radix_start(k_or, k_and, mask, prefix);
         for (int shift = 8 * first; first >= 0; shift -= 8) {
             uint32_t hist[256] = {};
             for (int i = 0; i < n; ++i)

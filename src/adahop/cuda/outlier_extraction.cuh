@@ -87,6 +87,14 @@ __host__ __device__ inline int first_differing_byte(uint64_t diff) {
         if ((diff >> (8 * b)) & 0xFFu) return b;
     return -1;
 }
+// The radix passes' starting mask and prefix from the OR and AND of all keys: the leading bytes every key
+// shares are fixed (every bit, when all keys are equal). Returns the first byte to pass over, −1 for none.
+__host__ __device__ inline int radix_start(uint64_t k_or, uint64_t k_and, uint64_t& mask, uint64_t& prefix) {
+    const int first = first_differing_byte(k_or ^ k_and);
+    mask = first < 0 ? ~uint64_t(0) : (first == 7 ? 0 : ~uint64_t(0) << (8 * first + 8));
+    prefix = k_and & mask;
+    return first;
+}
 // 1: taken; 0: in the tie class (taken while its rank among equals is < take_eq); -1: not taken.
 __host__ __device__ inline int selection_class(uint64_t key, uint64_t mask, uint64_t prefix) {
     const uint64_t m = key & mask;
