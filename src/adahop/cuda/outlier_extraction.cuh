@@ -15,10 +15,11 @@
 // fused Hadamard+MXFP4 kernel, which also writes Σx² of each 32-block of its input (+1 FMA per element in a
 // pass that reads the operand anyway); a score launch adds each outer vector's block partials (one warp
 // per vector, ~n·nb·4 bytes), and the select/gather launch ranks them, gathers the slice and overwrites the
-// selected vectors' codes and scales with those of a zero vector. Exact: the extracted dimension (rows of A, columns of B) is never the reduction dimension the
-// blocks and the Hadamard run along, so a zeroed vector quantizes to zero codes and the zero-amax scale and
-// leaves every other block untouched (tests/cuda/test_adahop_kernels.cu checks this bit for bit against
-// split → quantize). The separate statistics pass and the clean copy disappear.
+// selected vectors' codes and scales with those of a zero vector. Exact: the extracted dimension (rows of
+// A, columns of B) is never the reduction dimension the blocks and the Hadamard run along, so a zeroed
+// vector quantizes to zero codes and the zero-amax scale and leaves every other block untouched
+// (tests/cuda/test_adahop_kernels.cu checks this bit for bit against split → quantize). The separate
+// statistics pass and the clean copy disappear.
 #pragma once
 
 #include <cuda_bf16.h>
