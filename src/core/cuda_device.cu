@@ -49,6 +49,16 @@ int cuda_multiprocessor_count() {
     return n;
 }
 
+bool cuda_supports_dependent_launch() {
+    static std::atomic<int> cache[64] = {};  // per device: 0 unknown, 1 no, 2 yes
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < 64 && cache[dev].load(std::memory_order_relaxed) != 0) return cache[dev].load() == 2;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (dev >= 0 && dev < 64) cache[dev].store(major >= 9 ? 2 : 1, std::memory_order_relaxed);
+    return major >= 9;
+}
+
 void cuda_check_aligned(const void* p, size_t alignment, const char* what, const char* op) {
     if (p == nullptr) cuda_input_error(std::string(op) + ": " + what + " is a null pointer");
     if (reinterpret_cast<uintptr_t>(p) % alignment != 0)

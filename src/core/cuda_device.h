@@ -36,6 +36,9 @@ bool cuda_device_available();
 // One line for logs and reports, e.g. "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB, L2 60 MiB), driver 13.0, runtime 13.0".
 std::string cuda_device_description();
 int cuda_multiprocessor_count();  // of the current device
+// Whether the current device runs programmatic dependent launches (compute capability ≥ 9.0: a kernel
+// launched with cudaLaunchAttributeProgrammaticStreamSerialization starts while its predecessor drains).
+bool cuda_supports_dependent_launch();
 
 // Checks that a device pointer is aligned to `alignment` bytes (launchers use 16-byte vector accesses).
 void cuda_check_aligned(const void* p, size_t alignment, const char* what, const char* op);

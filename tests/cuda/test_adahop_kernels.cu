@@ -140,19 +140,19 @@ std::vector<float> tied_matrix(int64_t r, int64_t c, bool by_rows, const std::ve
 // ---- host mirrors of the warp code (the device versions are in outlier_stats.cu)
 
 // warp_reduce_scatter<V> over 32 simulated lanes, step by step as the warp runs it.
-template <int V>
-void emulate_reduce_scatter(std::vector<std::vector<double>>& v) {
+template <int V, typename F>
+void emulate_reduce_scatter(std::vector<std::vector<F>>& v) {
     int count = V;
     for (int o = 16; o > 0; o >>= 1) {
-        std::vector<std::vector<double>> next = v;
+        std::vector<std::vector<F>> next = v;
         if (count > 1) {
             const int half = count / 2;
             for (int l = 0; l < 32; ++l) {
                 const int partner = l ^ o;
                 const bool upper = (l & o) != 0, partner_upper = (partner & o) != 0;
                 for (int i = 0; i < half; ++i) {
-                    const double received = partner_upper ? v[size_t(partner)][size_t(i)] : v[size_t(partner)][size_t(i + half)];
-                    const double keep = upper ? v[size_t(l)][size_t(i + half)] : v[size_t(l)][size_t(i)];
+                    const F received = partner_upper ? v[size_t(partner)][size_t(i)] : v[size_t(partner)][size_t(i + half)];
+                    const F keep = upper ? v[size_t(l)][size_t(i + half)] : v[size_t(l)][size_t(i)];
                     next[size_t(l)][size_t(i)] = keep + received;
                 }
             }
@@ -248,18 +248,19 @@ std::vector<SplitCase> other_l2_split_cases() {
             {96, 64, false, Pattern::none, 42, 0.01, {8}, true, false}};
 }
 
-// The statistics kernel's arithmetic on the host, in its order: per lane FP32 Σx and Σx² (FMA) over its 8
-// columns (rows) and over a batch of B rows of its warp (columns), FP64 xor-tree across the lanes, FP64
-// accumulation of the batches, FP64 over the 8 warps, over the segments / slabs. Returns row_sums and
-// col_sums as the kernel writes them ([2R], [2C]).
+// The statistics kernels' arithmetic on the host, in their order: per lane FP32 Σx and Σx² (FMA) over its 8
+// columns (rows) and over a batch of B rows of its warp (columns); rows: FP32 xor-tree across the lanes (the
+// reduce-scatter gives the same bits, ReduceScatterEqualsXorAllReduce), FP64 per slab; columns: FP64
+// accumulation of the batches, FP64 over the 8 warps; then the finalising launch: warp w adds parts w,
+// w+8, … (slabs / segments), the 8 warps in order. Returns row_sums and col_sums as the kernels write them.
 void emulate_stats_kernel(const std::vector<float>& x, int64_t R, int64_t C, int B, std::vector<double>& row_sums,
-                          std::vector<double>& col_sums, bool both_axes = true) {
+                          std::vector<double>& col_sums) {
     using namespace outlier_stats_detail;
-    const StatsGeometry g = stats_geometry(R, C, 264, both_axes);  // 132 SMs × 2 CTAs (H200, ptxas: ≤ 128 registers)
+    const StatsGeometry g = stats_geometry(R, C, 264);  // 132 SMs × 2 CTAs (H200, ptxas: ≤ 128 registers)
     std::vector<double> rps(size_t(g.slabs * R)), rpq(size_t(g.slabs * R)), cps(size_t(g.segs * C)), cpq(size_t(g.segs * C));
-    auto xor_tree = [](std::vector<double> a) {  // what every lane holds after the butterfly
+    auto xor_tree = [](std::vector<float> a) {  // what every lane holds after the butterfly
         for (int o = 16; o > 0; o >>= 1) {
-            std::vector<double> b(32);
+            std::vector<float> b(32);
             for (int l = 0; l < 32; ++l) b[size_t(l)] = a[size_t(l)] + a[size_t(l ^ o)];
             a = b;
         }
@@ -274,7 +275,7 @@ void emulate_stats_kernel(const std::vector<float>& x, int64_t R, int64_t C, int
                     std::vector<float> bs(kSlabCols, 0.0f), bq(kSlabCols, 0.0f);
                     for (int i = 0; i < B; ++i) {
                         const int64_t r = rb + int64_t(i) * kWarps;
-                        std::vector<double> ls(32), lq(32);
+                        std::vector<float> ls(32), lq(32);
                         for (int lane = 0; lane < 32; ++lane) {
                             float rs = 0.0f, rq = 0.0f;
                             for (int j = 0; j < kLaneCols; ++j) {
@@ -285,12 +286,12 @@ void emulate_stats_kernel(const std::vector<float>& x, int64_t R, int64_t C, int
                                 bs[size_t(lane * kLaneCols + j)] += d;
                                 bq[size_t(lane * kLaneCols + j)] = std::fmaf(d, d, bq[size_t(lane * kLaneCols + j)]);
                             }
-                            ls[size_t(lane)] = double(rs);
-                            lq[size_t(lane)] = double(rq);
+                            ls[size_t(lane)] = rs;
+                            lq[size_t(lane)] = rq;
                         }
                         if (r < r_end) {
-                            rps[size_t(slab * R + r)] = xor_tree(ls);
-                            rpq[size_t(slab * R + r)] = xor_tree(lq);
+                            rps[size_t(slab * R + r)] = double(xor_tree(ls));
+                            rpq[size_t(slab * R + r)] = double(xor_tree(lq));
                         }
                     }
                     for (int t = 0; t < kSlabCols; ++t) {
@@ -310,18 +311,26 @@ void emulate_stats_kernel(const std::vector<float>& x, int64_t R, int64_t C, int
                 cpq[size_t(seg * C + c)] = q;
             }
         }
+    // the finalising launch: warp w adds parts w, w + 8, …; then the warps in order
+    auto finalise = [](const std::vector<double>& ps, const std::vector<double>& pq, int64_t parts, int64_t n, int64_t i,
+                       double* out) {
+        double s = 0.0, q = 0.0;
+        for (int w = 0; w < kWarps; ++w) {
+            double ws = 0.0, wq = 0.0;
+            for (int64_t j = w; j < parts; j += kWarps) {
+                ws += ps[size_t(j * n + i)];
+                wq += pq[size_t(j * n + i)];
+            }
+            s += ws;
+            q += wq;
+        }
+        out[0] = s;
+        out[1] = q;
+    };
     row_sums.assign(size_t(2 * R), 0.0);
     col_sums.assign(size_t(2 * C), 0.0);
-    for (int64_t r = 0; r < R; ++r)
-        for (int64_t sl = 0; sl < g.slabs; ++sl) {
-            row_sums[size_t(2 * r)] += rps[size_t(sl * R + r)];
-            row_sums[size_t(2 * r + 1)] += rpq[size_t(sl * R + r)];
-        }
-    for (int64_t c = 0; c < C; ++c)
-        for (int64_t sg = 0; sg < g.segs; ++sg) {
-            col_sums[size_t(2 * c)] += cps[size_t(sg * C + c)];
-            col_sums[size_t(2 * c + 1)] += cpq[size_t(sg * C + c)];
-        }
+    for (int64_t r = 0; r < R; ++r) finalise(rps, rpq, g.slabs, R, r, &row_sums[size_t(2 * r)]);
+    for (int64_t c = 0; c < C; ++c) finalise(cps, cpq, g.segs, C, c, &col_sums[size_t(2 * c)]);
 }
 
 // The detector from the emulated sums, as the kernel's finalisers and moments step compute it.
@@ -398,7 +407,7 @@ TEST(AdahopIndexLogic, OutlierScoresArithmeticKeepsTheCpuRanking) {
             auto x = case_matrix(d);
             if (bf16) x = bf16_values(x);
             std::vector<double> rs, cs;
-            emulate_stats_kernel(x, d.rows, d.cols, bf16 ? 8 : 4, rs, cs, false);
+            emulate_stats_kernel(x, d.rows, d.cols, bf16 ? 8 : 4, rs, cs);
             const std::vector<double>& sums = d.by_rows ? rs : cs;
             const int64_t n = d.by_rows ? d.rows : d.cols;
             std::vector<uint64_t> keys(static_cast<size_t>(n));
@@ -421,60 +430,73 @@ TEST(AdahopIndexLogic, StatsGeometryCoversEveryRowOnce) {
     const int64_t shapes[][2] = {{1, 1},     {1, 300},   {300, 1},   {63, 257},   {64, 256},    {65, 4097},
                                  {4096, 2048}, {8192, 4096}, {4096, 8192}, {100000, 3}, {5, 100000}, {9000, 64}};
     for (auto sh : shapes)
-        for (int64_t target : {1, 132, 264, 528})
-            for (bool both : {true, false}) {
-                const int64_t R = sh[0], C = sh[1];
-                const StatsGeometry g = stats_geometry(R, C, target, both);
-                const std::string what = shape_name(R, C) + " target " + std::to_string(target) + (both ? " both" : " one");
-                EXPECT_EQ(g.slabs, (C + kSlabCols - 1) / kSlabCols) << what;
-                ASSERT_GE(g.segs, 1) << what;
-                EXPECT_EQ(g.seg_rows % kSegmentRowAlign, 0) << what;
-                EXPECT_GE(g.segs * g.seg_rows, R) << what;
-                EXPECT_LT((g.segs - 1) * g.seg_rows, R) << what;  // no empty segment
-                for (int B : {8, 4}) {  // the warps' row loop, for BF16 (8 rows per batch) and FP32 (4)
-                    std::vector<int> visits(static_cast<size_t>(R), 0);
-                    for (int64_t seg = 0; seg < g.segs; ++seg) {
-                        const int64_t r_begin = seg * g.seg_rows, r_end = std::min(R, r_begin + g.seg_rows);
-                        for (int warp = 0; warp < kWarps; ++warp)
-                            for (int64_t rb = r_begin + warp; rb < r_end; rb += int64_t(kWarps) * B)
-                                for (int i = 0; i < B; ++i) {
-                                    const int64_t r = rb + int64_t(i) * kWarps;
-                                    if (r < r_end) ++visits[size_t(r)];
-                                }
-                    }
-                    EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; })) << what << " B " << B;
+        for (int64_t target : {1, 132, 264, 528}) {
+            const int64_t R = sh[0], C = sh[1];
+            const StatsGeometry g = stats_geometry(R, C, target);
+            const std::string what = shape_name(R, C) + " target " + std::to_string(target);
+            EXPECT_EQ(g.slabs, (C + kSlabCols - 1) / kSlabCols) << what;
+            ASSERT_GE(g.segs, 1) << what;
+            EXPECT_EQ(g.seg_rows % kSegmentRowAlign, 0) << what;
+            EXPECT_GE(g.segs * g.seg_rows, R) << what;
+            EXPECT_LT((g.segs - 1) * g.seg_rows, R) << what;  // no empty segment
+            for (int B : {8, 4}) {  // the warps' row loop, for BF16 (8 rows per batch) and FP32 (4)
+                std::vector<int> visits(static_cast<size_t>(R), 0);
+                for (int64_t seg = 0; seg < g.segs; ++seg) {
+                    const int64_t r_begin = seg * g.seg_rows, r_end = std::min(R, r_begin + g.seg_rows);
+                    for (int warp = 0; warp < kWarps; ++warp)
+                        for (int64_t rb = r_begin + warp; rb < r_end; rb += int64_t(kWarps) * B)
+                            for (int i = 0; i < B; ++i) {
+                                const int64_t r = rb + int64_t(i) * kWarps;
+                                if (r < r_end) ++visits[size_t(r)];
+                            }
                 }
+                EXPECT_TRUE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; })) << what << " B " << B;
             }
+        }
     // the lane → column map: lane l of slab s owns columns 256s + 8l … +7, every column exactly once
     std::vector<int> cols(2 * kSlabCols, 0);
     for (int slab = 0; slab < 2; ++slab)
         for (int lane = 0; lane < 32; ++lane)
             for (int j = 0; j < kLaneCols; ++j) ++cols[size_t(slab * kSlabCols + lane * kLaneCols + j)];
     EXPECT_TRUE(std::all_of(cols.begin(), cols.end(), [](int v) { return v == 1; }));
+    // slab positions: position j·32 + lane (where lane l stores its column j in the CTA's shared combine)
+    // holds column 8·lane + j, and the positions cover every column of the slab once
+    std::vector<int> seen(kSlabCols, 0);
+    for (int lane = 0; lane < 32; ++lane)
+        for (int j = 0; j < kLaneCols; ++j) {
+            EXPECT_EQ(slab_column(j * 32 + lane), lane * kLaneCols + j);
+            ++seen[size_t(slab_column(j * 32 + lane))];
+        }
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
+    // one wave where the work allows it: 4096×2048 on 264 CTA slots → 8 slabs × 32 segments of 128 rows
+    const StatsGeometry g = stats_geometry(4096, 2048, 264);
+    EXPECT_EQ(g.slabs, 8);
+    EXPECT_LE(g.segs * g.slabs, 264);
+    EXPECT_EQ(g.seg_rows, 128);
 }
 
-template <int V, int kLog2V>
+template <typename F, int V, int kLog2V>
 void check_reduce_scatter(uint64_t seed) {
     using namespace outlier_stats_detail;
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(-1.0, 1.0);
-    std::vector<std::vector<double>> v(32, std::vector<double>(V));
+    std::vector<std::vector<F>> v(32, std::vector<F>(V));
     for (auto& lane : v)
-        for (double& x : lane) x = u(rng) * std::ldexp(1.0, int(rng() % 40) - 20);  // mixed magnitudes: order matters
-    // the plain xor all-reduce of each value (what the previous kernel did)
-    std::vector<double> plain(V);
+        for (F& x : lane) x = F(u(rng) * std::ldexp(1.0, int(rng() % 40) - 20));  // mixed magnitudes: order matters
+    // the plain xor all-reduce of each value (what the host emulation of the kernel computes)
+    std::vector<F> plain(V);
     for (int val = 0; val < V; ++val) {
-        std::vector<double> a(32);
+        std::vector<F> a(32);
         for (int l = 0; l < 32; ++l) a[size_t(l)] = v[size_t(l)][size_t(val)];
         for (int o = 16; o > 0; o >>= 1) {
-            std::vector<double> b(32);
+            std::vector<F> b(32);
             for (int l = 0; l < 32; ++l) b[size_t(l)] = a[size_t(l)] + a[size_t(l ^ o)];
             a = b;
         }
         for (int l = 1; l < 32; ++l) ASSERT_EQ(a[size_t(l)], a[0]);  // every lane holds the same bits
         plain[size_t(val)] = a[0];
     }
-    emulate_reduce_scatter<V>(v);
+    emulate_reduce_scatter<V, F>(v);
     std::vector<int> writers(V, 0);
     for (int l = 0; l < 32; ++l) {
         const int val = scatter_value_of_lane(l, kLog2V);
@@ -488,8 +510,8 @@ void check_reduce_scatter(uint64_t seed) {
 
 TEST(AdahopIndexLogic, ReduceScatterEqualsXorAllReduce) {
     for (uint64_t seed = 1; seed <= 20; ++seed) {
-        check_reduce_scatter<16, 4>(seed);  // BF16: 8 rows × (Σx, Σx²)
-        check_reduce_scatter<8, 3>(seed);   // FP32: 4 rows × (Σx, Σx²)
+        check_reduce_scatter<float, 16, 4>(seed);  // BF16 input: 8 rows × (Σx, Σx²), as the kernel runs it
+        check_reduce_scatter<float, 8, 3>(seed);   // FP32 input: 4 rows × (Σx, Σx²)
     }
     EXPECT_EQ(outlier_stats_detail::batch_rows<__nv_bfloat16>(), 8);
     EXPECT_EQ(outlier_stats_detail::batch_rows<float>(), 4);

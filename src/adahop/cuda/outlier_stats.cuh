@@ -1,23 +1,22 @@
 // outlier_stats.cuh — one pass over a matrix on the GPU for AdaHOP's outlier statistics: per-row and
 // per-column Σx, Σx² (FP64) and max |x|, and — when both axes are asked for — the moments of the row and
-// column variances that the detector needs (outlier_detector.h), all in ONE kernel launch. Outlier
-// extraction ranks rows or columns by the same statistics (one axis only).
+// column variances that the detector needs (outlier_detector.h): a streaming launch that reads the matrix
+// once and writes partials, and a short finalising launch. Outlier extraction ranks rows or columns by the
+// same statistics (one axis only).
 //
-// Napkin math (H200, ~4.3 TB/s DRAM, 132 SMs): the kernel reads the matrix once — 4096×2048 BF16 = 16.8 MB
-// → 3.9 µs; 4096×8192 or 8192×4096 BF16 = 67 MB → 15.6 µs (a matrix already in the 60 MB L2 reads faster).
-// Arithmetic: ~5 FP32 ops per element for both axes (unpack, 2 adds, 2 FMAs) → 8.4 M elements × 5 /
-// (132 SMs × 128 lanes × 1.98 GHz) ≈ 1.3 µs, plus FP64 combines every 8 rows/columns (≈ 0.25 conversions
-// per element and axis on the 16/clk/SM conversion unit ≈ 0.5 µs per axis): hidden under the loads.
-// Partials: (R·C/256 + segments·C) × 16 B = 1.5 MB (4096×2048) … 5 MB (4096×8192), L2-resident, reduced by the
-// last CTA of each slab (columns) and of each row segment (rows): one SM reads ≤ 8 K partials (131 KB at
-// ~120 GB/s per SM) → ≈ 0.5–1 µs of tail. One launch: ≈ 2–3 µs of launch latency on top. Expected on the
-// H200: ≈ 6–8 µs for 4096×2048 BF16 (was 29 µs), ≈ 18–20 µs for 4096×8192 (was 87 µs).
-// CPU reference: adahop/outlier_detector.cpp (two-pass FP64). Test: tests/cuda/test_adahop_kernels.cu.
+// Floor (H200, ~4.3 TB/s DRAM, 132 SMs): the matrix is read once — 4096×2048 BF16 = 16.8 MB → 3.9 µs;
+// 4096×8192 or 8192×4096 BF16 = 67 MB → 15.6 µs (a matrix already in the 60 MB L2 reads faster).
+// Arithmetic: ~6 instructions per element for both axes (unpack, 2 adds, 2 FMAs, the row butterfly's
+// share), 2× faster than the loads on 132 SMs. Partials: (R·C/256 + segments·C) × 16 B = 1.5–5 MB,
+// L2-resident; the finalising launch reads them with one CTA per 32 rows or columns (8 warps splitting the
+// parts), ≈ 2 µs. CPU reference: adahop/outlier_detector.cpp (two-pass FP64). Test:
+// tests/cuda/test_adahop_kernels.cu. Measured: bench/results/README.md.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -36,7 +35,7 @@ struct OutlierStatsWorkspace {
     DeviceBuffer<double> moments;     // [6]: mean, std, kurtosis of the row variances, then of the column ones
     DeviceBuffer<uint8_t> partials;   // per-slab / per-segment partial sums (outlier_stats.cu)
     DeviceBuffer<double> powers;      // [8]: Σv, Σv², Σv³, Σv⁴ of the row variances, then of the column ones
-    DeviceBuffer<uint32_t> counters;  // last-CTA-done counters; all zero between launches (each resets its own)
+    DeviceBuffer<uint32_t> counters;  // [1]: the finalising launch's last-CTA-done counter; zero between launches
     void reserve(int64_t rows, int64_t cols);
 };
 
@@ -47,7 +46,7 @@ struct OutlierStatsRequest {
     bool max = true;                // max |x|
 };
 
-// One launch: the requested statistics into ws.row_sums / col_sums / row_max / col_max and, with both axes,
+// Two launches: the requested statistics into ws.row_sums / col_sums / row_max / col_max and, with both axes,
 // ws.powers and ws.moments. Asynchronous.
 void outlier_stats_cuda(const float* x, int64_t rows, int64_t cols, const OutlierStatsRequest& what,
                         OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
@@ -61,7 +60,7 @@ void row_col_sums_cuda(const float* x, int64_t rows, int64_t cols, OutlierStatsW
 void row_col_sums_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                        cudaStream_t stream = 0);
 
-// The detector's device part in one launch (sums of both axes → ws.moments; no max). Asynchronous.
+// The detector's device part (two launches: sums of both axes → ws.moments; no max). Asynchronous.
 void detector_stats_cuda(const float* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 void detector_stats_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                          cudaStream_t stream = 0);
@@ -70,7 +69,7 @@ void detector_stats_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, Out
 // already leave the moments there — kept for callers of the two-step interface).
 void variance_moments_cuda(int64_t rows, int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 
-// The whole detector: one launch, then (after synchronising `stream`) the label on the host.
+// The whole detector: two launches, then (after synchronising `stream`) the label on the host.
 PatternStats detect_outlier_pattern_cuda(const float* x, int64_t rows, int64_t cols, const DetectorOptions& opt,
                                          OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 PatternStats detect_outlier_pattern_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const DetectorOptions& opt,
@@ -90,28 +89,27 @@ struct StatsGeometry {
     int64_t slabs = 0, segs = 0, seg_rows = 0;
 };
 
-// target_ctas: CTAs that fill the GPU once (SMs × CTAs per SM). Segments: enough for one full wave; with
-// both axes also ≈ √(R·C)/256, which balances the two finalisation loads (segments × 256 column partials per
-// slab vs seg_rows × slabs row partials per segment); then as many as fit in the waves the grid needs anyway
-// (288 CTAs on 264 slots would run two full waves for 1.09 waves of work).
-inline StatsGeometry stats_geometry(int64_t rows, int64_t cols, int64_t target_ctas, bool both_axes) {
+// target_ctas: CTAs that fill the GPU once (SMs × CTAs per SM). Segments: enough for one full wave, then as
+// many as fit in the waves the grid needs anyway (288 CTAs on 264 slots would run two full waves for 1.09
+// waves of work). Long segments keep the loads of a warp in flight over many batches.
+inline StatsGeometry stats_geometry(int64_t rows, int64_t cols, int64_t target_ctas) {
     StatsGeometry g;
     if (target_ctas < 1) target_ctas = 1;
     g.slabs = (cols + kSlabCols - 1) / kSlabCols;
-    int64_t segs = (target_ctas + g.slabs - 1) / g.slabs;
-    if (both_axes) {
-        const int64_t balanced = std::llround(std::sqrt(double(rows) * double(cols)) / double(kSlabCols));
-        if (balanced > segs) segs = balanced;
-    }
+    const int64_t segs = (target_ctas + g.slabs - 1) / g.slabs;
     const int64_t waves = (g.slabs * segs + target_ctas - 1) / target_ctas;
-    const int64_t fill = waves * target_ctas / g.slabs;
-    if (fill > segs) segs = fill;
-    int64_t seg_rows = (rows + segs - 1) / segs;
+    const int64_t fill = std::max(segs, waves * target_ctas / g.slabs);
+    int64_t seg_rows = (rows + fill - 1) / fill;
     seg_rows = (seg_rows + kSegmentRowAlign - 1) / kSegmentRowAlign * kSegmentRowAlign;
     g.seg_rows = seg_rows;
-    g.segs = (rows + seg_rows - 1) / seg_rows;  // ≤ segs: the grid never needs more waves than planned
+    g.segs = (rows + seg_rows - 1) / seg_rows;  // ≤ fill: the grid never needs more waves than planned
     return g;
 }
+
+// Position t (0 … 255) of a slab's column partials holds column 8·(t % 32) + t / 32 of the slab: the CTA
+// combines its warps' column sums in shared memory stored lane-minor (bank-conflict free) and writes them
+// in that order.
+__host__ __device__ constexpr int slab_column(int t) { return kLaneCols * (t % 32) + t / 32; }
 
 // Rows handled per warp between two FP64 flushes (8 × 16 B BF16 or 4 × 32 B FP32 per lane in flight).
 template <typename T>
