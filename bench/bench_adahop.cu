@@ -8,6 +8,11 @@
 //   OE fused   the extraction fused into the IHT+MXFP4 quantization of the operand (which training runs
 //              anyway): the quantize pass with the per-block Σx² minus the pass without, plus the score
 //              and select/gather/zero launches (extract_outliers_quantized_cuda)
+//   overlapped the GEMM on one stream and a side task on a second stream (fork/join by events, 20 pairs
+//              per event pair), minus the GEMM alone timed the same way: what the side task adds to a
+//              training step when it runs beside the GEMM instead of before it. Side tasks: the detector
+//              (its labels are only needed after the calibration window) and the OE sliver GEMM (it reads
+//              the BF16 slice, not the main GEMM's result; the scatter follows the join)
 // "floor" rows: the bytes each step must move at the device-copy bandwidth measured in the same run
 // (detector: the matrix; extract: the matrix + the slice and the zeroed rows; sliver: the other operand read
 // in full + the sliver written and scattered) — the DRAM bound, ignoring launch latency.
@@ -124,6 +129,68 @@ double batched_us(const std::function<void()>& f, int reps) {
            kBatch;
 }
 
+// Two non-blocking streams and a cuBLAS handle for each (a handle's workspace must not be shared by
+// kernels running at the same time).
+struct StreamPair {
+    cudaStream_t main = nullptr, side = nullptr;
+    cublasHandle_t main_blas = nullptr, side_blas = nullptr;
+    StreamPair() {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&main, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        cublas_ok(cublasCreate(&main_blas));
+        cublas_ok(cublasCreate(&side_blas));
+        cublas_ok(cublasSetStream(main_blas, main));
+        cublas_ok(cublasSetStream(side_blas, side));
+    }
+    ~StreamPair() {
+        cublasDestroy(main_blas);
+        cublasDestroy(side_blas);
+        cudaStreamDestroy(main);
+        cudaStreamDestroy(side);
+    }
+    StreamPair(const StreamPair&) = delete;
+    StreamPair& operator=(const StreamPair&) = delete;
+};
+
+// Steady-state time of `main` on sp.main with `side` (if given) beside it on sp.side: each of 20 rounds
+// forks (side waits for an event of main), runs both and joins (main waits for the side's event); median of
+// `reps` / 4 event-timed batches, per round, in microseconds.
+double overlapped_us(StreamPair& sp, const std::function<void(cudaStream_t)>& main,
+                     const std::function<void(cudaStream_t)>& side, int reps) {
+    constexpr int kRounds = 20;
+    cudaEvent_t a, b, fork, join;
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    auto round = [&] {
+        if (side) {
+            CUDA_CHECK(cudaEventRecord(fork, sp.main));
+            CUDA_CHECK(cudaStreamWaitEvent(sp.side, fork));
+        }
+        main(sp.main);
+        if (side) {
+            side(sp.side);
+            CUDA_CHECK(cudaEventRecord(join, sp.side));
+            CUDA_CHECK(cudaStreamWaitEvent(sp.main, join));
+        }
+    };
+    for (int i = 0; i < 3; ++i) round();
+    std::vector<double> t;
+    for (int rep = 0; rep < std::max(3, reps / 4); ++rep) {
+        CUDA_CHECK(cudaEventRecord(a, sp.main));
+        for (int i = 0; i < kRounds; ++i) round();
+        CUDA_CHECK(cudaEventRecord(b, sp.main));
+        CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1000.0 / kRounds);
+    }
+    for (cudaEvent_t e : {a, b, fork, join}) CUDA_CHECK(cudaEventDestroy(e));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
 DeviceBuffer<__nv_bfloat16> bf16_matrix(int64_t rows, int64_t cols, Pattern p, uint64_t seed) {
     auto x = synthetic_operand(rows, cols, p, seed);
     std::vector<__nv_bfloat16> h(x.size());
@@ -165,6 +232,7 @@ int main(int argc, char** argv) {
         cublasLtHandle_t lt;
         cublas_ok(cublasLtCreate(&lt));
         DeviceBuffer<uint8_t> lt_workspace(size_t(64) << 20);
+        StreamPair sp;
         DeviceBuffer<uint8_t> flush;
         if (flush_l2) {
             flush.resize(size_t(256) << 20);
@@ -195,11 +263,12 @@ int main(int argc, char** argv) {
             DeviceBuffer<float> sliver(size_t(std::max(k_oe * N, M * k_oe)));
             const float one = 1.0f, zero = 0.0f;
             // Y (M×N) = X (M×K) · Wᵀ: column-major Yᵀ = W · Xᵀ → op(W) = T on the N×K row-major W
-            auto gemm = [&] {
-                cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &one, W.data(), CUDA_R_16BF, int(K),
+            auto gemm_on = [&](cublasHandle_t hh) {
+                cublas_ok(cublasGemmEx(hh, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &one, W.data(), CUDA_R_16BF, int(K),
                                        X.data(), CUDA_R_16BF, int(K), &zero, C.data(), CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT));
             };
+            auto gemm = [&] { gemm_on(h); };
             const double g = median_us(gemm, reps);
             rows.push_back({shape, "cuBLAS BF16 GEMM", g, g});
             const double gb = batched_us(gemm, reps);  // the reference of the batched rows
@@ -216,15 +285,26 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "floor: detector on X (read MxK)", floor_us(2.0 * double(M * K)), g});
             rows.push_back({shape, "floor: detector on W (read NxK)", floor_us(2.0 * double(N * K)), g});
             rows.push_back({shape, "floor: detector on dY (read MxN)", floor_us(2.0 * double(M * N)), g});
+            // beside the GEMM on a second stream: what the detector adds to a calibration step
+            auto main_gemm = [&](cudaStream_t) { gemm_on(sp.main_blas); };
+            const double go = overlapped_us(sp, main_gemm, nullptr, reps);
+            rows.push_back({shape, "GEMM alone, two-stream timing", go, go});
+            auto det_beside = [&](const __nv_bfloat16* t, int64_t r, int64_t c) {
+                return std::max(0.0, overlapped_us(sp, main_gemm, [&, t, r, c](cudaStream_t st) { detector_stats_cuda(t, r, c, stats, st); }, reps) - go);
+            };
+            rows.push_back({shape, "detector on X beside the GEMM: added", det_beside(X.data(), M, K), go});
+            rows.push_back({shape, "detector on W beside the GEMM: added", det_beside(W.data(), N, K), go});
+            rows.push_back({shape, "detector on dY beside the GEMM: added", det_beside(G.data(), M, N), go});
             // OE-left in the forward: top-64 token rows of X, sliver Y[idx,:] = X[idx,:]·Wᵀ (64×N)
             auto oe_left_split = [&] {
                 split_outliers_cuda(X.data(), M, K, true, k_oe, OutlierMetric::l2, X.data(), slice.data(), idx.data(), oe);
             };
-            auto oe_left_gemm = [&] {
-                cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(k_oe), int(K), &one, W.data(), CUDA_R_16BF, int(K),
+            auto oe_left_gemm_on = [&](cublasHandle_t hh) {
+                cublas_ok(cublasGemmEx(hh, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(k_oe), int(K), &one, W.data(), CUDA_R_16BF, int(K),
                                        slice.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(N),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
+            auto oe_left_gemm = [&] { oe_left_gemm_on(h); };
             auto oe_left_scatter = [&] { scatter_outliers_cuda(sliver.data(), k_oe, idx.data(), true, C.data(), M, N); };
             // the same product with the roles swapped (sliverᵀ, N×64 row-major): does cuBLAS pick a better kernel?
             auto oe_left_gemm_alt = [&] {
@@ -256,11 +336,12 @@ int main(int argc, char** argv) {
             auto oe_right_split = [&] {
                 split_outliers_cuda(W.data(), N, K, true, k_oe, OutlierMetric::l2, W.data(), slice.data(), idx.data(), oe);
             };
-            auto oe_right_gemm = [&] {
-                cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(k_oe), int(M), int(K), &one, slice.data(), CUDA_R_16BF,
+            auto oe_right_gemm_on = [&](cublasHandle_t hh) {
+                cublas_ok(cublasGemmEx(hh, CUBLAS_OP_T, CUBLAS_OP_N, int(k_oe), int(M), int(K), &one, slice.data(), CUDA_R_16BF,
                                        int(K), X.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(k_oe),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
+            auto oe_right_gemm = [&] { oe_right_gemm_on(h); };
             auto oe_right_scatter = [&] { scatter_outliers_cuda(sliver.data(), k_oe, idx.data(), false, C.data(), M, N); };
             auto oe_right_gemm_alt = [&] {  // sliverᵀ (64×M row-major)
                 cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(M), int(k_oe), int(K), &one, X.data(), CUDA_R_16BF, int(K),
@@ -276,8 +357,9 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "OE-right sliver GEMM+scatter", rg, g});
             rows.push_back({shape, "OE-right total", rs + rg, g});
             // OE fused into the quantization pass of the operand (blocks along K, extracted rows)
+            // beside_us: the sliver GEMM beside the main GEMM on a second stream (added time) + the scatter after the join
             auto fused_oe = [&](const char* side, const char* op, const DeviceBuffer<__nv_bfloat16>& T, int64_t r, double sliver_us,
-                                const std::function<void()>& sliver) {
+                                const std::function<void()>& sliver, double beside_us) {
                 DeviceBuffer<uint8_t> codes(size_t(r * K / 2)), scales(size_t(r * K / 32));
                 DeviceBuffer<float> sumsq(size_t(r * K / 32));
                 const HadamardMxfp4Options o;
@@ -298,9 +380,21 @@ int main(int argc, char** argv) {
                 const double bsel = batched_us(select, reps), bsl = batched_us(sliver, reps);
                 rows.push_back({shape, pre + "batched: extract (sums share + select)", std::max(0.0, bqs - bq) + bsel, gb});
                 rows.push_back({shape, pre + "batched: total (+ sliver GEMM+scatter)", std::max(0.0, bqs - bq) + bsel + bsl, gb});
+                rows.push_back({shape, pre + "batched: total, sliver GEMM beside the main GEMM", std::max(0.0, bqs - bq) + bsel + beside_us, go});
             };
-            fused_oe("OE-left", "X", X, M, lg, oe_left_sliver);
-            fused_oe("OE-right", "W", W, N, rg, oe_right_sliver);
+            struct Beside {
+                double added, scatter;  // µs: what the sliver GEMM adds beside the main GEMM; the scatter, batched
+            };
+            auto sliver_beside = [&](const std::function<void(cublasHandle_t)>& sliver_gemm, const std::function<void()>& scatter) {
+                const double with = overlapped_us(sp, main_gemm, [&](cudaStream_t) { sliver_gemm(sp.side_blas); }, reps);
+                return Beside{std::max(0.0, with - go), batched_us(scatter, reps)};
+            };
+            const Beside left_b = sliver_beside(oe_left_gemm_on, oe_left_scatter);
+            const Beside right_b = sliver_beside(oe_right_gemm_on, oe_right_scatter);
+            rows.push_back({shape, "OE-left sliver GEMM beside the main GEMM: added", left_b.added, go});
+            rows.push_back({shape, "OE-right sliver GEMM beside the main GEMM: added", right_b.added, go});
+            fused_oe("OE-left", "X", X, M, lg, oe_left_sliver, left_b.added + left_b.scatter);
+            fused_oe("OE-right", "W", W, N, rg, oe_right_sliver, right_b.added + right_b.scatter);
             rows.push_back({shape, "OE-right sliver GEMM only", median_us(oe_right_gemm, reps), g});
             rows.push_back({shape, "OE-right sliver GEMM, swapped roles", median_us(oe_right_gemm_alt, reps), g});
             {

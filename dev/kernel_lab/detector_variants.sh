@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 OBJ=build-gpu/obj
 [ -f $OBJ/adahop_cuda_outlier_stats.cu.o ] || { echo "run scripts/gpu_check.sh first" >&2; exit 1; }
 NVF="-O3 -std=c++20 --fmad=false -lineinfo -gencode=arch=compute_90a,code=sm_90a -Isrc -DLOWBIT_HAVE_CUDA=1 -DFMT_USE_CONSTEXPR=1 -Xcompiler=-ffp-contract=off"
-base=$(ls $OBJ/*.o | grep -v -E "/(test_|bench_|gtest|cli_|lab_)|adahop_cuda_outlier_stats")
+base=$(ls $OBJ/*.o | grep -v -E "/(test_|bench_|gtest|cli_|lab_|v_)|adahop_cuda_outlier_stats")
 nvcc $NVF -c dev/kernel_lab/detector_lab.cu -o $OBJ/lab_driver.o || exit 1
 run() {  # name, object of the statistics TU
     nvcc -gencode=arch=compute_90a,code=sm_90a -o "build-gpu/lab_$1" $OBJ/lab_driver.o "$2" $base -lcublas -lcublasLt -lpthread \
