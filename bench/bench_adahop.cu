@@ -130,13 +130,17 @@ double batched_us(const std::function<void()>& f, int reps) {
 }
 
 // Two non-blocking streams and a cuBLAS handle for each (a handle's workspace must not be shared by
-// kernels running at the same time).
+// kernels running at the same time). The main stream has the highest priority and the side stream the
+// lowest: the block scheduler then prefers the GEMM's CTAs, and the side task fills the SMs the GEMM leaves
+// idle (its last wave, its prologue and epilogue).
 struct StreamPair {
     cudaStream_t main = nullptr, side = nullptr;
     cublasHandle_t main_blas = nullptr, side_blas = nullptr;
     StreamPair() {
-        CUDA_CHECK(cudaStreamCreateWithFlags(&main, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        int least = 0, greatest = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&main, cudaStreamNonBlocking, greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, least));
         cublas_ok(cublasCreate(&main_blas));
         cublas_ok(cublasCreate(&side_blas));
         cublas_ok(cublasSetStream(main_blas, main));
