@@ -361,9 +361,11 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "OE-right sliver GEMM+scatter", rg, g});
             rows.push_back({shape, "OE-right total", rs + rg, g});
             // OE fused into the quantization pass of the operand (blocks along K, extracted rows)
-            // beside_us: the sliver GEMM beside the main GEMM on a second stream (added time) + the scatter after the join
+            // sliver_gemm_on + scatter: the sliver GEMM beside the main GEMM on a second stream (its added time) and
+            // the scatter after the join, timed after the select has written this side's indices
             auto fused_oe = [&](const char* side, const char* op, const DeviceBuffer<__nv_bfloat16>& T, int64_t r, double sliver_us,
-                                const std::function<void()>& sliver, double beside_us) {
+                                const std::function<void()>& sliver, const std::function<void(cublasHandle_t)>& sliver_gemm_on,
+                                const std::function<void()>& scatter) {
                 DeviceBuffer<uint8_t> codes(size_t(r * K / 2)), scales(size_t(r * K / 32));
                 DeviceBuffer<float> sumsq(size_t(r * K / 32));
                 const HadamardMxfp4Options o;
@@ -384,21 +386,13 @@ int main(int argc, char** argv) {
                 const double bsel = batched_us(select, reps), bsl = batched_us(sliver, reps);
                 rows.push_back({shape, pre + "batched: extract (sums share + select)", std::max(0.0, bqs - bq) + bsel, gb});
                 rows.push_back({shape, pre + "batched: total (+ sliver GEMM+scatter)", std::max(0.0, bqs - bq) + bsel + bsl, gb});
-                rows.push_back({shape, pre + "batched: total, sliver GEMM beside the main GEMM", std::max(0.0, bqs - bq) + bsel + beside_us, go});
+                const double with = overlapped_us(sp, main_gemm, [&](cudaStream_t) { sliver_gemm_on(sp.side_blas); }, reps);
+                const double added = std::max(0.0, with - go), bsc = batched_us(scatter, reps);
+                rows.push_back({shape, pre + "sliver GEMM beside the main GEMM: added", added, go});
+                rows.push_back({shape, pre + "batched: total, sliver GEMM beside the main GEMM", std::max(0.0, bqs - bq) + bsel + added + bsc, go});
             };
-            struct Beside {
-                double added, scatter;  // µs: what the sliver GEMM adds beside the main GEMM; the scatter, batched
-            };
-            auto sliver_beside = [&](const std::function<void(cublasHandle_t)>& sliver_gemm, const std::function<void()>& scatter) {
-                const double with = overlapped_us(sp, main_gemm, [&](cudaStream_t) { sliver_gemm(sp.side_blas); }, reps);
-                return Beside{std::max(0.0, with - go), batched_us(scatter, reps)};
-            };
-            const Beside left_b = sliver_beside(oe_left_gemm_on, oe_left_scatter);
-            const Beside right_b = sliver_beside(oe_right_gemm_on, oe_right_scatter);
-            rows.push_back({shape, "OE-left sliver GEMM beside the main GEMM: added", left_b.added, go});
-            rows.push_back({shape, "OE-right sliver GEMM beside the main GEMM: added", right_b.added, go});
-            fused_oe("OE-left", "X", X, M, lg, oe_left_sliver, left_b.added + left_b.scatter);
-            fused_oe("OE-right", "W", W, N, rg, oe_right_sliver, right_b.added + right_b.scatter);
+            fused_oe("OE-left", "X", X, M, lg, oe_left_sliver, oe_left_gemm_on, oe_left_scatter);
+            fused_oe("OE-right", "W", W, N, rg, oe_right_sliver, oe_right_gemm_on, oe_right_scatter);
             rows.push_back({shape, "OE-right sliver GEMM only", median_us(oe_right_gemm, reps), g});
             rows.push_back({shape, "OE-right sliver GEMM, swapped roles", median_us(oe_right_gemm_alt, reps), g});
             {
