@@ -39,25 +39,31 @@ std::string cuda_device_description() {
     return buf;
 }
 
-int cuda_multiprocessor_count() {
-    static std::atomic<int> cache[64] = {};  // per device: launchers ask on every call
-    int dev = 0, n = 0;
+namespace {
+
+// The attributes launchers ask on every call, per device, asked from the driver once.
+enum CachedAttribute { kSmCount, kComputeMajor, kSharedOptin, kCachedAttributes };
+
+int cached_device_attribute(CachedAttribute which) {
+    static constexpr cudaDeviceAttr kAttr[kCachedAttributes] = {cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor,
+                                                                cudaDevAttrMaxSharedMemoryPerBlockOptin};
+    static std::atomic<int> cache[kCachedAttributes][64] = {};  // value + 1; 0: not asked yet
+    int dev = 0, v = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= 0 && dev < 64 && (n = cache[dev].load(std::memory_order_relaxed)) > 0) return n;
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    if (dev >= 0 && dev < 64) cache[dev].store(n, std::memory_order_relaxed);
-    return n;
+    const bool slot = dev >= 0 && dev < 64;
+    if (slot && (v = cache[which][dev].load(std::memory_order_relaxed)) > 0) return v - 1;
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, kAttr[which], dev));
+    if (slot) cache[which][dev].store(v + 1, std::memory_order_relaxed);
+    return v;
 }
 
-bool cuda_supports_dependent_launch() {
-    static std::atomic<int> cache[64] = {};  // per device: 0 unknown, 1 no, 2 yes
-    int dev = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= 0 && dev < 64 && cache[dev].load(std::memory_order_relaxed) != 0) return cache[dev].load() == 2;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (dev >= 0 && dev < 64) cache[dev].store(major >= 9 ? 2 : 1, std::memory_order_relaxed);
-    return major >= 9;
-}
+}  // namespace
+
+int cuda_multiprocessor_count() { return cached_device_attribute(kSmCount); }
+
+bool cuda_supports_dependent_launch() { return cached_device_attribute(kComputeMajor) >= 9; }
+
+int cuda_shared_memory_per_block_optin() { return cached_device_attribute(kSharedOptin); }
 
 void cuda_check_aligned(const void* p, size_t alignment, const char* what, const char* op) {
     if (p == nullptr) cuda_input_error(std::string(op) + ": " + what + " is a null pointer");

@@ -39,6 +39,8 @@ int cuda_multiprocessor_count();  // of the current device
 // Whether the current device runs programmatic dependent launches (compute capability ≥ 9.0: a kernel
 // launched with cudaLaunchAttributeProgrammaticStreamSerialization starts while its predecessor drains).
 bool cuda_supports_dependent_launch();
+// The most shared memory one CTA may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize), in bytes.
+int cuda_shared_memory_per_block_optin();
 
 // Checks that a device pointer is aligned to `alignment` bytes (launchers use 16-byte vector accesses).
 void cuda_check_aligned(const void* p, size_t alignment, const char* what, const char* op);

@@ -26,6 +26,7 @@
 #include "adahop/cuda/outlier_extraction.cuh"
 
 #include <algorithm>
+#include <atomic>
 
 namespace lowbit {
 
@@ -291,10 +292,7 @@ template <typename T>
 void launch_select_gather(SelectGatherParams<T> p, cudaStream_t stream) {
     const int64_t n = p.n, k = p.k, other = p.by_rows ? p.cols : p.rows;
     p.rank = k < n;
-    int dev = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    const int64_t budget = int64_t(optin) - 4096;  // the kernel's static shared memory (~1.6 KB) and a margin
+    const int64_t budget = int64_t(cuda_shared_memory_per_block_optin()) - 4096;  // the kernel's static shared memory (~1.6 KB) and a margin
     const int64_t list_cap = std::min<int64_t>(kListCap, budget / 4);
     auto plan = [&](int64_t max_ctas, int64_t& ctas, int64_t& chunk) {
         ctas = std::clamp<int64_t>(ceil_div(k * other * int64_t(sizeof(T)), 16384), 1, std::min(max_ctas, k));
@@ -307,8 +305,15 @@ void launch_select_gather(SelectGatherParams<T> p, cudaStream_t stream) {
     if (p.rank && !p.cache_keys) plan(4, ctas, chunk);
     p.chunk = int(chunk);
     const size_t smem = (p.cache_keys ? size_t(n) * 8 : 0) + size_t(chunk) * 4;
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(select_gather_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    if (smem > 48 * 1024) {  // raised once per device to the whole budget, not on every call (a driver call each time)
+        static std::atomic<bool> raised[64] = {};
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        if (dev < 0 || dev >= 64 || !raised[dev].load(std::memory_order_relaxed)) {
+            CUDA_CHECK(cudaFuncSetAttribute(select_gather_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(budget)));
+            if (dev >= 0 && dev < 64) raised[dev].store(true, std::memory_order_relaxed);
+        }
+    }
     select_gather_kernel<T><<<unsigned(ctas), kSelectThreads, smem, stream>>>(p);
     CUDA_CHECK(cudaGetLastError());
 }
