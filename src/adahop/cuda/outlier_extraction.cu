@@ -292,7 +292,8 @@ template <typename T>
 void launch_select_gather(SelectGatherParams<T> p, cudaStream_t stream) {
     const int64_t n = p.n, k = p.k, other = p.by_rows ? p.cols : p.rows;
     p.rank = k < n;
-    const int64_t budget = int64_t(cuda_shared_memory_per_block_optin()) - 4096;  // the kernel's static shared memory (~1.6 KB) and a margin
+    // the kernel's static shared memory (~1.6 KB) and a margin
+    const int64_t budget = int64_t(cuda_shared_memory_per_block_optin()) - 4096;
     const int64_t list_cap = std::min<int64_t>(kListCap, budget / 4);
     auto plan = [&](int64_t max_ctas, int64_t& ctas, int64_t& chunk) {
         ctas = std::clamp<int64_t>(ceil_div(k * other * int64_t(sizeof(T)), 16384), 1, std::min(max_ctas, k));
