@@ -331,7 +331,8 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
     const int64_t pos = int64_t(rows_cta ? blockIdx.x : blockIdx.x - row_ctas) * 32 + lane;
     // the item: a row, or the column at slab position pos
     const int64_t item = rows_cta ? pos : (pos / kSlabCols) * kSlabCols + slab_column(int(pos % kSlabCols));
-    const bool valid = item < (rows_cta ? p.rows : p.cols);  // the grid covers exactly the slab positions
+    const int64_t n_items = rows_cta ? p.rows : p.cols;
+    const bool valid = item < n_items && (rows_cta || pos < int64_t(p.slabs) * kSlabCols);
     const int parts = rows_cta ? p.slabs : p.segs;
     const int64_t stride = rows_cta ? p.rows : int64_t(p.slabs) * kSlabCols;
     const double* ps = rows_cta ? p.row_s : p.col_s;
