@@ -134,33 +134,33 @@ double batched_us(const std::function<void()>& f, int reps) {
 // lowest: the block scheduler then prefers the GEMM's CTAs, and the side task fills the SMs the GEMM leaves
 // idle (its last wave, its prologue and epilogue).
 struct StreamPair {
-    cudaStream_t main = nullptr, side = nullptr;
-    cublasHandle_t main_blas = nullptr, side_blas = nullptr;
+    cudaStream_t gemm_stream = nullptr, side_stream = nullptr;
+    cublasHandle_t gemm_blas = nullptr, side_blas = nullptr;
     StreamPair() {
         int least = 0, greatest = 0;
         CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&main, cudaStreamNonBlocking, greatest));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, least));
-        cublas_ok(cublasCreate(&main_blas));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&gemm_stream, cudaStreamNonBlocking, greatest));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, least));
+        cublas_ok(cublasCreate(&gemm_blas));
         cublas_ok(cublasCreate(&side_blas));
-        cublas_ok(cublasSetStream(main_blas, main));
-        cublas_ok(cublasSetStream(side_blas, side));
+        cublas_ok(cublasSetStream(gemm_blas, gemm_stream));
+        cublas_ok(cublasSetStream(side_blas, side_stream));
     }
     ~StreamPair() {
-        cublasDestroy(main_blas);
+        cublasDestroy(gemm_blas);
         cublasDestroy(side_blas);
-        cudaStreamDestroy(main);
-        cudaStreamDestroy(side);
+        cudaStreamDestroy(gemm_stream);
+        cudaStreamDestroy(side_stream);
     }
     StreamPair(const StreamPair&) = delete;
     StreamPair& operator=(const StreamPair&) = delete;
 };
 
-// Steady-state time of `main` on sp.main with `side` (if given) beside it on sp.side: each of 20 rounds
-// forks (side waits for an event of main), runs both and joins (main waits for the side's event); median of
-// `reps` / 4 event-timed batches, per round, in microseconds.
-double overlapped_us(StreamPair& sp, const std::function<void(cudaStream_t)>& main,
-                     const std::function<void(cudaStream_t)>& side, int reps) {
+// Steady-state time of `gemm_task` on sp.gemm_stream with `side_task` (if given) beside it on sp.side_stream:
+// each of 20 rounds forks (the side stream waits for an event of the GEMM stream), runs both and joins (the
+// GEMM stream waits for the side's event); median of `reps` / 4 event-timed batches, per round, in µs.
+double overlapped_us(StreamPair& sp, const std::function<void(cudaStream_t)>& gemm_task,
+                     const std::function<void(cudaStream_t)>& side_task, int reps) {
     constexpr int kRounds = 20;
     cudaEvent_t a, b, fork, join;
     CUDA_CHECK(cudaEventCreate(&a));
@@ -168,23 +168,23 @@ double overlapped_us(StreamPair& sp, const std::function<void(cudaStream_t)>& ma
     CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     auto round = [&] {
-        if (side) {
-            CUDA_CHECK(cudaEventRecord(fork, sp.main));
-            CUDA_CHECK(cudaStreamWaitEvent(sp.side, fork));
+        if (side_task) {
+            CUDA_CHECK(cudaEventRecord(fork, sp.gemm_stream));
+            CUDA_CHECK(cudaStreamWaitEvent(sp.side_stream, fork));
         }
-        main(sp.main);
-        if (side) {
-            side(sp.side);
-            CUDA_CHECK(cudaEventRecord(join, sp.side));
-            CUDA_CHECK(cudaStreamWaitEvent(sp.main, join));
+        gemm_task(sp.gemm_stream);
+        if (side_task) {
+            side_task(sp.side_stream);
+            CUDA_CHECK(cudaEventRecord(join, sp.side_stream));
+            CUDA_CHECK(cudaStreamWaitEvent(sp.gemm_stream, join));
         }
     };
     for (int i = 0; i < 3; ++i) round();
     std::vector<double> t;
     for (int rep = 0; rep < std::max(3, reps / 4); ++rep) {
-        CUDA_CHECK(cudaEventRecord(a, sp.main));
+        CUDA_CHECK(cudaEventRecord(a, sp.gemm_stream));
         for (int i = 0; i < kRounds; ++i) round();
-        CUDA_CHECK(cudaEventRecord(b, sp.main));
+        CUDA_CHECK(cudaEventRecord(b, sp.gemm_stream));
         CUDA_CHECK(cudaEventSynchronize(b));
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "floor: detector on W (read NxK)", floor_us(2.0 * double(N * K)), g});
             rows.push_back({shape, "floor: detector on dY (read MxN)", floor_us(2.0 * double(M * N)), g});
             // beside the GEMM on a second stream: what the detector adds to a calibration step
-            auto main_gemm = [&](cudaStream_t) { gemm_on(sp.main_blas); };
+            auto main_gemm = [&](cudaStream_t) { gemm_on(sp.gemm_blas); };
             const double go = overlapped_us(sp, main_gemm, nullptr, reps);
             rows.push_back({shape, "GEMM alone, two-stream timing", go, go});
             auto det_beside = [&](const __nv_bfloat16* t, int64_t r, int64_t c) {
