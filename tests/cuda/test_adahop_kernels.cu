@@ -333,7 +333,8 @@ void emulate_stats_kernel(const std::vector<float>& x, int64_t R, int64_t C, int
     for (int64_t c = 0; c < C; ++c) finalise(cps, cpq, g.segs, C, c, &col_sums[size_t(2 * c)]);
 }
 
-// The detector from the emulated sums, as the kernel's finalisers and moments step compute it.
+// The detector from the emulated sums: variances and moments as the finalising launch computes them, the
+// power sums added in index order (the kernel adds them in a tree: FP64 rounding apart, the same).
 PatternStats emulate_detector(const std::vector<float>& x, int64_t R, int64_t C, int B) {
     std::vector<double> rs, cs;
     emulate_stats_kernel(x, R, C, B, rs, cs);
