@@ -10,7 +10,7 @@
 // share), 2× faster than the loads on 132 SMs. Partials: (R·C/256 + segments·C) × 16 B = 1.5–5 MB,
 // L2-resident; the finalising launch reads them with one CTA per 32 rows or columns (8 warps splitting the
 // parts). Measured (H200, e44d1e5): 11.8 µs on 4096×2048 (launch 1 alone 6.6, the moments step ~2.5), 30.4 µs
-// on 4096×8192 — 0.28–0.57 of the read floor. CPU reference: adahop/outlier_detector.cpp (two-pass FP64).
+// on 4096×8192 — the read floor is 0.28–0.57 of these times. CPU reference: adahop/outlier_detector.cpp (two-pass FP64).
 // Test: tests/cuda/test_adahop_kernels.cu. Numbers: bench/results/README.md.
 #pragma once
 
