@@ -12,7 +12,9 @@
 //              per event pair), minus the GEMM alone timed the same way: what the side task adds to a
 //              training step when it runs beside the GEMM instead of before it. Side tasks: the detector
 //              (its labels are only needed after the calibration window) and the OE sliver GEMM (it reads
-//              the BF16 slice, not the main GEMM's result; the scatter follows the join)
+//              the BF16 slice, not the main GEMM's result; the scatter follows the join), and the extraction
+//              with it (without zeroing the selected vectors in the quantized operand: the scatter overwrites
+//              their output rows/columns, so the main GEMM does not depend on it)
 // "floor" rows: the bytes each step must move at the device-copy bandwidth measured in the same run
 // (detector: the matrix; extract: the matrix + the slice and the zeroed rows; sliver: the other operand read
 // in full + the sliver written and scattered) — the DRAM bound, ignoring launch latency.
@@ -388,8 +390,18 @@ int main(int argc, char** argv) {
                 rows.push_back({shape, pre + "batched: total (+ sliver GEMM+scatter)", std::max(0.0, bqs - bq) + bsel + bsl, gb});
                 const double with = overlapped_us(sp, main_gemm, [&](cudaStream_t) { sliver_gemm_on(sp.side_blas); }, reps);
                 const double added = std::max(0.0, with - go), bsc = batched_us(scatter, reps);
+                rows.push_back({shape, pre + "batched: scatter", bsc, gb});
                 rows.push_back({shape, pre + "sliver GEMM beside the main GEMM: added", added, go});
                 rows.push_back({shape, pre + "batched: total, sliver GEMM beside the main GEMM", std::max(0.0, bqs - bq) + bsel + added + bsc, go});
+                // the extraction too (zero_selected = false: the scatter overwrites the rows/columns the zeroing
+                // would have cleared, so the main GEMM need not wait for it)
+                auto extract_and_sliver = [&](cudaStream_t st) {
+                    extract_outliers_quantized_cuda(T.data(), r, K, 1, k_oe, o.rule, with_sums, slice.data(), idx.data(), oe, st, false);
+                    sliver_gemm_on(sp.side_blas);
+                };
+                const double both = std::max(0.0, overlapped_us(sp, main_gemm, extract_and_sliver, reps) - go);
+                rows.push_back({shape, pre + "extraction + sliver GEMM beside the main GEMM: added", both, go});
+                rows.push_back({shape, pre + "batched: total, extraction + sliver GEMM beside the main GEMM", std::max(0.0, bqs - bq) + both + bsc, go});
             };
             fused_oe("OE-left", "X", X, M, lg, oe_left_sliver, oe_left_gemm_on, oe_left_scatter);
             fused_oe("OE-right", "W", W, N, rg, oe_right_sliver, oe_right_gemm_on, oe_right_scatter);

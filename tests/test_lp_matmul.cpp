@@ -59,6 +59,34 @@ TEST(LpMatmul, OeRowsAndColumnsEqualTheHighPrecisionProduct) {
         for (int64_t i = 0; i < m; ++i) EXPECT_NEAR(c[size_t(i * n + col)], hp[size_t(i * n + col)], 1e-4f * (1 + std::fabs(hp[size_t(i * n + col)])));
 }
 
+// Why the GPU extraction may leave the selected vectors in the quantized operand (zero_selected = false in
+// outlier_extraction.cuh): the product's other rows (OE-left) or columns (OE-right) do not depend on them —
+// the blocks and the Hadamard run along K — so IHT without extraction and IHT+OE agree bit for bit outside
+// the selected ones, which the sliver overwrites.
+TEST(LpMatmul, OeChangesOnlyTheSelectedRowsOrColumnsOfTheProduct) {
+    const int64_t m = 96, k = 128, n = 64;
+    auto a = synthetic_operand(m, k, Pattern::row, 11), b = synthetic_operand(k, n, Pattern::col, 12);
+    LpMatmulOptions o;
+    o.oe_k = 6;
+    std::vector<float> iht(size_t(m * n)), oe(size_t(m * n));
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, iht.data());
+    for (Strategy s : {Strategy::iht_oe_left, Strategy::iht_oe_right}) {
+        const bool left = s == Strategy::iht_oe_left;
+        lp_matmul(a.data(), b.data(), m, k, n, s, o, oe.data());
+        const PreparedOperand p = left ? lp_prepare(a.data(), m, k, Side::left, s, o) : lp_prepare(b.data(), k, n, Side::right, s, o);
+        ASSERT_EQ(p.indices.size(), 6u);
+        std::vector<bool> selected(size_t(left ? m : n), false);
+        for (int32_t v : p.indices) selected[size_t(v)] = true;
+        int64_t differ = 0;
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                if (selected[size_t(left ? i : j)]) differ += oe[size_t(i * n + j)] != iht[size_t(i * n + j)];
+                else ASSERT_EQ(oe[size_t(i * n + j)], iht[size_t(i * n + j)]) << strategy_name(s) << " at " << i << "," << j;
+            }
+        EXPECT_GT(differ, 0) << strategy_name(s);  // the selected ones did change (the sliver is BF16, not MXFP4)
+    }
+}
+
 TEST(LpMatmul, OeSelectsTheOutlierRows) {
     const int64_t m = 200, k = 64;
     auto a = synthetic_operand(m, k, Pattern::row, 7, 0.01, 20.0f);  // 2 outlier rows

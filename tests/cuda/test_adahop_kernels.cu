@@ -950,6 +950,20 @@ void expect_fused_extraction_matches(const std::vector<float>& x, int64_t r, int
     EXPECT_EQ(bits16(download_at(slice.data(), size_t(kk * other))), bits16(download_at(slice_ref.data(), size_t(kk * other)))) << w;
     EXPECT_EQ(download_at(fused.codes.data(), fused.codes.size()), download_at(ref.codes.data(), ref.codes.size())) << w;
     EXPECT_EQ(download_at(fused.scales.data(), fused.scales.size()), download_at(ref.scales.data(), ref.scales.size())) << w;
+    // without the zeroing: the same indices and slice, the quantized operand untouched
+    QuantizedDevice kept(r, c, true);
+    quantize_axis(dx.data(), r, c, axis, o, kept);
+    DeviceBuffer<int32_t> idx_kept(size_t(std::max<int64_t>(kk, 1)));
+    DeviceBuffer<__nv_bfloat16> slice_kept(size_t(std::max<int64_t>(kk * other, 1)));
+    ASSERT_EQ(extract_outliers_quantized_cuda(dx.data(), r, c, axis, k, o.rule, kept.out(), slice_kept.data(), idx_kept.data(), ws, 0, false),
+              kk)
+        << w;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(download_at(idx_kept.data(), size_t(kk)), download_at(idx_ref.data(), size_t(kk))) << w << " kept";
+    EXPECT_EQ(bits16(download_at(slice_kept.data(), size_t(kk * other))), bits16(download_at(slice_ref.data(), size_t(kk * other))))
+        << w << " kept";
+    EXPECT_EQ(download_at(kept.codes.data(), kept.codes.size()), download_at(plain.codes.data(), plain.codes.size())) << w << " kept";
+    EXPECT_EQ(download_at(kept.scales.data(), kept.scales.size()), download_at(plain.scales.data(), plain.scales.size())) << w << " kept";
 }
 
 }  // namespace
@@ -1012,6 +1026,9 @@ TEST(AdahopCuda, FusedExtractionRejectsMissingBuffersAndBadAxes) {
     OutlierExtractionWorkspace ws;
     QuantizedDevice q(64, 64, true), no_sums(64, 64, false);
     expect_error(ErrorKind::usage, [&] { extract_outliers_quantized_cuda(dx.data(), 64, 64, 1, 4, ScaleRule::rceil, no_sums.out(), slice.data(), idx.data(), ws); });
+    expect_error(ErrorKind::usage, [&] {
+        extract_outliers_quantized_cuda(dx.data(), 64, 64, 1, 4, ScaleRule::rceil, no_sums.out(), slice.data(), idx.data(), ws, 0, false);
+    });
     expect_error(ErrorKind::usage, [&] { extract_outliers_quantized_cuda(dx.data(), 64, 64, 2, 4, ScaleRule::rceil, q.out(), slice.data(), idx.data(), ws); });
     expect_error(ErrorKind::input, [&] { extract_outliers_quantized_cuda(dx.data(), 64, 40, 1, 4, ScaleRule::rceil, q.out(), slice.data(), idx.data(), ws); });
 }

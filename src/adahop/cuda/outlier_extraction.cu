@@ -128,7 +128,18 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
                     const uint64_t key = p.cache_keys ? s_keys[i] : global_key(p, i);
                     if ((key & mask) == prefix) digit = uint32_t(key >> shift) & 255u;
                 }
-                if (digit < 256u) atomicAdd(&s_hist[digit], 1u);
+                // keys of one magnitude share a digit in the first pass: lanes of the warp's smallest and largest
+                // digit are counted with one atomic each (32 same-address shared atomics serialise), the rest
+                // with their own
+                const uint32_t least = __reduce_min_sync(0xFFFFFFFFu, digit);  // 256: no lane counts
+                const uint32_t most = __reduce_max_sync(0xFFFFFFFFu, digit < 256u ? digit : 0u);
+                const unsigned at_least = __ballot_sync(0xFFFFFFFFu, digit == least);
+                const unsigned at_most = __ballot_sync(0xFFFFFFFFu, digit == most && most != least);
+                if (lane == 0 && least < 256u) {
+                    atomicAdd(&s_hist[least], uint32_t(__popc(at_least)));
+                    if (at_most != 0u) atomicAdd(&s_hist[most], uint32_t(__popc(at_most)));
+                }
+                if (digit < 256u && digit != least && digit != most) atomicAdd(&s_hist[digit], 1u);
             }
             __syncthreads();
             if (warp == 0) {  // lane l holds bins 8l … 8l+7; find b with above(b) < krem ≤ above(b) + hist[b]
@@ -405,16 +416,17 @@ int64_t split_outliers_cuda(const float* x, int64_t rows, int64_t cols, bool by_
 
 int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, int axis, int64_t k, ScaleRule rule,
                                         const Mxfp4DeviceOutput& quantized, __nv_bfloat16* slice, int32_t* indices,
-                                        OutlierExtractionWorkspace& ws, cudaStream_t stream) {
+                                        OutlierExtractionWorkspace& ws, cudaStream_t stream, bool zero_selected) {
     const char* op = "extract_outliers_quantized_cuda";
     if (axis != 0 && axis != 1) cuda_usage_error(std::string(op) + ": axis must be 0 or 1, got " + std::to_string(axis));
-    if (!quantized.requested() || quantized.scales == nullptr || quantized.block_sumsq == nullptr)
-        cuda_usage_error(std::string(op) + ": needs the codes, scales and block_sumsq of the quantization pass");
+    if (quantized.block_sumsq == nullptr || (zero_selected && (!quantized.requested() || quantized.scales == nullptr)))
+        cuda_usage_error(std::string(op) + (zero_selected ? ": needs the codes, scales and block_sumsq of the quantization pass"
+                                                          : ": needs the block_sumsq of the quantization pass"));
     if (rows <= 0 || cols <= 0) cuda_input_error(std::string(op) + ": empty matrix");
     const bool by_rows = axis == 1;
     const int64_t n = by_rows ? rows : cols, inner = by_rows ? cols : rows;
     check_block_divisible(inner, 32, by_rows ? "columns" : "rows", "outlier extraction on an MXFP4 operand");
-    cuda_check_aligned(quantized.codes, 16, "codes", op);
+    if (zero_selected) cuda_check_aligned(quantized.codes, 16, "codes", op);
     k = clamp_k(n, k);
     if (k == 0) return 0;
     SelectGatherParams<__nv_bfloat16> p = select_params(x, rows, cols, by_rows, k, slice, indices);
@@ -427,8 +439,10 @@ int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, in
         CUDA_CHECK(cudaGetLastError());
         p.sums = sums;
     }
-    p.codes = quantized.codes;
-    p.scales = quantized.scales;
+    if (zero_selected) {
+        p.codes = quantized.codes;
+        p.scales = quantized.scales;
+    }
     p.code_bytes = inner / 2;
     p.zero_scale = mx_scale_code(0u, mx_spec(MxElement::e2m1), rule);
     launch_select_gather(p, stream);

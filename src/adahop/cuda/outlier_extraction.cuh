@@ -57,9 +57,14 @@ int64_t split_outliers_cuda(const float* x, int64_t rows, int64_t cols, bool by_
 // slice (rows: k × cols; columns: rows × k), and overwrites their codes and scales in `quantized` with
 // those of an all-zero vector — the same bytes as split_outliers_cuda followed by hadamard_mxfp4_cuda of the
 // clean operand. Two launches (none to rank when k ≥ the dimension); k is clamped to the dimension; returns the k used. Asynchronous.
+// zero_selected = false leaves `quantized` untouched (only its block_sumsq is read): the product rows
+// (OE-left) or columns (OE-right) of the selected vectors are then wrong, but scatter_outliers_cuda
+// overwrites exactly those with the sliver product, and no other output depends on them (blocks and the
+// Hadamard run along the reduction dimension) — so C is the same, and the extraction no longer has to
+// finish before the main GEMM starts: it can run on a side stream beside it, with the sliver GEMM.
 int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, int axis, int64_t k, ScaleRule rule,
                                         const Mxfp4DeviceOutput& quantized, __nv_bfloat16* slice, int32_t* indices,
-                                        OutlierExtractionWorkspace& ws, cudaStream_t stream = 0);
+                                        OutlierExtractionWorkspace& ws, cudaStream_t stream = 0, bool zero_selected = true);
 
 // c (rows_c × cols_c, row-major): by_rows: c[indices[i], :] = src[i, :] (src k × cols_c);
 // else c[:, indices[j]] = src[:, j] (src rows_c × k).
