@@ -11,7 +11,8 @@
 //        b. radix select, 8 bits per pass from the first byte in which the keys differ (one OR/AND reduction
 //           finds it: scores of one magnitude share their sign and top exponent bits): a 256-bin histogram of
 //           the keys that still match the prefix (plain shared atomics: warp aggregation with __match_any_sync
-//           measured the same on the H200, session 9), warp 0 finds the bin of the k-th largest; stop
+//           measured the same on the H200, session 9; one atomic for the warp's smallest and largest digit
+//           (__reduce_min/max_sync + ballots) 10–30 % slower, session 11), warp 0 finds the bin of the k-th largest; stop
 //           when that bin holds exactly the keys still needed, or after the last digit. Then the keys above
 //           the final prefix are taken, and of those equal to it the first `take_eq` by index (ties → lower
 //           index first, as the CPU reference ranks them);
@@ -128,18 +129,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
                     const uint64_t key = p.cache_keys ? s_keys[i] : global_key(p, i);
                     if ((key & mask) == prefix) digit = uint32_t(key >> shift) & 255u;
                 }
-                // keys of one magnitude share a digit in the first pass: lanes of the warp's smallest and largest
-                // digit are counted with one atomic each (32 same-address shared atomics serialise), the rest
-                // with their own
-                const uint32_t least = __reduce_min_sync(0xFFFFFFFFu, digit);  // 256: no lane counts
-                const uint32_t most = __reduce_max_sync(0xFFFFFFFFu, digit < 256u ? digit : 0u);
-                const unsigned at_least = __ballot_sync(0xFFFFFFFFu, digit == least);
-                const unsigned at_most = __ballot_sync(0xFFFFFFFFu, digit == most && most != least);
-                if (lane == 0 && least < 256u) {
-                    atomicAdd(&s_hist[least], uint32_t(__popc(at_least)));
-                    if (at_most != 0u) atomicAdd(&s_hist[most], uint32_t(__popc(at_most)));
-                }
-                if (digit < 256u && digit != least && digit != most) atomicAdd(&s_hist[digit], 1u);
+                if (digit < 256u) atomicAdd(&s_hist[digit], 1u);
             }
             __syncthreads();
             if (warp == 0) {  // lane l holds bins 8l … 8l+7; find b with above(b) < krem ≤ above(b) + hist[b]
