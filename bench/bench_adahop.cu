@@ -1,6 +1,8 @@
 // bench_adahop.cu — overheads of AdaHOP's extra work on the H200, each against one cuBLAS BF16 GEMM of the
 // same shape measured in the same run (Llama-1B-like shapes, M tokens × K in → N out):
-//   detector   one launch over X (M×K), W (N×K) or dY (M×N) in BF16: row/column sums and the moments
+//   detector   two launches over X (M×K), W (N×K) or dY (M×N) in BF16: row/column sums and the moments; and
+//              from the quantization passes: the per-block Σx, Σx² that the fused Hadamard+MXFP4 passes of the
+//              operand in both orientations write (what they add to those passes) + the finalising launch
 //   OE-left    top-64 rows of X (score pass + select/gather/zero in place: 2 launches) + sliver GEMM 64×K×N
 //              + scatter
 //   OE-right   top-64 rows of W (= columns of Wᵀ) + sliver GEMM M×K×64 + scatter
@@ -288,6 +290,33 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "detector on X, batched", batched_us(det(X.data(), M, K), reps), gb});
             rows.push_back({shape, "detector on W, batched", batched_us(det(W.data(), N, K), reps), gb});
             rows.push_back({shape, "detector on dY, batched", batched_us(det(G.data(), M, N), reps), gb});
+            // the detector from the block sums of the quantization passes training runs anyway (each operand in both
+            // orientations, one pass each): what the sums add to those passes, plus the finalising launch
+            auto det_from_blocks = [&](const char* op, const DeviceBuffer<__nv_bfloat16>& t, int64_t r, int64_t c) {
+                DeviceBuffer<uint8_t> codes_r(size_t(r * c / 2)), scales_r(size_t(r * c / 32)), codes_c(size_t(r * c / 2)),
+                    scales_c(size_t(r * c / 32));
+                DeviceBuffer<float> sum_r(size_t(r * c / 32)), sumsq_r(size_t(r * c / 32)), sum_c(size_t(r * c / 32)), sumsq_c(size_t(r * c / 32));
+                const Mxfp4DeviceOutput plain_r{codes_r.data(), scales_r.data()}, plain_c{codes_c.data(), scales_c.data()};
+                const Mxfp4DeviceOutput stats_r{codes_r.data(), scales_r.data(), sumsq_r.data(), sum_r.data()},
+                    stats_c{codes_c.data(), scales_c.data(), sumsq_c.data(), sum_c.data()};
+                const HadamardMxfp4Options o;
+                auto passes = [&](const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols) {
+                    return [&, along_rows, along_cols] {
+                        hadamard_mxfp4_cuda(t.data(), r, c, o, along_rows, Mxfp4DeviceOutput{});
+                        hadamard_mxfp4_cuda(t.data(), r, c, o, Mxfp4DeviceOutput{}, along_cols);
+                    };
+                };
+                const double q_plain = batched_us(passes(plain_r, plain_c), reps), q_stats = batched_us(passes(stats_r, stats_c), reps);
+                const double fin = batched_us([&] { detector_stats_from_blocks_cuda(stats_r, stats_c, r, c, stats); }, reps);
+                const std::string pre = std::string("detector on ") + op + " from the quantization passes, batched: ";
+                rows.push_back({shape, pre + "both passes without sums", q_plain, gb});
+                rows.push_back({shape, pre + "the sums' share", std::max(0.0, q_stats - q_plain), gb});
+                rows.push_back({shape, pre + "finalising launch", fin, gb});
+                rows.push_back({shape, pre + "added", std::max(0.0, q_stats - q_plain) + fin, gb});
+            };
+            det_from_blocks("X", X, M, K);
+            det_from_blocks("W", W, N, K);
+            det_from_blocks("dY", G, M, N);
             rows.push_back({shape, "floor: detector on X (read MxK)", floor_us(2.0 * double(M * K)), g});
             rows.push_back({shape, "floor: detector on W (read NxK)", floor_us(2.0 * double(N * K)), g});
             rows.push_back({shape, "floor: detector on dY (read MxN)", floor_us(2.0 * double(M * N)), g});

@@ -893,10 +893,13 @@ namespace {
 // The MXFP4 output of one orientation in device memory, with the per-block Σx² when asked.
 struct QuantizedDevice {
     DeviceBuffer<uint8_t> codes, scales;
-    DeviceBuffer<float> sumsq;
-    QuantizedDevice(int64_t r, int64_t c, bool with_sumsq)
-        : codes(size_t(r * c / 2)), scales(size_t(r * c / 32)), sumsq(with_sumsq ? size_t(r * c / 32) : 0) {}
-    Mxfp4DeviceOutput out() { return {codes.data(), scales.data(), sumsq.size() ? sumsq.data() : nullptr}; }
+    DeviceBuffer<float> sumsq, sum;
+    QuantizedDevice(int64_t r, int64_t c, bool with_sumsq, bool with_sum = false)
+        : codes(size_t(r * c / 2)), scales(size_t(r * c / 32)), sumsq(with_sumsq ? size_t(r * c / 32) : 0),
+          sum(with_sum ? size_t(r * c / 32) : 0) {}
+    Mxfp4DeviceOutput out() {
+        return {codes.data(), scales.data(), sumsq.size() ? sumsq.data() : nullptr, sum.size() ? sum.data() : nullptr};
+    }
 };
 
 void quantize_axis(const __nv_bfloat16* x, int64_t r, int64_t c, int axis, const HadamardMxfp4Options& o, QuantizedDevice& q) {
@@ -1017,6 +1020,86 @@ TEST(AdahopCuda, BlockSumsOfBothOrientationsEqualTheSingleOrientationOnes) {
     EXPECT_EQ(float_bits(download_at(cols2.sumsq.data(), cols2.sumsq.size())), float_bits(download_at(cols1.sumsq.data(), cols1.sumsq.size())));
     EXPECT_EQ(download_at(rows2.codes.data(), rows2.codes.size()), download_at(rows1.codes.data(), rows1.codes.size()));
     EXPECT_EQ(download_at(cols2.codes.data(), cols2.codes.size()), download_at(cols1.codes.data(), cols1.codes.size()));
+}
+
+// The detector from the block sums of a quantization pass in each orientation (one both-orientations pass,
+// or one pass per orientation: the same bits) against the CPU detector on the same BF16 values; its row and
+// column sums against FP64 sums; quantizing with the sums changes no code.
+TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
+    REQUIRE_GPU();
+    OutlierStatsWorkspace ws;
+    const int64_t shapes[][2] = {{512, 768}, {64, 4096}, {4096, 64}, {32, 32}, {1024, 2048}};
+    for (auto sh : shapes)
+        for (Pattern pat : {Pattern::row, Pattern::col, Pattern::none}) {
+            const int64_t r = sh[0], c = sh[1];
+            const std::string w = shape_name(r, c) + " " + pattern_name(pat);
+            auto x = synthetic_operand(r, c, pat, 19);
+            for (float& v : x) v += 0.3f;  // non-zero mean exercises the one-pass variance
+            const auto xv = bf16_values(x);
+            const PatternStats cpu = detect_outlier_pattern(xv.data(), r, c);
+            auto dx = to_device(to_bf16(x));
+            QuantizedDevice rows(r, c, true, true), cols(r, c, true, true), plain_rows(r, c, false), plain_cols(r, c, false);
+            hadamard_mxfp4_cuda(dx.data(), r, c, {}, plain_rows.out(), plain_cols.out());
+            std::vector<double> first_rows, first_cols;
+            for (bool together : {true, false}) {
+                if (together) {
+                    hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows.out(), cols.out());
+                } else {
+                    hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows.out(), Mxfp4DeviceOutput{});
+                    hadamard_mxfp4_cuda(dx.data(), r, c, {}, Mxfp4DeviceOutput{}, cols.out());
+                }
+                const PatternStats gpu = detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), r, c, {}, ws);
+                const std::string ww = w + (together ? " together" : " separate");
+                EXPECT_EQ(gpu.pattern, cpu.pattern) << ww;
+                EXPECT_NEAR(gpu.cv_row, cpu.cv_row, 1e-6 * (1 + cpu.cv_row)) << ww;
+                EXPECT_NEAR(gpu.cv_col, cpu.cv_col, 1e-6 * (1 + cpu.cv_col)) << ww;
+                EXPECT_NEAR(gpu.kurtosis_row, cpu.kurtosis_row, 1e-5 * (1 + cpu.kurtosis_row)) << ww;
+                EXPECT_NEAR(gpu.kurtosis_col, cpu.kurtosis_col, 1e-5 * (1 + cpu.kurtosis_col)) << ww;
+                EXPECT_NEAR(gpu.mean_row_variance, cpu.mean_row_variance, 1e-6 * cpu.mean_row_variance) << ww;
+                EXPECT_NEAR(gpu.mean_col_variance, cpu.mean_col_variance, 1e-6 * cpu.mean_col_variance) << ww;
+                const auto grs = download(ws.row_sums, size_t(2 * r)), gcs = download(ws.col_sums, size_t(2 * c));
+                if (together) {
+                    first_rows = grs, first_cols = gcs;
+                    for (int64_t i = 0; i < r; ++i) {
+                        double s = 0, q = 0, a = 0;
+                        for (int64_t j = 0; j < c; ++j) {
+                            const double v = xv[size_t(i * c + j)];
+                            s += v, q += v * v, a += std::fabs(v);
+                        }
+                        ASSERT_NEAR(grs[size_t(2 * i)], s, 1e-6 * a) << ww << " row " << i;
+                        ASSERT_NEAR(grs[size_t(2 * i + 1)], q, 1e-6 * q) << ww << " row " << i;
+                    }
+                    for (int64_t j = 0; j < c; ++j) {
+                        double s = 0, q = 0, a = 0;
+                        for (int64_t i = 0; i < r; ++i) {
+                            const double v = xv[size_t(i * c + j)];
+                            s += v, q += v * v, a += std::fabs(v);
+                        }
+                        ASSERT_NEAR(gcs[size_t(2 * j)], s, 1e-6 * a) << ww << " col " << j;
+                        ASSERT_NEAR(gcs[size_t(2 * j + 1)], q, 1e-6 * q) << ww << " col " << j;
+                    }
+                } else {
+                    EXPECT_EQ(grs, first_rows) << ww;
+                    EXPECT_EQ(gcs, first_cols) << ww;
+                }
+                EXPECT_EQ(download_at(rows.codes.data(), rows.codes.size()), download_at(plain_rows.codes.data(), plain_rows.codes.size())) << ww;
+                EXPECT_EQ(download_at(cols.codes.data(), cols.codes.size()), download_at(plain_cols.codes.data(), plain_cols.codes.size())) << ww;
+            }
+        }
+    // NaN → an input error, as the CPU detector; missing sums, a missing orientation, block_sum without Σx²
+    std::vector<float> bad(64 * 64, 1.0f);
+    bad[100] = NAN;
+    auto db = to_device(to_bf16(bad));
+    QuantizedDevice rows(64, 64, true, true), cols(64, 64, true, true), no_sum(64, 64, true);
+    hadamard_mxfp4_cuda(db.data(), 64, 64, {}, rows.out(), cols.out());
+    expect_error(ErrorKind::input, [&] { detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), 64, 64, {}, ws); });
+    expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), no_sum.out(), 64, 64, ws); });
+    expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), Mxfp4DeviceOutput{}, 64, 64, ws); });
+    expect_error(ErrorKind::input, [&] { detector_stats_from_blocks_cuda(rows.out(), cols.out(), 64, 40, ws); });
+    Mxfp4DeviceOutput sum_only = rows.out();
+    sum_only.block_sumsq = nullptr;
+    expect_error(ErrorKind::usage, [&] { hadamard_mxfp4_cuda(db.data(), 64, 64, {}, sum_only, Mxfp4DeviceOutput{}); });
+    CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST(AdahopCuda, FusedExtractionRejectsMissingBuffersAndBadAxes) {

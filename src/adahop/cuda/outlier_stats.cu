@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <string>
 
 namespace lowbit {
 
@@ -43,6 +44,10 @@ struct StatsParams {
     double *col_s, *col_q;         // [segs][slabs · 256] (slab positions)
     uint32_t* col_m;               // [segs][slabs · 256]
     double* pow_part;              // [finalise CTAs][4]
+    // detector_stats_from_blocks_cuda: the quantization passes' per-block Σx, Σx² instead of the partials above
+    const float *row_bs, *row_bq;  // [rows][row_blocks] (blocks along rows)
+    const float *col_bs, *col_bq;  // [cols][col_blocks] (blocks down columns)
+    int row_blocks, col_blocks;
     double *row_sums, *col_sums;   // [2R], [2C]
     uint32_t *row_max, *col_max;   // [R], [C]
     uint32_t* counter;             // finalise CTAs done; zero between launches (the last one resets it)
@@ -315,9 +320,12 @@ __global__ void __launch_bounds__(kThreads, 2) outlier_stats_kernel(const T* __r
 }
 
 // Launch 2: CTA b < row_ctas finalises rows 32b … 32b+31, the others slab positions 32(b − row_ctas) …;
-// see the file comment.
-template <bool kRows, bool kCols, bool kSums, bool kMax>
+// see the file comment. kFromBlocks: the parts are instead the FP32 per-block sums of a quantization pass in
+// each orientation (p.row_bs … ; item i's part j at i·blocks + j), and CTA b − row_ctas finalises columns
+// 32(b − row_ctas) … directly.
+template <bool kRows, bool kCols, bool kSums, bool kMax, bool kFromBlocks = false>
 __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p, int row_ctas, int ctas) {
+    static_assert(!kFromBlocks || (kRows && kCols && kSums && !kMax), "the block sums serve the detector only");
     constexpr bool kMoments = kRows && kCols && kSums;
     __shared__ double s_s[kSums ? kWarps : 1][32], s_q[kSums ? kWarps : 1][32];
     __shared__ uint32_t s_m[kMax ? kWarps : 1][32];
@@ -330,10 +338,10 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
     const bool rows_cta = kRows && int(blockIdx.x) < row_ctas;  // CTA-uniform
     const int64_t pos = int64_t(rows_cta ? blockIdx.x : blockIdx.x - row_ctas) * 32 + lane;
     // the item: a row, or the column at slab position pos
-    const int64_t item = rows_cta ? pos : (pos / kSlabCols) * kSlabCols + slab_column(int(pos % kSlabCols));
+    const int64_t item = rows_cta || kFromBlocks ? pos : (pos / kSlabCols) * kSlabCols + slab_column(int(pos % kSlabCols));
     const int64_t n_items = rows_cta ? p.rows : p.cols;
-    const bool valid = item < n_items && (rows_cta || pos < int64_t(p.slabs) * kSlabCols);
-    const int parts = rows_cta ? p.slabs : p.segs;
+    const bool valid = item < n_items && (rows_cta || kFromBlocks || pos < int64_t(p.slabs) * kSlabCols);
+    const int parts = kFromBlocks ? (rows_cta ? p.row_blocks : p.col_blocks) : (rows_cta ? p.slabs : p.segs);
     const int64_t stride = rows_cta ? p.rows : int64_t(p.slabs) * kSlabCols;
     const double* ps = rows_cta ? p.row_s : p.col_s;
     const double* pq = rows_cta ? p.row_q : p.col_q;
@@ -341,7 +349,16 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
 
     double s = 0.0, q = 0.0;
     uint32_t m = 0;
-    if (valid)
+    if (valid && kFromBlocks) {
+        const float* bs = rows_cta ? p.row_bs : p.col_bs;
+        const float* bq = rows_cta ? p.row_bq : p.col_bq;
+#pragma unroll 4
+        for (int j = warp; j < parts; j += kWarps) {
+            const int64_t at = item * parts + j;
+            s += double(bs[at]);
+            q += double(bq[at]);
+        }
+    } else if (valid)
 #pragma unroll 4
         for (int j = warp; j < parts; j += kWarps) {
             const int64_t at = int64_t(j) * stride + pos;
@@ -430,6 +447,29 @@ __global__ void variance_moments_kernel(const double* powers, int64_t rows, int6
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
+// The finalising launch's last-CTA counter: allocated and zeroed once (the last CTA resets it).
+void ensure_counter(OutlierStatsWorkspace& ws, cudaStream_t stream) {
+    if (ws.counters.size() >= 1) return;
+    ws.counters.resize(1);
+    CUDA_CHECK(cudaMemsetAsync(ws.counters.data(), 0, ws.counters.bytes(), stream));
+}
+
+// Launch 2 as a programmatic dependent launch: its CTAs get scheduled while the kernel before it on the
+// stream drains (measured −1 µs after launch 1; after any other kernel it simply waits for its end).
+template <typename Kernel>
+void launch_finalize(Kernel kernel, const StatsParams& p, int row_ctas, int ctas, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(ctas));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute dependent;
+    dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &dependent;
+    cfg.numAttrs = cuda_supports_dependent_launch() ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, row_ctas, ctas));
+}
+
 template <typename Kernel>
 int blocks_per_sm(Kernel kernel) {
     int n = 0;
@@ -461,14 +501,11 @@ void launch_stats(const T* x, int64_t rows, int64_t cols, OutlierStatsWorkspace&
     const size_t o_cs = take(kCols && kSums, cn * 8), o_cq = take(kCols && kSums, cn * 8), o_cm = take(kCols && kMax, cn * 4);
     const size_t o_pw = take(kMoments, size_t(row_ctas + col_ctas) * 32);
     if (ws.partials.size() < off) ws.partials.resize(off);
-    if (ws.counters.size() < 1) {
-        ws.counters.resize(1);
-        CUDA_CHECK(cudaMemsetAsync(ws.counters.data(), 0, ws.counters.bytes(), stream));
-    }
+    ensure_counter(ws, stream);
     uint8_t* base = ws.partials.data();
     auto ptr = [&](size_t o) { return o == SIZE_MAX ? nullptr : base + o; };
 
-    StatsParams p;
+    StatsParams p{};
     p.rows = rows;
     p.cols = cols;
     p.seg_rows = g.seg_rows;
@@ -491,18 +528,40 @@ void launch_stats(const T* x, int64_t rows, int64_t cols, OutlierStatsWorkspace&
     p.moments = ws.moments.data();
     outlier_stats_kernel<T, kRows, kCols, kSums, kMax><<<unsigned(g.slabs * g.segs), kThreads, 0, stream>>>(x, p);
     CUDA_CHECK(cudaGetLastError());
-    const int ctas = int(row_ctas + col_ctas);
-    // a programmatic dependent launch: its CTAs get scheduled while launch 1 drains (measured −1 µs)
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(ctas));
-    cfg.blockDim = dim3(kThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute dependent;
-    dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    dependent.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &dependent;
-    cfg.numAttrs = cuda_supports_dependent_launch() ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, stats_finalize_kernel<kRows, kCols, kSums, kMax>, p, int(row_ctas), ctas));
+    launch_finalize(stats_finalize_kernel<kRows, kCols, kSums, kMax>, p, int(row_ctas), int(row_ctas + col_ctas), stream);
+}
+
+// The detector's finalising launch alone, over the per-block sums of a quantization pass in each orientation.
+void launch_stats_from_blocks(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, int64_t rows, int64_t cols,
+                              OutlierStatsWorkspace& ws, cudaStream_t stream) {
+    const char* op = "detector_stats_from_blocks_cuda";
+    if (along_rows.block_sum == nullptr || along_rows.block_sumsq == nullptr || along_cols.block_sum == nullptr ||
+        along_cols.block_sumsq == nullptr)
+        cuda_usage_error(std::string(op) + ": needs block_sum and block_sumsq of a quantization pass in each orientation");
+    if (rows <= 0 || cols <= 0) cuda_input_error(std::string(op) + ": empty matrix");
+    check_block_divisible(cols, 32, "columns", op);
+    check_block_divisible(rows, 32, "rows", op);
+    const int64_t row_ctas = rows / 32, col_ctas = cols / 32;
+    if (row_ctas + col_ctas > int64_t(INT32_MAX)) cuda_input_error(std::string(op) + ": matrix too large");
+    ws.reserve(rows, cols);
+    if (ws.partials.size() < size_t(row_ctas + col_ctas) * 32) ws.partials.resize(size_t(row_ctas + col_ctas) * 32);
+    ensure_counter(ws, stream);
+    StatsParams p{};
+    p.rows = rows;
+    p.cols = cols;
+    p.row_bs = along_rows.block_sum;
+    p.row_bq = along_rows.block_sumsq;
+    p.col_bs = along_cols.block_sum;
+    p.col_bq = along_cols.block_sumsq;
+    p.row_blocks = int(cols / 32);
+    p.col_blocks = int(rows / 32);
+    p.pow_part = reinterpret_cast<double*>(ws.partials.data());
+    p.row_sums = ws.row_sums.data();
+    p.col_sums = ws.col_sums.data();
+    p.counter = ws.counters.data();
+    p.powers = ws.powers.data();
+    p.moments = ws.moments.data();
+    launch_finalize(stats_finalize_kernel<true, true, true, false, true>, p, int(row_ctas), int(row_ctas + col_ctas), stream);
 }
 
 template <typename T>
@@ -524,15 +583,21 @@ void stats(const T* x, int64_t rows, int64_t cols, const OutlierStatsRequest& q,
     }
 }
 
-template <typename T>
-PatternStats detect(const T* x, int64_t rows, int64_t cols, const DetectorOptions& opt, OutlierStatsWorkspace& ws,
-                    cudaStream_t stream) {
-    launch_stats<T, true, true, true, false>(x, rows, cols, ws, stream);
+// The label from the moments the finalising launch left in ws (synchronises `stream`).
+PatternStats pattern_from_device_moments(int64_t rows, int64_t cols, const DetectorOptions& opt, OutlierStatsWorkspace& ws,
+                                         cudaStream_t stream) {
     double m[6];
     CUDA_CHECK(cudaMemcpyAsync(m, ws.moments.data(), sizeof m, cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     if (!std::isfinite(m[0]) || !std::isfinite(m[3])) cuda_input_error("outlier detector: the matrix holds NaN or Inf");
     return pattern_from_moments({m[0], m[1], m[2]}, rows, {m[3], m[4], m[5]}, cols, opt);
+}
+
+template <typename T>
+PatternStats detect(const T* x, int64_t rows, int64_t cols, const DetectorOptions& opt, OutlierStatsWorkspace& ws,
+                    cudaStream_t stream) {
+    launch_stats<T, true, true, true, false>(x, rows, cols, ws, stream);
+    return pattern_from_device_moments(rows, cols, opt, ws, stream);
 }
 
 }  // namespace
@@ -584,6 +649,18 @@ PatternStats detect_outlier_pattern_cuda(const float* x, int64_t rows, int64_t c
 PatternStats detect_outlier_pattern_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const DetectorOptions& opt,
                                          OutlierStatsWorkspace& ws, cudaStream_t stream) {
     return detect(x, rows, cols, opt, ws, stream);
+}
+
+void detector_stats_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, int64_t rows,
+                                     int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream) {
+    launch_stats_from_blocks(along_rows, along_cols, rows, cols, ws, stream);
+}
+
+PatternStats detect_outlier_pattern_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols,
+                                                     int64_t rows, int64_t cols, const DetectorOptions& opt, OutlierStatsWorkspace& ws,
+                                                     cudaStream_t stream) {
+    launch_stats_from_blocks(along_rows, along_cols, rows, cols, ws, stream);
+    return pattern_from_device_moments(rows, cols, opt, ws, stream);
 }
 
 }  // namespace lowbit

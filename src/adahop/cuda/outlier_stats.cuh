@@ -23,6 +23,7 @@
 
 #include "adahop/outlier_detector.h"
 #include "core/cuda_device.h"
+#include "hadamard/cuda/hadamard_mxfp4.cuh"
 
 namespace lowbit {
 
@@ -75,6 +76,19 @@ PatternStats detect_outlier_pattern_cuda(const float* x, int64_t rows, int64_t c
                                          OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 PatternStats detect_outlier_pattern_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const DetectorOptions& opt,
                                          OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
+
+// The detector without a pass of its own: from the per-block Σx and Σx² (Mxfp4DeviceOutput::block_sum and
+// block_sumsq) that hadamard_mxfp4_cuda writes when it quantizes the operand in both orientations — as
+// training does for X, W and dY (each is an operand of two GEMMs with different reduction dimensions). One
+// launch (the finalising one, reading rows·cols/8 bytes of block sums); rows and cols multiples of 32. Row
+// and column sums are FP64 sums of FP32 block sums (the streaming pass above: of FP32 lane partials), so
+// they differ from it by FP32 rounding (tests: 1e-6 relative on the statistics). Fills ws.row_sums,
+// col_sums, powers and moments. Asynchronous; the second form synchronises and labels.
+void detector_stats_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, int64_t rows,
+                                     int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
+PatternStats detect_outlier_pattern_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols,
+                                                     int64_t rows, int64_t cols, const DetectorOptions& opt, OutlierStatsWorkspace& ws,
+                                                     cudaStream_t stream = 0);
 
 // Index logic of the statistics kernel, shared with the host-side tests (tests/cuda/test_adahop_kernels.cu).
 namespace outlier_stats_detail {

@@ -122,6 +122,23 @@ __device__ __forceinline__ float block_sum_squares32(const float (&v)[32]) {
     for (int j = 0; j < 32; ++j) s = __fmaf_rn(v[j], v[j], s);
     return s;
 }
+__device__ __forceinline__ float block_sum32(const float (&v)[32]) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) s = __fadd_rn(s, v[j]);
+    return s;
+}
+
+// What a quantization pass writes per 32-block beside the codes, of its input before any transform: nothing,
+// Σx² (outlier-extraction scores), or Σx and Σx² (the detector's row and column statistics, from a pass in
+// each orientation). A template flag: a run-time pointer test cost the column kernel 16 registers.
+enum class BlockStats { none, sumsq, sum_and_sumsq };
+template <BlockStats kStats>
+__device__ __forceinline__ void write_block_stats(const float (&v)[32], int64_t at, float* __restrict__ block_sum,
+                                                  float* __restrict__ block_sumsq) {
+    if constexpr (kStats != BlockStats::none) block_sumsq[at] = block_sum_squares32(v);
+    if constexpr (kStats == BlockStats::sum_and_sumsq) block_sum[at] = block_sum32(v);
+}
 
 // ------------------------------------------------------------------------------------------------
 // Hadamard pieces. In-register stages use fwht_unnormalized<N> (hadamard.h). A stage whose partner
@@ -368,11 +385,11 @@ __device__ __forceinline__ void load32(const T* p, float (&v)[32]) {
     }
 }
 
-template <typename T, bool kFp4, bool kHad, Rounding kRoundT, bool kSums = false>
+template <typename T, bool kFp4, bool kHad, Rounding kRoundT, BlockStats kStats = BlockStats::none>
 __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restrict__ x, int64_t n, MxElement e, ScaleRule rule,
                                                                MxScaleRuleBits rb, Rounding rounding, float hs, uint64_t seed,
                                                                uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
-                                                               float* __restrict__ block_sumsq) {
+                                                               float* __restrict__ block_sum, float* __restrict__ block_sumsq) {
     const int64_t nblocks = n >> 5;
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     const MxElement el = kFp4 ? MxElement::e2m1 : e;
@@ -380,7 +397,7 @@ __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restri
     for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
         float v[32];
         load32(x + blk * 32, v);
-        if constexpr (kSums) block_sumsq[blk] = block_sum_squares32(v);
+        write_block_stats<kStats>(v, blk, block_sum, block_sumsq);
         if constexpr (kHad) fwht_unnormalized<32>(v);
         const MxBlockScale b = mx_block_scale<kHad>(block_amax32(v), rb, el, rule, hs);
         scales[blk] = uint8_t(b.scale);
@@ -521,11 +538,12 @@ __device__ __forceinline__ void load_cols_warp_tile(const T* __restrict__ x, int
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __uint_as_float(uint32_t(__bfloat16_as_ushort(v)) << 16); }
 
-template <typename T, bool kFp4, bool kHad, Rounding kRoundT, bool kSums = false>
+template <typename T, bool kFp4, bool kHad, Rounding kRoundT, BlockStats kStats = BlockStats::none>
 __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                                                int64_t col_tiles, MxElement e, ScaleRule rule, MxScaleRuleBits rb,
                                                                Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
-                                                               uint8_t* __restrict__ scales, float* __restrict__ block_sumsq) {
+                                                               uint8_t* __restrict__ scales, float* __restrict__ block_sum,
+                                                               float* __restrict__ block_sumsq) {
     __shared__ ColsTileStage<kFp4, kColsTileCols> stage;
     __shared__ ColsWarpTile<T> in[kColsWarps];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -542,7 +560,7 @@ __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restri
         float a[32];
 #pragma unroll
         for (int r = 0; r < 32; ++r) a[r] = to_float(in[warp].v[r][lane]);
-        if constexpr (kSums) block_sumsq[c * (rows >> 5) + (r0 >> 5)] = block_sum_squares32(a);
+        write_block_stats<kStats>(a, c * (rows >> 5) + (r0 >> 5), block_sum, block_sumsq);
         mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed), r0, c, cols,
                                               stage, lane, warp);
     }

@@ -54,8 +54,8 @@ constexpr int kBothTileCols = 64;
 template <Rounding kRoundT>
 __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadamard_mxfp4_both_kernel(
     const __nv_bfloat16* __restrict__ x, int64_t rows, int64_t cols, int64_t col_tiles, ScaleRule rule, MxScaleRuleBits rb, float hs,
-    uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, float* __restrict__ sumsq_r,
-    uint8_t* __restrict__ codes_c, uint8_t* __restrict__ scales_c, float* __restrict__ sumsq_c) {
+    uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, float* __restrict__ sum_r, float* __restrict__ sumsq_r,
+    uint8_t* __restrict__ codes_c, uint8_t* __restrict__ scales_c, float* __restrict__ sum_c, float* __restrict__ sumsq_c) {
     __shared__ __align__(16) uint32_t tile[kColsWarps][32][32];
     __shared__ ColsTileStage<true, kBothTileCols> stage;
     constexpr MxElement E = MxElement::e2m1;
@@ -91,6 +91,7 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
                 if (sumsq_c != nullptr) sumsq_c[(c0 + half) * (rows >> 5) + (r0 >> 5)] = block_sum_squares32(a);
+                if (sum_c != nullptr) sum_c[(c0 + half) * (rows >> 5) + (r0 >> 5)] = block_sum32(a);
                 mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage, 2 * lane + half,
                                                       warp);
             }
@@ -113,6 +114,7 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                 }
                 const bool block_ok = beta == 0 || hi_block_ok;
                 if (sumsq_r != nullptr && block_ok) sumsq_r[row * cbs + (cw >> 5) + beta] = block_sum_squares32(v);
+                if (sum_r != nullptr && block_ok) sum_r[row * cbs + (cw >> 5) + beta] = block_sum32(v);
                 fwht_unnormalized<32>(v);
                 const MxBlockScale q = mx_block_scale<true>(block_amax32(v), rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
@@ -132,6 +134,13 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
     write_cols_tile(stage, cw, rb_first, nrb, rows, cols, codes_c, scales_c);
 }
 
+// Which per-block statistics an output asks for (block_sum only with block_sumsq: checked by the caller).
+template <BlockStats kStats>
+bool with_stats(const Mxfp4DeviceOutput& o) {
+    const BlockStats s = o.block_sumsq == nullptr ? BlockStats::none : (o.block_sum == nullptr ? BlockStats::sumsq : BlockStats::sum_and_sumsq);
+    return s == kStats;
+}
+
 template <Rounding kRoundT>
 void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, const HadamardMxfp4Options& opt,
                            const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, cudaStream_t stream) {
@@ -141,25 +150,25 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     if (along_rows.requested() && along_cols.requested()) {
         const ColsGrid grid(rows, cols, kBothTileCols);
         hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, along_rows.block_sumsq,
-            along_cols.codes, along_cols.scales, along_cols.block_sumsq);
+            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, along_rows.block_sum,
+            along_rows.block_sumsq, along_cols.codes, along_cols.scales, along_cols.block_sum, along_cols.block_sumsq);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
     if (along_rows.requested()) {
         const int64_t n = rows * cols;
-        auto kernel = along_rows.block_sumsq != nullptr ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, true>
-                                                        : mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, false>;
-        kernel<<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed,
-                                                                         along_rows.codes, along_rows.scales, along_rows.block_sumsq);
+        auto kernel = with_stats<BlockStats::none>(along_rows) ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
+                      : with_stats<BlockStats::sumsq>(along_rows) ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
+                                                                  : mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sum_and_sumsq>;
+        kernel<<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes,
+                                                                         along_rows.scales, along_rows.block_sum, along_rows.block_sumsq);
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
-        // the per-block sums as a template flag (as for the rows): a run-time pointer test cost the column kernel
-        // 16 registers
-        auto kernel = along_cols.block_sumsq != nullptr ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, true>
-                                                        : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, false>;
+        auto kernel = with_stats<BlockStats::none>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
+                      : with_stats<BlockStats::sumsq>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
+                                                                  : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sum_and_sumsq>;
         kernel<<<grid.blocks(), kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
-                                                           along_cols.codes, along_cols.scales, along_cols.block_sumsq);
+                                                           along_cols.codes, along_cols.scales, along_cols.block_sum, along_cols.block_sumsq);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -180,6 +189,10 @@ void hadamard_mxfp4_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, con
             cuda_check_aligned(o->codes, 16, "codes", op);
             cuda_check_aligned(o->scales, 16, "scales", op);
             if (o->block_sumsq != nullptr) cuda_check_aligned(o->block_sumsq, 4, "block_sumsq", op);
+            if (o->block_sum != nullptr) {
+                if (o->block_sumsq == nullptr) cuda_usage_error(std::string(op) + ": block_sum is written only together with block_sumsq");
+                cuda_check_aligned(o->block_sum, 4, "block_sum", op);
+            }
         }
     if ((rows / 32 / kColsWarps + 1) * (cols / kColsTileCols + 1) > 0x7FFFFFFFll) cuda_input_error(std::string(op) + ": matrix too large for one launch");
     switch (opt.rounding) {
