@@ -122,23 +122,13 @@ __device__ __forceinline__ float block_sum_squares32(const float (&v)[32]) {
     for (int j = 0; j < 32; ++j) s = __fmaf_rn(v[j], v[j], s);
     return s;
 }
-__device__ __forceinline__ float block_sum32(const float (&v)[32]) {
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) s = __fadd_rn(s, v[j]);
-    return s;
-}
 
-// What a quantization pass writes per 32-block beside the codes, of its input before any transform: nothing,
-// Σx² (outlier-extraction scores), or Σx and Σx² (the detector's row and column statistics, from a pass in
-// each orientation). A template flag: a run-time pointer test cost the column kernel 16 registers.
+// What a quantization pass writes per 32-block beside the codes, of its input: nothing, Σx² (outlier-extraction
+// scores), or Σx and Σx² (the detector's row and column statistics, from a pass in each orientation). Σx² is
+// taken before the transform; Σx (Hadamard kernels only) is the transform's first coefficient — row 0 of the
+// unnormalised H₃₂ is all ones, so the butterfly adds the block as a tree on the way, at no cost. A template
+// flag: a run-time pointer test cost the column kernel 16 registers.
 enum class BlockStats { none, sumsq, sum_and_sumsq };
-template <BlockStats kStats>
-__device__ __forceinline__ void write_block_stats(const float (&v)[32], int64_t at, float* __restrict__ block_sum,
-                                                  float* __restrict__ block_sumsq) {
-    if constexpr (kStats != BlockStats::none) block_sumsq[at] = block_sum_squares32(v);
-    if constexpr (kStats == BlockStats::sum_and_sumsq) block_sum[at] = block_sum32(v);
-}
 
 // ------------------------------------------------------------------------------------------------
 // Hadamard pieces. In-register stages use fwht_unnormalized<N> (hadamard.h). A stage whose partner
@@ -397,8 +387,10 @@ __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restri
     for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
         float v[32];
         load32(x + blk * 32, v);
-        write_block_stats<kStats>(v, blk, block_sum, block_sumsq);
+        static_assert(kStats != BlockStats::sum_and_sumsq || kHad, "block sums come from the Hadamard transform");
+        if constexpr (kStats != BlockStats::none) block_sumsq[blk] = block_sum_squares32(v);
         if constexpr (kHad) fwht_unnormalized<32>(v);
+        if constexpr (kStats == BlockStats::sum_and_sumsq) block_sum[blk] = v[0];
         const MxBlockScale b = mx_block_scale<kHad>(block_amax32(v), rb, el, rule, hs);
         scales[blk] = uint8_t(b.scale);
         mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk * 32), 1, blk * 32, codes);
@@ -454,15 +446,17 @@ struct ColsGrid {
 // chunks into the stage (col = the column within the tile, rb = the row block within the tile). Shared by
 // the column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
 template <bool kFp4, bool kHad, Rounding kRoundT, int kCols>
-__device__ __forceinline__ void mx_encode_column(float (&a)[32], const MxScaleRuleBits& rule_bits, MxElement el,
-                                                 ScaleRule rule, Rounding rounding, float hs, const RandomStream& rs, int64_t r0, int64_t c, int64_t cols,
-                                                 ColsTileStage<kFp4, kCols>& stage, int col, int rb) {
+__device__ __forceinline__ float mx_encode_column(float (&a)[32], const MxScaleRuleBits& rule_bits, MxElement el,
+                                                  ScaleRule rule, Rounding rounding, float hs, const RandomStream& rs, int64_t r0, int64_t c, int64_t cols,
+                                                  ColsTileStage<kFp4, kCols>& stage, int col, int rb) {
     if constexpr (kHad) fwht_unnormalized<32>(a);
+    const float dc = a[0];  // with the transform: Σ of the block's inputs (see BlockStats)
     const MxBlockScale q = mx_block_scale<kHad>(block_amax32(a), rule_bits, el, rule, hs);
     uint32_t w[4][2];  // SR indices (r0 + j)·cols + c
     mx_block32_codes<kFp4, kHad, kRoundT>(a, q, hs, el, rounding, rs, uint64_t(r0 * cols + c), uint64_t(cols), w);
     store_code_chunks<kFp4>(stage.block_chunks(col, rb), w);
     stage.scales[col][rb] = uint8_t(q.scale);
+    return dc;
 }
 
 // Writes a staged tile (after __syncthreads): columns c_first.. (< cols), row blocks rb_first..rb_first+nrb.
@@ -560,9 +554,12 @@ __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restri
         float a[32];
 #pragma unroll
         for (int r = 0; r < 32; ++r) a[r] = to_float(in[warp].v[r][lane]);
-        write_block_stats<kStats>(a, c * (rows >> 5) + (r0 >> 5), block_sum, block_sumsq);
-        mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed), r0, c, cols,
-                                              stage, lane, warp);
+        static_assert(kStats != BlockStats::sum_and_sumsq || kHad, "block sums come from the Hadamard transform");
+        const int64_t at = c * (rows >> 5) + (r0 >> 5);
+        if constexpr (kStats != BlockStats::none) block_sumsq[at] = block_sum_squares32(a);
+        const float dc = mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed),
+                                                               r0, c, cols, stage, lane, warp);
+        if constexpr (kStats == BlockStats::sum_and_sumsq) block_sum[at] = dc;
     }
     __syncthreads();
     write_cols_tile(stage, tile * kColsTileCols, rb_first, nrb, rows, cols, codes, scales);

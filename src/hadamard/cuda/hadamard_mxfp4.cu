@@ -91,9 +91,9 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
                 if (sumsq_c != nullptr) sumsq_c[(c0 + half) * (rows >> 5) + (r0 >> 5)] = block_sum_squares32(a);
-                if (sum_c != nullptr) sum_c[(c0 + half) * (rows >> 5) + (r0 >> 5)] = block_sum32(a);
-                mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage, 2 * lane + half,
-                                                      warp);
+                const float dc = mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage,
+                                                                       2 * lane + half, warp);
+                if (sum_c != nullptr) sum_c[(c0 + half) * (rows >> 5) + (r0 >> 5)] = dc;
             }
         }
 
@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                 }
                 const bool block_ok = beta == 0 || hi_block_ok;
                 if (sumsq_r != nullptr && block_ok) sumsq_r[row * cbs + (cw >> 5) + beta] = block_sum_squares32(v);
-                if (sum_r != nullptr && block_ok) sum_r[row * cbs + (cw >> 5) + beta] = block_sum32(v);
                 fwht_unnormalized<32>(v);
+                if (sum_r != nullptr && block_ok) sum_r[row * cbs + (cw >> 5) + beta] = v[0];  // Σ of the inputs
                 const MxBlockScale q = mx_block_scale<true>(block_amax32(v), rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;

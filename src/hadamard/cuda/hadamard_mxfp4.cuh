@@ -26,8 +26,8 @@ namespace lowbit {
 // block_sumsq (optional, rows·cols/32 floats in the scales' layout): Σx² of each block's BF16 input values
 // (FP32 FMAs in element order, before the transform) — the scores of outlier extraction fused into this
 // pass (extract_outliers_quantized_cuda, adahop/cuda/outlier_extraction.cuh).
-// block_sum (optional, only with block_sumsq; same layout): Σx of each block's input values (FP32 adds in
-// element order) — with a pass in each orientation, the detector's row and column statistics
+// block_sum (optional, only with block_sumsq; same layout): Σx of each block's input values (the first
+// coefficient of the unnormalised transform: the butterfly's FP32 tree) — with a pass in each orientation, the detector's row and column statistics
 // (detector_stats_from_blocks_cuda, adahop/cuda/outlier_stats.cuh) without a pass of its own.
 struct Mxfp4DeviceOutput {
     uint8_t* codes = nullptr;
