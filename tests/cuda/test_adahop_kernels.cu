@@ -940,7 +940,9 @@ void expect_fused_extraction_matches(const std::vector<float>& x, int64_t r, int
                 const double v = by_rows ? xv[size_t(o_ * c + j)] : xv[size_t(j * c + o_)];
                 s += v * v;
             }
-            ASSERT_NEAR(sums[size_t(o_ * nb + b)], s, 4e-6 * s) << w << " block " << o_ << "," << b;
+            // blocks along rows: [rows][cols/32]; down columns: [rows/32][cols]
+            const double got = sums[size_t(by_rows ? o_ * nb + b : b * n + o_)];
+            ASSERT_NEAR(got, s, 4e-6 * s) << w << " block " << o_ << "," << b;
         }
     ASSERT_EQ(extract_outliers_quantized_cuda(dx.data(), r, c, axis, k, o.rule, fused.out(), slice.data(), idx.data(), ws), kk) << w;
     CUDA_CHECK(cudaDeviceSynchronize());

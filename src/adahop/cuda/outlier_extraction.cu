@@ -247,13 +247,13 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
     }
 }
 
-// The L2 score of outer vector i from its blocks' Σx² partials (block_sumsq [n][nb]): one warp per vector,
-// lane l adds blocks l, l + 32, … in FP64, then an xor tree across the lanes — a fixed order, so equal
-// vectors get equal bits (the tie rule relies on it). Written as sums[2i+1], where select_gather_kernel
-// reads the Σx² of the statistics pass.
+// The L2 score of outer vector i from its blocks' Σx² partials, written as sums[2i+1] (where
+// select_gather_kernel reads the Σx² of the statistics pass); a fixed order per vector, so equal vectors get
+// equal bits (the tie rule relies on it).
+// Rows (block_sumsq [n][nb]): one warp per vector, lane l adds blocks l, l + 32, … in FP64, then an xor tree.
 constexpr int kScoreThreads = 256;
-__global__ void __launch_bounds__(kScoreThreads) block_scores_kernel(const float* __restrict__ block_sumsq, int64_t n, int64_t nb,
-                                                                   double* __restrict__ sums) {
+__global__ void __launch_bounds__(kScoreThreads) row_block_scores_kernel(const float* __restrict__ block_sumsq, int64_t n, int64_t nb,
+                                                                       double* __restrict__ sums) {
     const int64_t i = (int64_t(blockIdx.x) * kScoreThreads + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (i >= n) return;  // warp-uniform
@@ -262,6 +262,27 @@ __global__ void __launch_bounds__(kScoreThreads) block_scores_kernel(const float
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
     if (lane == 0) sums[2 * i + 1] = s;
+}
+// Columns (block_sumsq [nb][n], the column pass's layout): a CTA per 32 columns, lane = column (coalesced);
+// warp w adds blocks w, w + 8, … in FP64, then warp 0 adds the 8 warps' sums in order.
+__global__ void __launch_bounds__(kScoreThreads) column_block_scores_kernel(const float* __restrict__ block_sumsq, int64_t n,
+                                                                          int64_t nb, double* __restrict__ sums) {
+    constexpr int kWarps = kScoreThreads / 32;
+    __shared__ double s_part[kWarps][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t i = int64_t(blockIdx.x) * 32 + lane;
+    double s = 0.0;
+    if (i < n)
+#pragma unroll 4
+        for (int64_t j = warp; j < nb; j += kWarps) s += double(block_sumsq[j * n + i]);
+    s_part[warp][lane] = s;
+    __syncthreads();
+    if (warp == 0 && i < n) {
+        double t = 0.0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) t += s_part[w][lane];
+        sums[2 * i + 1] = t;
+    }
 }
 
 // Rows: c[indices[i], :] = src[i, :]. CTA (x, y) copies columns [x·1024, x·1024 + 1024) of the source rows
@@ -425,7 +446,10 @@ int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, in
     if (k < n) {
         ws.stats.reserve(rows, cols);
         double* sums = by_rows ? ws.stats.row_sums.data() : ws.stats.col_sums.data();
-        block_scores_kernel<<<blocks_for(n * 32, kScoreThreads), kScoreThreads, 0, stream>>>(quantized.block_sumsq, n, p.nb, sums);
+        if (by_rows)
+            row_block_scores_kernel<<<blocks_for(n * 32, kScoreThreads), kScoreThreads, 0, stream>>>(quantized.block_sumsq, n, p.nb, sums);
+        else
+            column_block_scores_kernel<<<blocks_for(n, 32), kScoreThreads, 0, stream>>>(quantized.block_sumsq, n, p.nb, sums);
         CUDA_CHECK(cudaGetLastError());
         p.sums = sums;
     }

@@ -46,7 +46,7 @@ struct StatsParams {
     double* pow_part;              // [finalise CTAs][4]
     // detector_stats_from_blocks_cuda: the quantization passes' per-block Σx, Σx² instead of the partials above
     const float *row_bs, *row_bq;  // [rows][row_blocks] (blocks along rows)
-    const float *col_bs, *col_bq;  // [cols][col_blocks] (blocks down columns)
+    const float *col_bs, *col_bq;  // [col_blocks][cols] (blocks down columns)
     int row_blocks, col_blocks;
     double *row_sums, *col_sums;   // [2R], [2C]
     uint32_t *row_max, *col_max;   // [R], [C]
@@ -321,9 +321,10 @@ __global__ void __launch_bounds__(kThreads, 2) outlier_stats_kernel(const T* __r
 
 // Launch 2: CTA b < row_ctas finalises rows 32b … 32b+31, the others slab positions 32(b − row_ctas) …;
 // see the file comment. kFromBlocks: the parts are instead the FP32 per-block sums of a quantization pass in
-// each orientation (p.row_bs … ; item i's part j at i·blocks + j, contiguous per item): CTA b − row_ctas
-// finalises columns 32(b − row_ctas) … directly, and warp w sums the CTA's items w, w + 8, … with its lanes
-// over the parts (coalesced; lane = item with strided reads measured 7–28 µs on the H200).
+// each orientation (rows: [rows][row_blocks]; columns: [col_blocks][cols], as hadamard_mxfp4_cuda writes
+// them): CTA b − row_ctas finalises columns 32(b − row_ctas) … directly (lane = column, warp w over blocks
+// w, w + 8, …), and for rows warp w sums the CTA's rows w, w + 8, … with its lanes over the blocks. Both read
+// coalesced (lane = row with strided reads measured 7–28 µs on the H200).
 template <bool kRows, bool kCols, bool kSums, bool kMax, bool kFromBlocks = false>
 __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p, int row_ctas, int ctas) {
     static_assert(!kFromBlocks || (kRows && kCols && kSums && !kMax), "the block sums serve the detector only");
@@ -350,26 +351,35 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
 
     double s = 0.0, q = 0.0;
     uint32_t m = 0;
-    if constexpr (kFromBlocks) {  // warp w sums items w, w + 8, … of the CTA, its lanes over the parts (coalesced)
-        const float* bs = rows_cta ? p.row_bs : p.col_bs;
-        const float* bq = rows_cta ? p.row_bq : p.col_bq;
-        const int64_t first = pos - lane;
-        for (int t = warp; t < 32; t += kWarps) {
-            double ts = 0.0, tq = 0.0;
-            if (first + t < n_items)
-                for (int j = lane; j < parts; j += 32) {
-                    ts += double(bs[(first + t) * parts + j]);
-                    tq += double(bq[(first + t) * parts + j]);
+    if (kFromBlocks && rows_cta) {  // rows ([rows][blocks]): warp w sums the CTA's rows w, w + 8, w + 16, w + 24 with
+                                    // its lanes over the blocks (coalesced), all four rows' loads in flight together
+        constexpr int kPerWarp = 32 / kWarps;
+        const int64_t first = pos - lane + warp;
+        double ts[kPerWarp] = {}, tq[kPerWarp] = {};
+        for (int j = lane; j < parts; j += 32)
+#pragma unroll
+            for (int u = 0; u < kPerWarp; ++u)
+                if (first + kWarps * u < n_items) {
+                    ts[u] += double(p.row_bs[(first + kWarps * u) * parts + j]);
+                    tq[u] += double(p.row_bq[(first + kWarps * u) * parts + j]);
                 }
 #pragma unroll
+        for (int u = 0; u < kPerWarp; ++u) {
+#pragma unroll
             for (int o = 16; o > 0; o >>= 1) {
-                ts += __shfl_xor_sync(0xFFFFFFFFu, ts, o);
-                tq += __shfl_xor_sync(0xFFFFFFFFu, tq, o);
+                ts[u] += __shfl_xor_sync(0xFFFFFFFFu, ts[u], o);
+                tq[u] += __shfl_xor_sync(0xFFFFFFFFu, tq[u], o);
             }
             if (lane == 0) {
-                s_s[0][t] = ts;
-                s_q[0][t] = tq;
+                s_s[0][warp + kWarps * u] = ts[u];
+                s_q[0][warp + kWarps * u] = tq[u];
             }
+        }
+    } else if (kFromBlocks && valid) {  // columns ([blocks][cols]): lane = column, warp w adds blocks w, w + 8, …
+#pragma unroll 4
+        for (int j = warp; j < parts; j += kWarps) {
+            s += double(p.col_bs[int64_t(j) * p.cols + item]);
+            q += double(p.col_bq[int64_t(j) * p.cols + item]);
         }
     } else if (valid)
 #pragma unroll 4
@@ -381,7 +391,7 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
             }
             if constexpr (kMax) m = max(m, pm[at]);
         }
-    if constexpr (kSums && !kFromBlocks) {
+    if (kSums && !(kFromBlocks && rows_cta)) {
         s_s[warp][lane] = s;
         s_q[warp][lane] = q;
     }
@@ -392,7 +402,7 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
         if (valid) {
             s = 0.0, q = 0.0, m = 0;
 #pragma unroll
-            for (int w2 = 0; w2 < (kFromBlocks ? 1 : kWarps); ++w2) {  // from blocks: row 0 holds the whole sums
+            for (int w2 = 0; w2 < (kFromBlocks && rows_cta ? 1 : kWarps); ++w2) {  // rows from blocks: row 0 holds the sums
                 if constexpr (kSums) {
                     s += s_s[w2][lane];
                     q += s_q[w2][lane];

@@ -555,7 +555,7 @@ __global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restri
 #pragma unroll
         for (int r = 0; r < 32; ++r) a[r] = to_float(in[warp].v[r][lane]);
         static_assert(kStats != BlockStats::sum_and_sumsq || kHad, "block sums come from the Hadamard transform");
-        const int64_t at = c * (rows >> 5) + (r0 >> 5);
+        const int64_t at = (r0 >> 5) * cols + c;  // [row block][column]: the warp's 32 columns store one 128-byte line
         if constexpr (kStats != BlockStats::none) block_sumsq[at] = block_sum_squares32(a);
         const float dc = mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed),
                                                                r0, c, cols, stage, lane, warp);

@@ -90,10 +90,10 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     const uint32_t w = my_tile[r][lane ^ (4 * (r & 7))];
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
-                if (sumsq_c != nullptr) sumsq_c[(c0 + half) * (rows >> 5) + (r0 >> 5)] = block_sum_squares32(a);
+                if (sumsq_c != nullptr) sumsq_c[(r0 >> 5) * cols + c0 + half] = block_sum_squares32(a);
                 const float dc = mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage,
                                                                        2 * lane + half, warp);
-                if (sum_c != nullptr) sum_c[(c0 + half) * (rows >> 5) + (r0 >> 5)] = dc;
+                if (sum_c != nullptr) sum_c[(r0 >> 5) * cols + c0 + half] = dc;
             }
         }
 

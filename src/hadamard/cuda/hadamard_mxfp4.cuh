@@ -23,9 +23,12 @@ namespace lowbit {
 // One orientation's output, device pointers (16-byte aligned): packed E2M1 codes [outer][inner/2] and E8M0
 // scales [outer][inner/32], outer = rows for blocks along rows, cols for blocks along columns.
 // Sizes: mx_code_bytes(e2m1, rows, cols) = rows·cols/2 and mx_scale_bytes(rows, cols) = rows·cols/32.
-// block_sumsq (optional, rows·cols/32 floats in the scales' layout): Σx² of each block's BF16 input values
-// (FP32 FMAs in element order, before the transform) — the scores of outlier extraction fused into this
-// pass (extract_outliers_quantized_cuda, adahop/cuda/outlier_extraction.cuh).
+// block_sumsq (optional, rows·cols/32 floats): Σx² of each block's BF16 input values (FP32 FMAs in element
+// order, before the transform) — the scores of outlier extraction fused into this pass
+// (extract_outliers_quantized_cuda, adahop/cuda/outlier_extraction.cuh). Layout: blocks along rows
+// [rows][cols/32] (the scales' layout); blocks down columns [rows/32][cols] — transposed from the scales, so
+// that a warp's 32 adjacent columns store one 128-byte line (in the scales' layout every 4-byte store was a
+// sector of its own: on a DRAM-resident 4096×8192 operand that cost more than the sums themselves).
 // block_sum (optional, only with block_sumsq; same layout): Σx of each block's input values (the first
 // coefficient of the unnormalised transform: the butterfly's FP32 tree) — with a pass in each orientation, the detector's row and column statistics
 // (detector_stats_from_blocks_cuda, adahop/cuda/outlier_stats.cuh) without a pass of its own.
