@@ -13,8 +13,9 @@
 //
 // Fused with the quantization pass (extract_outliers_quantized_cuda): the operand is quantized whole by the
 // fused Hadamard+MXFP4 kernel, which also writes Σx² of each 32-block of its input (+1 FMA per element in a
-// pass that reads the operand anyway); a score launch adds each outer vector's block partials (one warp
-// per vector, ~n·nb·4 bytes), and the select/gather launch ranks them, gathers the slice and overwrites the
+// pass that reads the operand anyway); a score launch adds each outer vector's block partials (rows: one
+// warp per row; columns: lane = column over the [row block][column] layout; ~n·nb·4 bytes, coalesced), and
+// the select/gather launch ranks them, gathers the slice and overwrites the
 // selected vectors' codes and scales with those of a zero vector. Exact: the extracted dimension (rows of
 // A, columns of B) is never the reduction dimension the blocks and the Hadamard run along, so a zeroed
 // vector quantizes to zero codes and the zero-amax scale and leaves every other block untouched
@@ -52,8 +53,8 @@ int64_t split_outliers_cuda(const float* x, int64_t rows, int64_t cols, bool by_
 
 // Outlier extraction on an operand already quantized by hadamard_mxfp4_cuda along `axis` (1: blocks along
 // rows, the extracted vectors are rows; 0: blocks along columns, the extracted vectors are columns) with
-// `rule` and quantized.block_sumsq requested: ranks the outer vectors by L2 (Σ of their blocks' Σx², FP64 in
-// block order; ties → lower index), writes the k selected indices (ascending) and their BF16 values into
+// `rule` and quantized.block_sumsq requested: ranks the outer vectors by L2 (Σ of their blocks' Σx², FP64 in a
+// fixed order per vector; ties → lower index), writes the k selected indices (ascending) and their BF16 values into
 // slice (rows: k × cols; columns: rows × k), and overwrites their codes and scales in `quantized` with
 // those of an all-zero vector — the same bytes as split_outliers_cuda followed by hadamard_mxfp4_cuda of the
 // clean operand. Two launches (none to rank when k ≥ the dimension); k is clamped to the dimension; returns the k used. Asynchronous.
