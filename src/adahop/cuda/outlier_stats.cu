@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
             }
         }
     } else if (kFromBlocks && valid) {  // columns ([blocks][cols]): lane = column, warp w adds blocks w, w + 8, …
-#pragma unroll 8  // (4: the column CTAs' loads took 4 round trips for 4096 rows, the row CTAs' one)
+#pragma unroll 4
         for (int j = warp; j < parts; j += kWarps) {
             s += double(p.col_bs[int64_t(j) * p.cols + item]);
             q += double(p.col_bq[int64_t(j) * p.cols + item]);
