@@ -18,6 +18,8 @@
 // (equal rows or columns get equal bits, which the top-k ties rely on), warp 0 writes the sums / max and —
 // for the detector — each CTA's power sums Σv, Σv², Σv³, Σv⁴ of its variances; the last CTA to finish
 // (threadfence + counter) adds those and writes the moments.
+// detector_stats_from_blocks_cuda runs launch 2 alone (kFromBlocks) over the per-block Σx, Σx² that the fused
+// Hadamard+MXFP4 passes write in each orientation: the detector without a pass of its own.
 // Why two launches (H200, dev/kernel_lab/detector_lab.cu): the previous single launch finalised in the last
 // CTA of each slab / segment; that serial tail alone took 13–14 µs of its 22–47 µs (ncu: the busiest SM
 // active for 94 % of the elapsed cycles, the average SM for 43 %). Now 11.8–30.6 µs on the same shapes.
