@@ -1062,24 +1062,21 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
                 const auto grs = download(ws.row_sums, size_t(2 * r)), gcs = download(ws.col_sums, size_t(2 * c));
                 if (together) {
                     first_rows = grs, first_cols = gcs;
-                    for (int64_t i = 0; i < r; ++i) {
-                        double s = 0, q = 0, a = 0;
-                        for (int64_t j = 0; j < c; ++j) {
-                            const double v = xv[size_t(i * c + j)];
-                            s += v, q += v * v, a += std::fabs(v);
+                    // vector v of a row (step 1, stride c) or a column (step c, stride 1): Σx and Σx² in FP64
+                    auto expect_sums = [&](const std::vector<double>& got, int64_t count, int64_t len, int64_t step, int64_t stride,
+                                           const char* what) {
+                        for (int64_t v = 0; v < count; ++v) {
+                            double s = 0, q = 0, a = 0;
+                            for (int64_t t = 0; t < len; ++t) {
+                                const double x_ = xv[size_t(v * stride + t * step)];
+                                s += x_, q += x_ * x_, a += std::fabs(x_);
+                            }
+                            ASSERT_NEAR(got[size_t(2 * v)], s, 1e-6 * a) << ww << " " << what << " " << v;
+                            ASSERT_NEAR(got[size_t(2 * v + 1)], q, 1e-6 * q) << ww << " " << what << " " << v;
                         }
-                        ASSERT_NEAR(grs[size_t(2 * i)], s, 1e-6 * a) << ww << " row " << i;
-                        ASSERT_NEAR(grs[size_t(2 * i + 1)], q, 1e-6 * q) << ww << " row " << i;
-                    }
-                    for (int64_t j = 0; j < c; ++j) {
-                        double s = 0, q = 0, a = 0;
-                        for (int64_t i = 0; i < r; ++i) {
-                            const double v = xv[size_t(i * c + j)];
-                            s += v, q += v * v, a += std::fabs(v);
-                        }
-                        ASSERT_NEAR(gcs[size_t(2 * j)], s, 1e-6 * a) << ww << " col " << j;
-                        ASSERT_NEAR(gcs[size_t(2 * j + 1)], q, 1e-6 * q) << ww << " col " << j;
-                    }
+                    };
+                    expect_sums(grs, r, c, 1, c, "row");
+                    expect_sums(gcs, c, r, c, 1, "col");
                 } else {
                     EXPECT_EQ(grs, first_rows) << ww;
                     EXPECT_EQ(gcs, first_cols) << ww;
