@@ -57,9 +57,10 @@ TEST(MxScaleRule, EdgeCases) {
     EXPECT_EQ(scale_of(3.4e38f, MxElement::int8, ScaleRule::rceil), 254);  // clamped at 2^127
 }
 
-// The integer form used by the CUDA hot path equals mx_scale_code for every normal amax: all 2^23 mantissas
+// The integer forms used by the CUDA hot path equal mx_scale_code for every normal amax: all 2^23 mantissas
 // at three exponents (one where floor's clamp at 0, one mid-range, one where the clamp at 254 bites), and
-// the boundary mantissas at every exponent, for every element and rule.
+// the boundary mantissas at every exponent, for every element and rule (the float-element form: float
+// elements).
 TEST(MxScaleRule, IntegerFormEqualsReferenceForNormalAmax) {
     for (MxElement e : {MxElement::e2m1, MxElement::e2m3, MxElement::e3m2, MxElement::e4m3, MxElement::e5m2, MxElement::int8})
         for (ScaleRule r : {ScaleRule::floor, ScaleRule::rceil, ScaleRule::midmax}) {
@@ -70,12 +71,29 @@ TEST(MxScaleRule, IntegerFormEqualsReferenceForNormalAmax) {
                 for (uint32_t m = 0; m < (1u << 23); ++m) {
                     const uint32_t bits = (exp_field << 23) | m;
                     bad += mx_scale_code_normal(bits, rb) != mx_scale_code(bits, s, r);
+                    if (!s.is_int()) bad += mx_scale_code_float_elem(bits, rb) != mx_scale_code(bits, s, r);
                 }
             for (uint32_t exp_field = 1; exp_field < 255; ++exp_field)
                 for (uint32_t m : {0u, 1u, rb.inc_from - 1, rb.inc_from, rb.inc_from + 1, 0x7FFFFFu}) {
                     const uint32_t bits = (exp_field << 23) | (m & 0x7FFFFFu);
                     bad += mx_scale_code_normal(bits, rb) != mx_scale_code(bits, s, r);
+                    if (!s.is_int()) bad += mx_scale_code_float_elem(bits, rb) != mx_scale_code(bits, s, r);
                 }
+            EXPECT_EQ(bad, 0) << mx_element_name(e) << " " << scale_rule_name(r);
+        }
+}
+
+// The branch-free form for float elements equals mx_scale_code for zero, every subnormal, Inf and the NaN
+// patterns (normal amax: the test above), for every float element and rule.
+TEST(MxScaleRule, FloatElementFormEqualsReferenceForZeroSubnormalInfNan) {
+    for (MxElement e : {MxElement::e2m1, MxElement::e2m3, MxElement::e3m2, MxElement::e4m3, MxElement::e5m2})
+        for (ScaleRule r : {ScaleRule::floor, ScaleRule::rceil, ScaleRule::midmax}) {
+            const MxSpec s = mx_spec(e);
+            const MxScaleRuleBits rb = mx_scale_rule_bits(s, r);
+            int64_t bad = 0;
+            for (uint32_t bits = 0; bits < 0x00800000u; ++bits) bad += mx_scale_code_float_elem(bits, rb) != mx_scale_code(bits, s, r);
+            for (uint32_t bits : {0x7F800000u, 0x7F800001u, 0x7FC00000u, 0x7FFFFFFFu, 0x00800000u, 0x7F7FFFFFu})
+                bad += mx_scale_code_float_elem(bits, rb) != mx_scale_code(bits, s, r);
             EXPECT_EQ(bad, 0) << mx_element_name(e) << " " << scale_rule_name(r);
         }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ncu_kernels.sh — kernel lab: Nsight Compute sections for the kernels of bench_kernels whose demangled name
 # matches each regex (one profiled launch each). Run on the GPU host after scripts/gpu_check.sh.
-#   bash dev/kernel_lab/ncu_kernels.sh "mx_cols_kernel<__nv_bfloat16, true, true" ...
+#   bash dev/kernel_lab/ncu_kernels.sh "mx_cols_kernel<__nv_bfloat16, \(bool\)1, \(bool\)1" ...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=build-gpu/bench_kernels

@@ -92,6 +92,17 @@ LOWBIT_HD uint8_t mx_scale_code_normal(uint32_t amax_bits, MxScaleRuleBits r) {
     return uint8_t(biased > 254 ? 254 : biased);
 }
 
+// mx_scale_code for every amax bit pattern of a float element type (emax ≥ 1), without a branch: the integer
+// form above, where the clamp at 254 never binds (exponent field ≤ 254 gives ≤ 255 − emax); zero and
+// subnormal amax give 0 on both sides (the reference's exponent is ≤ −127, so se + 127 ≤ 1 − emax ≤ 0 before
+// its clamp; here the exponent field is 0: −emax + [m ≥ inc_from] ≤ 0); Inf/NaN give 0xFF (OR-ed in).
+// tests/test_mx_blocks.cpp checks it against mx_scale_code for every float element and rule.
+LOWBIT_HD uint8_t mx_scale_code_float_elem(uint32_t amax_bits, MxScaleRuleBits r) {
+    const int biased = int(amax_bits >> 23) - r.emax + ((amax_bits & 0x007FFFFFu) >= r.inc_from ? 1 : 0);
+    const uint32_t special = amax_bits >= 0x7F800000u ? 0xFFu : 0u;
+    return uint8_t(uint32_t(biased < 0 ? 0 : biased) | special);
+}
+
 // Element code of x in a block whose scale byte is `scale` (code 0 when the scale is NaN).
 LOWBIT_HD uint32_t mx_encode(float x, uint8_t scale, MxSpec s, Rounding r, uint32_t random24) {
     if (scale == kE8m0Nan) return 0;

@@ -175,7 +175,8 @@ struct RandomStream {
 //     which gives code 0 for a NaN scale.
 // The amax of y is round(amax(|t|)·hs) because rounding is monotonic, so it is computed once per block.
 // The scale byte itself comes from mx_scale_code_normal (integer form, one compare for the rule) for a normal
-// amax and from mx_scale_code otherwise (zero, subnormal, NaN/Inf).
+// amax and from mx_scale_code otherwise (zero, subnormal, NaN/Inf); for E2M1 (kE2m1) from
+// mx_scale_code_float_elem, the same bytes without the branch to the reference.
 struct MxBlockScale {
     uint32_t scale;  // E8M0 byte, 0xFF = NaN
     float mult;      // E2M1 fast path multiplier (meaningful when fast_ok)
@@ -186,13 +187,14 @@ static __device__ __noinline__ uint32_t mx_scale_code_reference(uint32_t bits, M
     return mx_scale_code(bits, mx_spec(e), rule);
 }
 
-template <bool kHad>
+template <bool kHad, bool kE2m1>
 __device__ __forceinline__ MxBlockScale mx_block_scale(float amax_t, const MxScaleRuleBits& rb, MxElement e, ScaleRule rule,
                                                        float hs) {
     const float amax = kHad ? amax_t * hs : amax_t;
     const uint32_t bits = abs_bits(amax);
     MxBlockScale b;
-    b.scale = bits - 0x00800000u < 0x7F000000u ? mx_scale_code_normal(bits, rb) : mx_scale_code_reference(bits, e, rule);
+    if constexpr (kE2m1) b.scale = mx_scale_code_float_elem(bits, rb);  // no branch (mx_block.h)
+    else b.scale = bits - 0x00800000u < 0x7F000000u ? mx_scale_code_normal(bits, rb) : mx_scale_code_reference(bits, e, rule);
     // 2^n, n = 127 − scale, as float bits (254 − scale) << 23: exact for the scales of the fast path
     const float pow2n = __uint_as_float((254u - b.scale) << 23);
     if constexpr (kHad) {
@@ -356,6 +358,12 @@ constexpr int kRowsThreads = 256;
 #define LOWBIT_MX_ROWS_CTAS_PER_SM 8
 #endif
 
+// Resident CTAs per SM that the row and column kernels (256 threads) ask ptxas for. The fused Hadamard+E2M1
+// kernels with RNE / half-away rounding: 5, which caps them at 48 registers (40 warps per SM) without spills;
+// left unbounded, small changes elsewhere let ptxas pick 50–53 registers and drop to 4 CTAs. Every other
+// instantiation (stochastic draws, the generic element encoders): 4 (≤ 64 registers).
+constexpr int mx_min_ctas_per_sm(bool fp4, bool had, Rounding r) { return fp4 && had && r != Rounding::stochastic ? 5 : 4; }
+
 // CTAs of the row kernel for nblocks 32-element blocks: one thread per block up to
 // LOWBIT_MX_ROWS_CTAS_PER_SM CTAs per SM (about 1.6 rounds of the 5 resident ones), then the grid strides.
 inline unsigned mx_rows_grid(int64_t nblocks) {
@@ -376,7 +384,7 @@ __device__ __forceinline__ void load32(const T* p, float (&v)[32]) {
 }
 
 template <typename T, bool kFp4, bool kHad, Rounding kRoundT, BlockStats kStats = BlockStats::none>
-__global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restrict__ x, int64_t n, MxElement e, ScaleRule rule,
+__global__ void __launch_bounds__(kRowsThreads, mx_min_ctas_per_sm(kFp4, kHad, kRoundT)) mx_rows_kernel(const T* __restrict__ x, int64_t n, MxElement e, ScaleRule rule,
                                                                MxScaleRuleBits rb, Rounding rounding, float hs, uint64_t seed,
                                                                uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
                                                                float* __restrict__ block_sum, float* __restrict__ block_sumsq) {
@@ -391,7 +399,7 @@ __global__ void __launch_bounds__(kRowsThreads) mx_rows_kernel(const T* __restri
         if constexpr (kStats != BlockStats::none) block_sumsq[blk] = block_sum_squares32(v);
         if constexpr (kHad) fwht_unnormalized<32>(v);
         if constexpr (kStats == BlockStats::sum_and_sumsq) block_sum[blk] = v[0];
-        const MxBlockScale b = mx_block_scale<kHad>(block_amax32(v), rb, el, rule, hs);
+        const MxBlockScale b = mx_block_scale<kHad, kFp4>(block_amax32(v), rb, el, rule, hs);
         scales[blk] = uint8_t(b.scale);
         mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk * 32), 1, blk * 32, codes);
     }
@@ -451,7 +459,7 @@ __device__ __forceinline__ float mx_encode_column(float (&a)[32], const MxScaleR
                                                   ColsTileStage<kFp4, kCols>& stage, int col, int rb) {
     if constexpr (kHad) fwht_unnormalized<32>(a);
     const float dc = a[0];  // with the transform: Σ of the block's inputs (see BlockStats)
-    const MxBlockScale q = mx_block_scale<kHad>(block_amax32(a), rule_bits, el, rule, hs);
+    const MxBlockScale q = mx_block_scale<kHad, kFp4>(block_amax32(a), rule_bits, el, rule, hs);
     uint32_t w[4][2];  // SR indices (r0 + j)·cols + c
     mx_block32_codes<kFp4, kHad, kRoundT>(a, q, hs, el, rounding, rs, uint64_t(r0 * cols + c), uint64_t(cols), w);
     store_code_chunks<kFp4>(stage.block_chunks(col, rb), w);
@@ -533,7 +541,7 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __uint_as_float(uint32_t(__bfloat16_as_ushort(v)) << 16); }
 
 template <typename T, bool kFp4, bool kHad, Rounding kRoundT, BlockStats kStats = BlockStats::none>
-__global__ void __launch_bounds__(kColsThreads) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
+__global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, kRoundT)) mx_cols_kernel(const T* __restrict__ x, int64_t rows, int64_t cols,
                                                                int64_t col_tiles, MxElement e, ScaleRule rule, MxScaleRuleBits rb,
                                                                Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
                                                                uint8_t* __restrict__ scales, float* __restrict__ block_sum,

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                 if (sumsq_r != nullptr && block_ok) sumsq_r[row * cbs + (cw >> 5) + beta] = block_sum_squares32(v);
                 fwht_unnormalized<32>(v);
                 if (sum_r != nullptr && block_ok) sum_r[row * cbs + (cw >> 5) + beta] = v[0];  // Σ of the inputs
-                const MxBlockScale q = mx_block_scale<true>(block_amax32(v), rb, E, rule, hs);
+                const MxBlockScale q = mx_block_scale<true, true>(block_amax32(v), rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;
                 if (block_ok) mx_encode_block32<true, true, kRoundT>(v, q, hs, E, kRoundT, rs, uint64_t(off), 1, off, codes_r);
