@@ -294,15 +294,26 @@ int main(int argc, char** argv) {
             auto main_gemm = [&](cudaStream_t) { gemm_on(sp.gemm_blas); };
             const double go = overlapped_us(sp, main_gemm, nullptr, reps);
             rows.push_back({shape, "GEMM alone, two-stream timing", go, go});
-            // the detector from the block sums of the quantization passes training runs anyway (each operand in both
-            // orientations, one pass each): what the sums add to those passes, plus the finalising launch
+            // the detector from the partials of the quantization passes training runs anyway (each operand in both
+            // orientations, one pass each): what the partials add to those passes, plus the finalising launch —
+            // per operand, and once for X, W and dY together (one launch; a step batches every operand it has)
+            struct OperandPasses {
+                DeviceBuffer<uint8_t> codes_r, scales_r, codes_c, scales_c;
+                DeviceBuffer<float2> part_r, part_c;
+                OperandPasses(int64_t r, int64_t c)
+                    : codes_r(size_t(r * c / 2)), scales_r(size_t(r * c / 32)), codes_c(size_t(r * c / 2)), scales_c(size_t(r * c / 32)),
+                      part_r(size_t(detector_partials_count(r, c, 1))), part_c(size_t(detector_partials_count(r, c, 0))) {}
+            };
+            std::vector<OperandPasses> passes_of;
+            std::vector<DetectorPartialsOf> step_operands;
+            passes_of.reserve(3);
+            std::vector<double> sums_share;
             auto det_from_blocks = [&](const char* op, const DeviceBuffer<__nv_bfloat16>& t, int64_t r, int64_t c) {
-                DeviceBuffer<uint8_t> codes_r(size_t(r * c / 2)), scales_r(size_t(r * c / 32)), codes_c(size_t(r * c / 2)),
-                    scales_c(size_t(r * c / 32));
-                DeviceBuffer<float> sum_r(size_t(r * c / 32)), sumsq_r(size_t(r * c / 32)), sum_c(size_t(r * c / 32)), sumsq_c(size_t(r * c / 32));
-                const Mxfp4DeviceOutput plain_r{codes_r.data(), scales_r.data()}, plain_c{codes_c.data(), scales_c.data()};
-                const Mxfp4DeviceOutput stats_r{codes_r.data(), scales_r.data(), sumsq_r.data(), sum_r.data()},
-                    stats_c{codes_c.data(), scales_c.data(), sumsq_c.data(), sum_c.data()};
+                OperandPasses& b = passes_of.emplace_back(r, c);
+                step_operands.push_back({b.part_r.data(), b.part_c.data(), r, c});
+                const Mxfp4DeviceOutput plain_r{b.codes_r.data(), b.scales_r.data()}, plain_c{b.codes_c.data(), b.scales_c.data()};
+                const Mxfp4DeviceOutput stats_r{b.codes_r.data(), b.scales_r.data(), nullptr, b.part_r.data()},
+                    stats_c{b.codes_c.data(), b.scales_c.data(), nullptr, b.part_c.data()};
                 const HadamardMxfp4Options o;
                 auto passes = [&](const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols) {
                     return [&, along_rows, along_cols] {
@@ -313,6 +324,7 @@ int main(int argc, char** argv) {
                 const double q_plain = batched_us(passes(plain_r, plain_c), reps), q_stats = batched_us(passes(stats_r, stats_c), reps);
                 const double fin = batched_us([&] { detector_stats_from_blocks_cuda(stats_r, stats_c, r, c, stats); }, reps);
                 const std::string pre = std::string("detector on ") + op + " from the quantization passes, batched: ";
+                sums_share.push_back(std::max(0.0, q_stats - q_plain));
                 rows.push_back({shape, pre + "both passes without sums", q_plain, gb});
                 rows.push_back({shape, pre + "the sums' share", std::max(0.0, q_stats - q_plain), gb});
                 rows.push_back({shape, pre + "finalising launch", fin, gb});
@@ -328,6 +340,21 @@ int main(int argc, char** argv) {
             det_from_blocks("X", X, M, K);
             det_from_blocks("W", W, N, K);
             det_from_blocks("dY", G, M, N);
+            {
+                DeviceBuffer<double> step_moments(6 * step_operands.size());
+                auto step_finalise = [&](cudaStream_t st) {
+                    detector_moments_from_partials_cuda(step_operands.data(), int(step_operands.size()), step_moments.data(), stats, st);
+                };
+                const double fin3 = batched_us([&] { step_finalise(0); }, reps);
+                const double fin3_beside = std::max(0.0, overlapped_us(sp, main_gemm, step_finalise, reps) - go);
+                const std::string pre = "detector on X, W and dY from the quantization passes, one finalising launch for the three";
+                rows.push_back({shape, pre + ", batched", fin3, gb});
+                rows.push_back({shape, pre + " beside the main GEMM: added", fin3_beside, go});
+                const char* names[] = {"X", "W", "dY"};
+                for (int i = 0; i < 3; ++i)
+                    rows.push_back({shape, std::string("detector on ") + names[i] + ": the partials' share + a third of the joint finalising launch beside the GEMM",
+                                    sums_share[size_t(i)] + fin3_beside / 3, go});
+            }
             rows.push_back({shape, "floor: detector on X (read MxK)", floor_us(2.0 * double(M * K)), g});
             rows.push_back({shape, "floor: detector on W (read NxK)", floor_us(2.0 * double(N * K)), g});
             rows.push_back({shape, "floor: detector on dY (read MxN)", floor_us(2.0 * double(M * N)), g});

@@ -890,15 +890,17 @@ TEST(AdahopCuda, OutlierExtractionLargeDimensions) {
 
 namespace {
 
-// The MXFP4 output of one orientation in device memory, with the per-block Σx² when asked.
+// The MXFP4 output of one orientation in device memory, with the per-block Σx² when asked, or the detector
+// partials of the pass along axis detector_axis (1: along rows, 0: down columns).
 struct QuantizedDevice {
     DeviceBuffer<uint8_t> codes, scales;
-    DeviceBuffer<float> sumsq, sum;
-    QuantizedDevice(int64_t r, int64_t c, bool with_sumsq, bool with_sum = false)
+    DeviceBuffer<float> sumsq;
+    DeviceBuffer<float2> partials;
+    QuantizedDevice(int64_t r, int64_t c, bool with_sumsq, int detector_axis = -1)
         : codes(size_t(r * c / 2)), scales(size_t(r * c / 32)), sumsq(with_sumsq ? size_t(r * c / 32) : 0),
-          sum(with_sum ? size_t(r * c / 32) : 0) {}
+          partials(detector_axis >= 0 ? size_t(detector_partials_count(r, c, detector_axis)) : 0) {}
     Mxfp4DeviceOutput out() {
-        return {codes.data(), scales.data(), sumsq.size() ? sumsq.data() : nullptr, sum.size() ? sum.data() : nullptr};
+        return {codes.data(), scales.data(), sumsq.size() ? sumsq.data() : nullptr, partials.size() ? partials.data() : nullptr};
     }
 };
 
@@ -1024,9 +1026,9 @@ TEST(AdahopCuda, BlockSumsOfBothOrientationsEqualTheSingleOrientationOnes) {
     EXPECT_EQ(download_at(cols2.codes.data(), cols2.codes.size()), download_at(cols1.codes.data(), cols1.codes.size()));
 }
 
-// The detector from the block sums of a quantization pass in each orientation (one both-orientations pass,
+// The detector from the partials of a quantization pass in each orientation (one both-orientations pass,
 // or one pass per orientation: the same bits) against the CPU detector on the same BF16 values; its row and
-// column sums against FP64 sums; quantizing with the sums changes no code.
+// column sums against FP64 sums; quantizing with the partials changes no code.
 TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
     REQUIRE_GPU();
     OutlierStatsWorkspace ws;
@@ -1040,7 +1042,7 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
             const auto xv = bf16_values(x);
             const PatternStats cpu = detect_outlier_pattern(xv.data(), r, c);
             auto dx = to_device(to_bf16(x));
-            QuantizedDevice rows(r, c, true, true), cols(r, c, true, true), plain_rows(r, c, false), plain_cols(r, c, false);
+            QuantizedDevice rows(r, c, false, 1), cols(r, c, false, 0), plain_rows(r, c, false), plain_cols(r, c, false);
             hadamard_mxfp4_cuda(dx.data(), r, c, {}, plain_rows.out(), plain_cols.out());
             std::vector<double> first_rows, first_cols;
             for (bool together : {true, false}) {
@@ -1085,19 +1087,126 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
                 EXPECT_EQ(download_at(cols.codes.data(), cols.codes.size()), download_at(plain_cols.codes.data(), plain_cols.codes.size())) << ww;
             }
         }
-    // NaN → an input error, as the CPU detector; missing sums, a missing orientation, block_sum without Σx²
+    // NaN → an input error, as the CPU detector; missing partials, a missing orientation, partials and Σx² in one pass
     std::vector<float> bad(64 * 64, 1.0f);
     bad[100] = NAN;
     auto db = to_device(to_bf16(bad));
-    QuantizedDevice rows(64, 64, true, true), cols(64, 64, true, true), no_sum(64, 64, true);
+    QuantizedDevice rows(64, 64, false, 1), cols(64, 64, false, 0), no_sum(64, 64, true);
     hadamard_mxfp4_cuda(db.data(), 64, 64, {}, rows.out(), cols.out());
     expect_error(ErrorKind::input, [&] { detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), 64, 64, {}, ws); });
     expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), no_sum.out(), 64, 64, ws); });
     expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), Mxfp4DeviceOutput{}, 64, 64, ws); });
     expect_error(ErrorKind::input, [&] { detector_stats_from_blocks_cuda(rows.out(), cols.out(), 64, 40, ws); });
-    Mxfp4DeviceOutput sum_only = rows.out();
-    sum_only.block_sumsq = nullptr;
-    expect_error(ErrorKind::usage, [&] { hadamard_mxfp4_cuda(db.data(), 64, 64, {}, sum_only, Mxfp4DeviceOutput{}); });
+    Mxfp4DeviceOutput both_stats = rows.out();
+    both_stats.block_sumsq = no_sum.sumsq.data();
+    expect_error(ErrorKind::usage, [&] { hadamard_mxfp4_cuda(db.data(), 64, 64, {}, both_stats, Mxfp4DeviceOutput{}); });
+    CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// The detector partials themselves: every (Σx, Σx²) pair against FP64 sums of its BF16 values — row pairs
+// of blocks (one block per pair when a row has an odd number of blocks) and stripes of 8 row blocks down the
+// columns (a short last stripe) — from single-orientation passes, and the both-orientations pass bit for bit
+// equal to them.
+TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirBlocks) {
+    REQUIRE_GPU();
+    const int64_t shapes[][2] = {{96, 96}, {288, 64}, {512, 2048}, {32, 32}, {64, 160}};
+    for (auto sh : shapes) {
+        const int64_t r = sh[0], c = sh[1];
+        auto x = synthetic_operand(r, c, Pattern::row, 5 + uint64_t(r + c));
+        for (float& v : x) v -= 0.2f;
+        const auto xv = bf16_values(x);
+        auto dx = to_device(to_bf16(x));
+        QuantizedDevice rows(r, c, false, 1), cols(r, c, false, 0), rows2(r, c, false, 1), cols2(r, c, false, 0);
+        quantize_axis(dx.data(), r, c, 1, {}, rows);
+        quantize_axis(dx.data(), r, c, 0, {}, cols);
+        hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows2.out(), cols2.out());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::string w = shape_name(r, c);
+        const auto pr = download_at(rows.partials.data(), rows.partials.size()), pc = download_at(cols.partials.data(), cols.partials.size());
+        const int64_t rp = detector_partials_row_parts(c), cp = detector_partials_col_parts(r);
+        ASSERT_EQ(rp, (c / 32) % 2 == 0 ? c / 64 : c / 32) << w;
+        ASSERT_EQ(cp, (r / 32 + 7) / 8) << w;
+        const int64_t row_span = c / rp;  // elements per row partial: 64 or 32
+        auto expect_pair = [&](float2 got, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const std::string& what) {
+            double s = 0, q = 0, a = 0;
+            for (int64_t i = r0; i < r1; ++i)
+                for (int64_t j = c0; j < c1; ++j) {
+                    const double v = xv[size_t(i * c + j)];
+                    s += v, q += v * v, a += std::fabs(v);
+                }
+            ASSERT_NEAR(got.x, s, 1e-6 * a + 1e-30) << w << " " << what;
+            ASSERT_NEAR(got.y, q, 1e-6 * q + 1e-30) << w << " " << what;
+        };
+        for (int64_t i = 0; i < r; ++i)
+            for (int64_t p = 0; p < rp; ++p)
+                expect_pair(pr[size_t(i * rp + p)], i, i + 1, p * row_span, (p + 1) * row_span, "row " + std::to_string(i) + " part " + std::to_string(p));
+        for (int64_t t = 0; t < cp; ++t)
+            for (int64_t j = 0; j < c; ++j)
+                expect_pair(pc[size_t(t * c + j)], 256 * t, std::min(r, 256 * (t + 1)), j, j + 1,
+                            "stripe " + std::to_string(t) + " column " + std::to_string(j));
+        const auto bits = [](const std::vector<float2>& v) {
+            std::vector<uint32_t> u(2 * v.size());
+            std::memcpy(u.data(), v.data(), v.size() * sizeof(float2));
+            return u;
+        };
+        EXPECT_EQ(bits(download_at(rows2.partials.data(), rows2.partials.size())), bits(pr)) << w << " both, along rows";
+        EXPECT_EQ(bits(download_at(cols2.partials.data(), cols2.partials.size())), bits(pc)) << w << " both, along columns";
+    }
+}
+
+// A batch of operands in one call (more than one launch's worth: 35 > 32) gives each operand the moments of
+// the single-operand call bit for bit, and the CPU detector's label.
+TEST(AdahopCuda, DetectorBatchEqualsSingleOperandCalls) {
+    REQUIRE_GPU();
+    OutlierStatsWorkspace single_ws, batch_ws;
+    const int64_t shapes[][2] = {{64, 96}, {256, 64}, {96, 512}, {32, 32}, {320, 160}};
+    const Pattern pats[] = {Pattern::row, Pattern::col, Pattern::none};
+    constexpr int kN = 35;
+    std::vector<DeviceBuffer<__nv_bfloat16>> inputs;
+    std::vector<QuantizedDevice> along_rows, along_cols;
+    std::vector<DetectorPartialsOf> ops;
+    std::vector<PatternStats> cpu;
+    for (int i = 0; i < kN; ++i) {
+        const int64_t r = shapes[i % 5][0], c = shapes[i % 5][1];
+        auto x = synthetic_operand(r, c, pats[i % 3], 300 + uint64_t(i));
+        const auto xv = bf16_values(x);
+        cpu.push_back(detect_outlier_pattern(xv.data(), r, c));
+        inputs.push_back(to_device(to_bf16(x)));
+        along_rows.emplace_back(r, c, false, 1);
+        along_cols.emplace_back(r, c, false, 0);
+    }
+    for (int i = 0; i < kN; ++i) {
+        const int64_t r = shapes[i % 5][0], c = shapes[i % 5][1];
+        hadamard_mxfp4_cuda(inputs[size_t(i)].data(), r, c, {}, along_rows[size_t(i)].out(), along_cols[size_t(i)].out());
+        ops.push_back({along_rows[size_t(i)].partials.data(), along_cols[size_t(i)].partials.data(), r, c});
+    }
+    const auto bits64 = [](double d) {
+        uint64_t u;
+        std::memcpy(&u, &d, 8);
+        return u;
+    };
+    DeviceBuffer<double> moments(6 * kN);
+    detector_moments_from_partials_cuda(ops.data(), kN, moments.data(), batch_ws);
+    const auto got = download(moments, 6 * kN);
+    for (int i = 0; i < kN; ++i) {
+        const int64_t r = ops[size_t(i)].rows, c = ops[size_t(i)].cols;
+        const PatternStats one = detect_outlier_pattern_from_blocks_cuda(along_rows[size_t(i)].out(), along_cols[size_t(i)].out(), r, c, {}, single_ws);
+        const auto want = download(single_ws.moments, 6);
+        for (int k = 0; k < 6; ++k) EXPECT_EQ(bits64(got[size_t(6 * i + k)]), bits64(want[size_t(k)])) << "operand " << i << " moment " << k;
+        const PatternStats batch = pattern_from_moments({got[size_t(6 * i)], got[size_t(6 * i + 1)], got[size_t(6 * i + 2)]}, r,
+                                                        {got[size_t(6 * i + 3)], got[size_t(6 * i + 4)], got[size_t(6 * i + 5)]}, c, {});
+        EXPECT_EQ(batch.pattern, one.pattern) << "operand " << i;
+        EXPECT_EQ(batch.pattern, cpu[size_t(i)].pattern) << "operand " << i;
+    }
+    // an operand without partials or with bad rows → errors naming it; an empty batch does nothing
+    std::vector<DetectorPartialsOf> bad = {ops[0], ops[1]};
+    bad[1].along_cols = nullptr;
+    expect_error(ErrorKind::usage, [&] { detector_moments_from_partials_cuda(bad.data(), 2, moments.data(), batch_ws); });
+    bad[1] = ops[1];
+    bad[1].rows = 48;
+    expect_error(ErrorKind::input, [&] { detector_moments_from_partials_cuda(bad.data(), 2, moments.data(), batch_ws); });
+    expect_error(ErrorKind::usage, [&] { detector_moments_from_partials_cuda(ops.data(), 2, nullptr, batch_ws); });
+    detector_moments_from_partials_cuda(nullptr, 0, moments.data(), batch_ws);
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -18,8 +18,10 @@
 // (equal rows or columns get equal bits, which the top-k ties rely on), warp 0 writes the sums / max and —
 // for the detector — each CTA's power sums Σv, Σv², Σv³, Σv⁴ of its variances; the last CTA to finish
 // (threadfence + counter) adds those and writes the moments.
-// detector_stats_from_blocks_cuda runs launch 2 alone (kFromBlocks) over the per-block Σx, Σx² that the fused
-// Hadamard+MXFP4 passes write in each orientation: the detector without a pass of its own.
+// detector_from_partials_kernel: the detector without a pass of its own — the same finalising work over the
+// (Σx, Σx²) partials that the fused Hadamard+MXFP4 passes write in each orientation (hadamard_mxfp4.cuh), for
+// a batch of operands in one launch (a training step's X, W and dY of every layer: the launch latency is
+// paid once, not per operand).
 // Why two launches (H200, dev/kernel_lab/detector_lab.cu): the previous single launch finalised in the last
 // CTA of each slab / segment; that serial tail alone took 13–14 µs of its 22–47 µs (ncu: the busiest SM
 // active for 94 % of the elapsed cycles, the average SM for 43 %). Now 11.8–30.6 µs on the same shapes.
@@ -46,10 +48,6 @@ struct StatsParams {
     double *col_s, *col_q;         // [segs][slabs · 256] (slab positions)
     uint32_t* col_m;               // [segs][slabs · 256]
     double* pow_part;              // [finalise CTAs][4]
-    // detector_stats_from_blocks_cuda: the quantization passes' per-block Σx, Σx² instead of the partials above
-    const float *row_bs, *row_bq;  // [rows][row_blocks] (blocks along rows)
-    const float *col_bs, *col_bq;  // [col_blocks][cols] (blocks down columns)
-    int row_blocks, col_blocks;
     double *row_sums, *col_sums;   // [2R], [2C]
     uint32_t *row_max, *col_max;   // [R], [C]
     uint32_t* counter;             // finalise CTAs done; zero between launches (the last one resets it)
@@ -321,15 +319,52 @@ __global__ void __launch_bounds__(kThreads, 2) outlier_stats_kernel(const T* __r
     }
 }
 
+// Power sums Σv, Σv², Σv³, Σv⁴ of the variances held by warp 0's lanes (0 for lanes without one): warp 0 adds
+// them (xor butterfly), lane 0 stores them at pow_part[4b…] and counts the CTA done; *s_last tells every
+// thread (after the CTA barrier the caller places) whether this was the last of `ctas` CTAs.
+__device__ __forceinline__ void publish_power_sums(double (&pw)[4], double* pow_part, int b, uint32_t* counter, int ctas, int* s_last) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) pw[k] += __shfl_xor_sync(0xFFFFFFFFu, pw[k], o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) pow_part[4 * int64_t(b) + k] = pw[k];
+        __threadfence();
+        *s_last = atomicAdd(counter, 1u) == unsigned(ctas - 1);
+    }
+}
+
+// The last CTA (all its threads): the power sums of the row CTAs [0, row_ctas) and of the column CTAs, each
+// added in CTA order, → powers[8] and the moments[6] of the row and column variances; resets the counter.
+__device__ __forceinline__ void moments_in_last_cta(const double* pow_part, int row_ctas, int ctas, int64_t rows, int64_t cols,
+                                                    double* powers, double* moments, uint32_t* counter, double* s_red) {
+    __threadfence();
+    double pw[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int b = threadIdx.x; b < ctas; b += kThreads) {
+        const bool of_cols = b >= row_ctas;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const double v = __ldcg(pow_part + 4 * int64_t(b) + k);
+            if (of_cols) pw[4 + k] += v;
+            else pw[k] += v;
+        }
+    }
+    double tot[8];
+    block_sum<8>(pw, s_red, tot);
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < 8; ++k) powers[k] = tot[k];
+        moments_from_powers(tot, rows, moments);
+        moments_from_powers(tot + 4, cols, moments + 3);
+        *counter = 0;  // for the next launch
+    }
+}
+
 // Launch 2: CTA b < row_ctas finalises rows 32b … 32b+31, the others slab positions 32(b − row_ctas) …;
-// see the file comment. kFromBlocks: the parts are instead the FP32 per-block sums of a quantization pass in
-// each orientation (rows: [rows][row_blocks]; columns: [col_blocks][cols], as hadamard_mxfp4_cuda writes
-// them): CTA b − row_ctas finalises columns 32(b − row_ctas) … directly (lane = column, warp w over blocks
-// w, w + 8, …), and for rows warp w sums the CTA's rows w, w + 8, … with its lanes over the blocks. Both read
-// coalesced (lane = row with strided reads measured 7–28 µs on the H200).
-template <bool kRows, bool kCols, bool kSums, bool kMax, bool kFromBlocks = false>
+// see the file comment.
+template <bool kRows, bool kCols, bool kSums, bool kMax>
 __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p, int row_ctas, int ctas) {
-    static_assert(!kFromBlocks || (kRows && kCols && kSums && !kMax), "the block sums serve the detector only");
     constexpr bool kMoments = kRows && kCols && kSums;
     __shared__ double s_s[kSums ? kWarps : 1][32], s_q[kSums ? kWarps : 1][32];
     __shared__ uint32_t s_m[kMax ? kWarps : 1][32];
@@ -342,10 +377,10 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
     const bool rows_cta = kRows && int(blockIdx.x) < row_ctas;  // CTA-uniform
     const int64_t pos = int64_t(rows_cta ? blockIdx.x : blockIdx.x - row_ctas) * 32 + lane;
     // the item: a row, or the column at slab position pos
-    const int64_t item = rows_cta || kFromBlocks ? pos : (pos / kSlabCols) * kSlabCols + slab_column(int(pos % kSlabCols));
+    const int64_t item = rows_cta ? pos : (pos / kSlabCols) * kSlabCols + slab_column(int(pos % kSlabCols));
     const int64_t n_items = rows_cta ? p.rows : p.cols;
-    const bool valid = item < n_items && (rows_cta || kFromBlocks || pos < int64_t(p.slabs) * kSlabCols);
-    const int parts = kFromBlocks ? (rows_cta ? p.row_blocks : p.col_blocks) : (rows_cta ? p.slabs : p.segs);
+    const bool valid = item < n_items && (rows_cta || pos < int64_t(p.slabs) * kSlabCols);
+    const int parts = rows_cta ? p.slabs : p.segs;
     const int64_t stride = rows_cta ? p.rows : int64_t(p.slabs) * kSlabCols;
     const double* ps = rows_cta ? p.row_s : p.col_s;
     const double* pq = rows_cta ? p.row_q : p.col_q;
@@ -353,37 +388,7 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
 
     double s = 0.0, q = 0.0;
     uint32_t m = 0;
-    if (kFromBlocks && rows_cta) {  // rows ([rows][blocks]): warp w sums the CTA's rows w, w + 8, w + 16, w + 24 with
-                                    // its lanes over the blocks (coalesced), all four rows' loads in flight together
-        constexpr int kPerWarp = 32 / kWarps;
-        const int64_t first = pos - lane + warp;
-        double ts[kPerWarp] = {}, tq[kPerWarp] = {};
-        for (int j = lane; j < parts; j += 32)
-#pragma unroll
-            for (int u = 0; u < kPerWarp; ++u)
-                if (first + kWarps * u < n_items) {
-                    ts[u] += double(p.row_bs[(first + kWarps * u) * parts + j]);
-                    tq[u] += double(p.row_bq[(first + kWarps * u) * parts + j]);
-                }
-#pragma unroll
-        for (int u = 0; u < kPerWarp; ++u) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                ts[u] += __shfl_xor_sync(0xFFFFFFFFu, ts[u], o);
-                tq[u] += __shfl_xor_sync(0xFFFFFFFFu, tq[u], o);
-            }
-            if (lane == 0) {
-                s_s[0][warp + kWarps * u] = ts[u];
-                s_q[0][warp + kWarps * u] = tq[u];
-            }
-        }
-    } else if (kFromBlocks && valid) {  // columns ([blocks][cols]): lane = column, warp w adds blocks w, w + 8, …
-#pragma unroll 4
-        for (int j = warp; j < parts; j += kWarps) {
-            s += double(p.col_bs[int64_t(j) * p.cols + item]);
-            q += double(p.col_bq[int64_t(j) * p.cols + item]);
-        }
-    } else if (valid)
+    if (valid)
 #pragma unroll 4
         for (int j = warp; j < parts; j += kWarps) {
             const int64_t at = int64_t(j) * stride + pos;
@@ -393,7 +398,7 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
             }
             if constexpr (kMax) m = max(m, pm[at]);
         }
-    if (kSums && !(kFromBlocks && rows_cta)) {
+    if constexpr (kSums) {
         s_s[warp][lane] = s;
         s_q[warp][lane] = q;
     }
@@ -404,7 +409,7 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
         if (valid) {
             s = 0.0, q = 0.0, m = 0;
 #pragma unroll
-            for (int w2 = 0; w2 < (kFromBlocks && rows_cta ? 1 : kWarps); ++w2) {  // rows from blocks: row 0 holds the sums
+            for (int w2 = 0; w2 < kWarps; ++w2) {
                 if constexpr (kSums) {
                     s += s_s[w2][lane];
                     q += s_q[w2][lane];
@@ -425,44 +430,107 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
                 pw[3] = v * v * v * v;
             }
         }
-        if constexpr (kMoments) {
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) pw[k] += __shfl_xor_sync(0xFFFFFFFFu, pw[k], o);
-            }
-            if (lane == 0) {
-#pragma unroll
-                for (int k = 0; k < 4; ++k) p.pow_part[4 * int64_t(blockIdx.x) + k] = pw[k];
-                __threadfence();
-                s_last = atomicAdd(p.counter, 1u) == unsigned(ctas - 1);
-            }
-        }
+        if constexpr (kMoments) publish_power_sums(pw, p.pow_part, int(blockIdx.x), p.counter, ctas, &s_last);
     }
     // ---- the last CTA: power sums (row CTAs, then column CTAs, each in CTA order) → moments
     if constexpr (kMoments) {
         __syncthreads();
         if (!s_last) return;
-        __threadfence();
-        double pw[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int b = threadIdx.x; b < ctas; b += kThreads) {
-            const bool of_cols = b >= row_ctas;
+        moments_in_last_cta(p.pow_part, row_ctas, ctas, p.rows, p.cols, p.powers, p.moments, p.counter, s_red);
+    }
+}
+
+// ---- The detector from the quantization passes' partials, for a batch of operands in one launch. Operand i
+// owns CTAs [cta_begin, cta_begin + ctas): the first row_ctas finalise 32 rows each (warp w sums rows w, w + 8,
+// w + 16, w + 24 with its lanes over the row's partials: coalesced), the others 32 columns each (lane =
+// column, warp w over stripes w, w + 8, …; the 8 warps added in order). Then as stats_finalize_kernel: power
+// sums, and the operand's last CTA writes its moments.
+constexpr int kMaxDetectorBatch = 32;  // operands per launch (the descriptors travel as kernel parameters)
+
+struct DetectorItemParams {
+    const float2* row_parts;  // [rows][row_parts_n] (hadamard_mxfp4.cuh)
+    const float2* col_parts;  // [col_parts_n][cols]
+    int64_t rows, cols;
+    int row_parts_n, col_parts_n;
+    int cta_begin, row_ctas, ctas;
+    double *row_sums, *col_sums;  // [2R], [2C] (Σx, Σx² of each row / column), or null
+    double* pow_part;             // [ctas][4]
+    double *powers, *moments;     // [8], [6]
+    uint32_t* counter;            // zero between launches
+};
+struct DetectorBatchParams {
+    DetectorItemParams item[kMaxDetectorBatch];
+    int n;
+};
+
+__global__ void __launch_bounds__(kThreads) detector_from_partials_kernel(const __grid_constant__ DetectorBatchParams batch) {
+    __shared__ double s_s[kWarps][32], s_q[kWarps][32];
+    __shared__ double s_red[kWarps * 8];
+    __shared__ int s_last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int i = 0;
+    while (i + 1 < batch.n && int(blockIdx.x) >= batch.item[i + 1].cta_begin) ++i;
+    const DetectorItemParams& it = batch.item[i];
+    const int b = int(blockIdx.x) - it.cta_begin;
+    const bool rows_cta = b < it.row_ctas;  // CTA-uniform
+    const int64_t first = int64_t(rows_cta ? b : b - it.row_ctas) * 32;  // rows and cols are multiples of 32
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // the quantization passes complete
+#endif
+    if (rows_cta) {
+        constexpr int kPerWarp = 32 / kWarps;
+        double ts[kPerWarp] = {}, tq[kPerWarp] = {};
+        for (int j = lane; j < it.row_parts_n; j += 32)
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const double v = __ldcg(p.pow_part + 4 * int64_t(b) + k);
-                if (of_cols) pw[4 + k] += v;
-                else pw[k] += v;
+            for (int u = 0; u < kPerWarp; ++u) {
+                const float2 v = it.row_parts[(first + warp + kWarps * u) * it.row_parts_n + j];
+                ts[u] += double(v.x);
+                tq[u] += double(v.y);
+            }
+#pragma unroll
+        for (int u = 0; u < kPerWarp; ++u) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                ts[u] += __shfl_xor_sync(0xFFFFFFFFu, ts[u], o);
+                tq[u] += __shfl_xor_sync(0xFFFFFFFFu, tq[u], o);
+            }
+            if (lane == 0) {
+                s_s[0][warp + kWarps * u] = ts[u];
+                s_q[0][warp + kWarps * u] = tq[u];
             }
         }
-        double tot[8];
-        block_sum<8>(pw, s_red, tot);
-        if (threadIdx.x == 0) {
-            for (int k = 0; k < 8; ++k) p.powers[k] = tot[k];
-            moments_from_powers(tot, p.rows, p.moments);
-            moments_from_powers(tot + 4, p.cols, p.moments + 3);
-            *p.counter = 0;  // for the next launch
+    } else {
+        double s = 0.0, q = 0.0;
+#pragma unroll 4
+        for (int j = warp; j < it.col_parts_n; j += kWarps) {
+            const float2 v = it.col_parts[int64_t(j) * it.cols + first + lane];
+            s += double(v.x);
+            q += double(v.y);
         }
+        s_s[warp][lane] = s;
+        s_q[warp][lane] = q;
     }
+    __syncthreads();
+    if (warp == 0) {
+        double s = s_s[0][lane], q = s_q[0][lane];
+        if (!rows_cta)
+#pragma unroll
+            for (int w2 = 1; w2 < kWarps; ++w2) {
+                s += s_s[w2][lane];
+                q += s_q[w2][lane];
+            }
+        double* out = rows_cta ? it.row_sums : it.col_sums;
+        if (out != nullptr) {
+            out[2 * (first + lane)] = s;
+            out[2 * (first + lane) + 1] = q;
+        }
+        const double v = variance_from_sums(s, q, rows_cta ? it.cols : it.rows);
+        double pw[4] = {v, v * v, v * v * v, v * v * v * v};
+        publish_power_sums(pw, it.pow_part, b, it.counter, it.ctas, &s_last);
+    }
+    __syncthreads();
+    if (!s_last) return;
+    moments_in_last_cta(it.pow_part, it.row_ctas, it.ctas, it.rows, it.cols, it.powers, it.moments, it.counter, s_red);
 }
 
 __global__ void variance_moments_kernel(const double* powers, int64_t rows, int64_t cols, double* moments) {
@@ -472,17 +540,18 @@ __global__ void variance_moments_kernel(const double* powers, int64_t rows, int6
 
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-// The finalising launch's last-CTA counter: allocated and zeroed once (the last CTA resets it).
-void ensure_counter(OutlierStatsWorkspace& ws, cudaStream_t stream) {
-    if (ws.counters.size() >= 1) return;
-    ws.counters.resize(1);
+// The finalising launches' last-CTA counters (one per operand): allocated and zeroed when the workspace grows
+// (every launch leaves them at zero).
+void ensure_counters(OutlierStatsWorkspace& ws, int64_t n, cudaStream_t stream) {
+    if (ws.counters.size() >= size_t(n)) return;
+    ws.counters.resize(size_t(n));
     CUDA_CHECK(cudaMemsetAsync(ws.counters.data(), 0, ws.counters.bytes(), stream));
 }
 
-// Launch 2 as a programmatic dependent launch: its CTAs get scheduled while the kernel before it on the
-// stream drains (measured −1 µs after launch 1; after any other kernel it simply waits for its end).
-template <typename Kernel>
-void launch_finalize(Kernel kernel, const StatsParams& p, int row_ctas, int ctas, cudaStream_t stream) {
+// A finalising launch as a programmatic dependent launch: its CTAs get scheduled while the kernel before it
+// on the stream drains (measured −1 µs after launch 1; after any other kernel it simply waits for its end).
+template <typename Kernel, typename... Args>
+void launch_finalize(Kernel kernel, int ctas, cudaStream_t stream, const Args&... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(unsigned(ctas));
     cfg.blockDim = dim3(kThreads);
@@ -492,7 +561,7 @@ void launch_finalize(Kernel kernel, const StatsParams& p, int row_ctas, int ctas
     dependent.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &dependent;
     cfg.numAttrs = cuda_supports_dependent_launch() ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, row_ctas, ctas));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 template <typename Kernel>
@@ -526,7 +595,7 @@ void launch_stats(const T* x, int64_t rows, int64_t cols, OutlierStatsWorkspace&
     const size_t o_cs = take(kCols && kSums, cn * 8), o_cq = take(kCols && kSums, cn * 8), o_cm = take(kCols && kMax, cn * 4);
     const size_t o_pw = take(kMoments, size_t(row_ctas + col_ctas) * 32);
     if (ws.partials.size() < off) ws.partials.resize(off);
-    ensure_counter(ws, stream);
+    ensure_counters(ws, 1, stream);
     uint8_t* base = ws.partials.data();
     auto ptr = [&](size_t o) { return o == SIZE_MAX ? nullptr : base + o; };
 
@@ -553,40 +622,66 @@ void launch_stats(const T* x, int64_t rows, int64_t cols, OutlierStatsWorkspace&
     p.moments = ws.moments.data();
     outlier_stats_kernel<T, kRows, kCols, kSums, kMax><<<unsigned(g.slabs * g.segs), kThreads, 0, stream>>>(x, p);
     CUDA_CHECK(cudaGetLastError());
-    launch_finalize(stats_finalize_kernel<kRows, kCols, kSums, kMax>, p, int(row_ctas), int(row_ctas + col_ctas), stream);
+    launch_finalize(stats_finalize_kernel<kRows, kCols, kSums, kMax>, int(row_ctas + col_ctas), stream, p, int(row_ctas),
+                    int(row_ctas + col_ctas));
 }
 
-// The detector's finalising launch alone, over the per-block sums of a quantization pass in each orientation.
-void launch_stats_from_blocks(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, int64_t rows, int64_t cols,
-                              OutlierStatsWorkspace& ws, cudaStream_t stream) {
-    const char* op = "detector_stats_from_blocks_cuda";
-    if (along_rows.block_sum == nullptr || along_rows.block_sumsq == nullptr || along_cols.block_sum == nullptr ||
-        along_cols.block_sumsq == nullptr)
-        cuda_usage_error(std::string(op) + ": needs block_sum and block_sumsq of a quantization pass in each orientation");
-    if (rows <= 0 || cols <= 0) cuda_input_error(std::string(op) + ": empty matrix");
-    check_block_divisible(cols, 32, "columns", op);
-    check_block_divisible(rows, 32, "rows", op);
-    const int64_t row_ctas = rows / 32, col_ctas = cols / 32;
-    if (row_ctas + col_ctas > int64_t(INT32_MAX)) cuda_input_error(std::string(op) + ": matrix too large");
-    ws.reserve(rows, cols);
-    if (ws.partials.size() < size_t(row_ctas + col_ctas) * 32) ws.partials.resize(size_t(row_ctas + col_ctas) * 32);
-    ensure_counter(ws, stream);
-    StatsParams p{};
-    p.rows = rows;
-    p.cols = cols;
-    p.row_bs = along_rows.block_sum;
-    p.row_bq = along_rows.block_sumsq;
-    p.col_bs = along_cols.block_sum;
-    p.col_bq = along_cols.block_sumsq;
-    p.row_blocks = int(cols / 32);
-    p.col_blocks = int(rows / 32);
-    p.pow_part = reinterpret_cast<double*>(ws.partials.data());
-    p.row_sums = ws.row_sums.data();
-    p.col_sums = ws.col_sums.data();
-    p.counter = ws.counters.data();
-    p.powers = ws.powers.data();
-    p.moments = ws.moments.data();
-    launch_finalize(stats_finalize_kernel<true, true, true, false, true>, p, int(row_ctas), int(row_ctas + col_ctas), stream);
+// The detector's finalising work over the partials of n operands: launches of up to kMaxDetectorBatch
+// operands. Operand i's moments go to moments_out[6i…] (device), or — with `single` — its row and column sums,
+// powers and moments to ws.row_sums / col_sums / powers / moments.
+void launch_detector_batch(const DetectorPartialsOf* ops, int n, double* moments_out, bool single, OutlierStatsWorkspace& ws,
+                           cudaStream_t stream) {
+    const char* op = single ? "detector_stats_from_blocks_cuda" : "detector_moments_from_partials_cuda";
+    if (n < 0 || (n == 0 && single)) cuda_usage_error(std::string(op) + ": no operands");
+    if (n == 0) return;
+    if (!single && moments_out == nullptr) cuda_usage_error(std::string(op) + ": no output buffer for the moments");
+    int64_t total_ctas = 0;
+    for (int i = 0; i < n; ++i) {
+        const DetectorPartialsOf& d = ops[i];
+        const std::string what = std::string(op) + (single ? "" : ": operand " + std::to_string(i));
+        if (d.along_rows == nullptr || d.along_cols == nullptr)
+            cuda_usage_error(what + ": needs the detector partials of a quantization pass in each orientation");
+        if (d.rows <= 0 || d.cols <= 0) cuda_input_error(what + ": empty matrix");
+        check_block_divisible(d.cols, 32, "columns", what.c_str());
+        check_block_divisible(d.rows, 32, "rows", what.c_str());
+        cuda_check_aligned(d.along_rows, 8, "detector partials along rows", what.c_str());
+        cuda_check_aligned(d.along_cols, 8, "detector partials along columns", what.c_str());
+        total_ctas += d.rows / 32 + d.cols / 32;
+    }
+    if (total_ctas > int64_t(INT32_MAX)) cuda_input_error(std::string(op) + ": matrices too large");
+    if (single) ws.reserve(ops[0].rows, ops[0].cols);
+    if (ws.partials.size() < size_t(total_ctas) * 32) ws.partials.resize(size_t(total_ctas) * 32);
+    if (ws.powers.size() < size_t(8 * n)) ws.powers.resize(size_t(8 * n));
+    ensure_counters(ws, n, stream);
+    double* pow_part = reinterpret_cast<double*>(ws.partials.data());
+    for (int first = 0; first < n; first += kMaxDetectorBatch) {
+        DetectorBatchParams batch{};
+        batch.n = std::min(kMaxDetectorBatch, n - first);
+        int ctas = 0;
+        for (int k = 0; k < batch.n; ++k) {
+            const int i = first + k;
+            const DetectorPartialsOf& d = ops[i];
+            DetectorItemParams& it = batch.item[k];
+            it.row_parts = d.along_rows;
+            it.col_parts = d.along_cols;
+            it.rows = d.rows;
+            it.cols = d.cols;
+            it.row_parts_n = int(detector_partials_row_parts(d.cols));
+            it.col_parts_n = int(detector_partials_col_parts(d.rows));
+            it.cta_begin = ctas;
+            it.row_ctas = int(d.rows / 32);
+            it.ctas = int(d.rows / 32 + d.cols / 32);
+            it.row_sums = single ? ws.row_sums.data() : nullptr;
+            it.col_sums = single ? ws.col_sums.data() : nullptr;
+            it.pow_part = pow_part;
+            it.powers = ws.powers.data() + 8 * i;
+            it.moments = single ? ws.moments.data() : moments_out + 6 * i;
+            it.counter = ws.counters.data() + i;
+            pow_part += 4 * it.ctas;
+            ctas += it.ctas;
+        }
+        launch_finalize(detector_from_partials_kernel, ctas, stream, batch);
+    }
 }
 
 template <typename T>
@@ -678,13 +773,19 @@ PatternStats detect_outlier_pattern_cuda(const __nv_bfloat16* x, int64_t rows, i
 
 void detector_stats_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, int64_t rows,
                                      int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream) {
-    launch_stats_from_blocks(along_rows, along_cols, rows, cols, ws, stream);
+    const DetectorPartialsOf d{along_rows.detector_partials, along_cols.detector_partials, rows, cols};
+    launch_detector_batch(&d, 1, nullptr, true, ws, stream);
+}
+
+void detector_moments_from_partials_cuda(const DetectorPartialsOf* operands, int n, double* moments, OutlierStatsWorkspace& ws,
+                                         cudaStream_t stream) {
+    launch_detector_batch(operands, n, moments, false, ws, stream);
 }
 
 PatternStats detect_outlier_pattern_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols,
                                                      int64_t rows, int64_t cols, const DetectorOptions& opt, OutlierStatsWorkspace& ws,
                                                      cudaStream_t stream) {
-    launch_stats_from_blocks(along_rows, along_cols, rows, cols, ws, stream);
+    detector_stats_from_blocks_cuda(along_rows, along_cols, rows, cols, ws, stream);
     return pattern_from_device_moments(rows, cols, opt, ws, stream);
 }
 

@@ -36,8 +36,8 @@ struct OutlierStatsWorkspace {
     DeviceBuffer<uint32_t> col_max;   // [C]
     DeviceBuffer<double> moments;     // [6]: mean, std, kurtosis of the row variances, then of the column ones
     DeviceBuffer<uint8_t> partials;   // per-slab / per-segment partial sums (outlier_stats.cu)
-    DeviceBuffer<double> powers;      // [8]: Σv, Σv², Σv³, Σv⁴ of the row variances, then of the column ones
-    DeviceBuffer<uint32_t> counters;  // [1]: the finalising launch's last-CTA-done counter; zero between launches
+    DeviceBuffer<double> powers;      // [8] per operand: Σv, Σv², Σv³, Σv⁴ of the row variances, then of the column ones
+    DeviceBuffer<uint32_t> counters;  // per operand: the finalising launch's last-CTA-done counter; zero between launches
     void reserve(int64_t rows, int64_t cols);
 };
 
@@ -77,18 +77,31 @@ PatternStats detect_outlier_pattern_cuda(const float* x, int64_t rows, int64_t c
 PatternStats detect_outlier_pattern_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const DetectorOptions& opt,
                                          OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 
-// The detector without a pass of its own: from the per-block Σx and Σx² (Mxfp4DeviceOutput::block_sum and
-// block_sumsq) that hadamard_mxfp4_cuda writes when it quantizes the operand in both orientations — as
-// training does for X, W and dY (each is an operand of two GEMMs with different reduction dimensions). One
-// launch (the finalising one, reading rows·cols/8 bytes of block sums); rows and cols multiples of 32. Row
-// and column sums are FP64 sums of FP32 block sums (the streaming pass above: of FP32 lane partials), so
-// they differ from it by FP32 rounding (tests: 1e-6 relative on the statistics). Fills ws.row_sums,
-// col_sums, powers and moments. Asynchronous; the second form synchronises and labels.
+// The detector without a pass of its own: from the (Σx, Σx²) partials (Mxfp4DeviceOutput::detector_partials)
+// that hadamard_mxfp4_cuda writes when it quantizes the operand in both orientations — as training does for
+// X, W and dY (each is an operand of two GEMMs with different reduction dimensions). One launch (the
+// finalising one, reading rows·cols·0.16 bytes of partials); rows and cols multiples of 32. Row and column
+// sums are FP64 sums of FP32 partials (the streaming pass above: of FP32 lane partials), so they differ from
+// it by FP32 rounding (tests: 1e-6 relative on the statistics). Fills ws.row_sums, col_sums, powers and
+// moments. Asynchronous; the second form synchronises and labels.
 void detector_stats_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, int64_t rows,
                                      int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
 PatternStats detect_outlier_pattern_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols,
                                                      int64_t rows, int64_t cols, const DetectorOptions& opt, OutlierStatsWorkspace& ws,
                                                      cudaStream_t stream = 0);
+
+// The same for a batch of operands — a training step's X, W and dY of every layer — in one launch per 32
+// operands, so the finalising launch's latency (~6 µs on the H200, most of its time for one operand) is paid
+// once. Operand i's moments (mean, std, kurtosis of the row variances, then of the column variances: the
+// numbers pattern_from_moments labels) go to moments[6i … 6i+5] (device memory); the same bits as the
+// single-operand form. Asynchronous.
+struct DetectorPartialsOf {
+    const float2* along_rows = nullptr;  // Mxfp4DeviceOutput::detector_partials of the pass along rows
+    const float2* along_cols = nullptr;  // ... and of the pass along columns
+    int64_t rows = 0, cols = 0;
+};
+void detector_moments_from_partials_cuda(const DetectorPartialsOf* operands, int n, double* moments, OutlierStatsWorkspace& ws,
+                                         cudaStream_t stream = 0);
 
 // Index logic of the statistics kernel, shared with the host-side tests (tests/cuda/test_adahop_kernels.cu).
 namespace outlier_stats_detail {

@@ -31,11 +31,11 @@ void launch_mx(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleRule ru
     if (opt.axis == 1) {
         const int64_t n = rows * cols;
         mx_rows_kernel<T, kFp4, false, kRoundT><<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(
-            x, n, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, nullptr, nullptr);
+            x, n, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         mx_cols_kernel<T, kFp4, false, kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, nullptr, nullptr);
+            x, rows, cols, grid.col_tiles, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
     }
     CUDA_CHECK(cudaGetLastError());
 }

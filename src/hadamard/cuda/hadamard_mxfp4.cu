@@ -55,10 +55,11 @@ constexpr int kBothTileCols = 64;
 template <Rounding kRoundT>
 __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadamard_mxfp4_both_kernel(
     const __nv_bfloat16* __restrict__ x, int64_t rows, int64_t cols, int64_t col_tiles, ScaleRule rule, MxScaleRuleBits rb, float hs,
-    uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, float* __restrict__ sum_r, float* __restrict__ sumsq_r,
-    uint8_t* __restrict__ codes_c, uint8_t* __restrict__ scales_c, float* __restrict__ sum_c, float* __restrict__ sumsq_c) {
+    uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, BlockStatsOut stats_r, uint8_t* __restrict__ codes_c,
+    uint8_t* __restrict__ scales_c, BlockStatsOut stats_c) {
     __shared__ __align__(16) uint32_t tile[kColsWarps][32][32];
     __shared__ ColsTileStage<true, kBothTileCols> stage;
+    __shared__ float2 det_stage[kColsWarps][kBothTileCols];  // detector partials down the columns
     constexpr MxElement E = MxElement::e2m1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned ctile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
@@ -91,16 +92,18 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     const uint32_t w = my_tile[r][lane ^ (4 * (r & 7))];
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
-                if (sumsq_c != nullptr) sumsq_c[(r0 >> 5) * cols + c0 + half] = block_sum_squares32(a);
+                const float sumsq = stats_c.block_sumsq != nullptr || stats_c.detector != nullptr ? block_sum_squares32(a) : 0.0f;
+                if (stats_c.block_sumsq != nullptr) stats_c.block_sumsq[(r0 >> 5) * cols + c0 + half] = sumsq;
                 const float dc = mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage,
                                                                        2 * lane + half, warp);
-                if (sum_c != nullptr) sum_c[(r0 >> 5) * cols + c0 + half] = dc;
+                if (stats_c.detector != nullptr) det_stage[warp][2 * lane + half] = make_float2(dc, sumsq);
             }
         }
 
         {  // blocks along the rows: lane l takes row r0 + l, blocks (cw, cw + 32)
             const int64_t row = r0 + lane;
             uint32_t sc = 0;  // scale of block 0 | scale of block 1 << 8
+            float2 det = make_float2(0.0f, 0.0f);  // detector partial of the pair (block 0, then + block 1)
 #pragma unroll 1
             for (int beta = 0; beta < 2; ++beta) {
                 float v[32];
@@ -114,9 +117,18 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     bf16x2_to_float(u.w, v[8 * m + 6], v[8 * m + 7]);
                 }
                 const bool block_ok = beta == 0 || hi_block_ok;
-                if (sumsq_r != nullptr && block_ok) sumsq_r[row * cbs + (cw >> 5) + beta] = block_sum_squares32(v);
+                const float sumsq = stats_r.block_sumsq != nullptr || stats_r.detector != nullptr ? block_sum_squares32(v) : 0.0f;
+                if (stats_r.block_sumsq != nullptr && block_ok) stats_r.block_sumsq[row * cbs + (cw >> 5) + beta] = sumsq;
                 fwht_unnormalized<32>(v);
-                if (sum_r != nullptr && block_ok) sum_r[row * cbs + (cw >> 5) + beta] = v[0];  // Σ of the inputs
+                if (stats_r.detector != nullptr && block_ok) {  // v[0] = Σ of the inputs
+                    if (!stats_r.pair_row_blocks) {
+                        stats_r.detector[row * cbs + (cw >> 5) + beta] = make_float2(v[0], sumsq);
+                    } else if (beta == 0) {
+                        det = make_float2(v[0], sumsq);
+                    } else {
+                        stats_r.detector[(row * cbs + (cw >> 5)) >> 1] = make_float2(det.x + v[0], det.y + sumsq);
+                    }
+                }
                 const MxBlockScale q = mx_block_scale<true, true>(block_amax32(v), rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;
@@ -133,13 +145,21 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
     }
     __syncthreads();
     write_cols_tile(stage, cw, rb_first, nrb, rows, cols, codes_c, scales_c);
+    if (stats_c.detector != nullptr) write_cols_detector_partials(det_stage, nrb, cw, cols, stripe, stats_c.detector);
 }
 
-// Which per-block statistics an output asks for (block_sum only with block_sumsq: checked by the caller).
+// Which statistics an output asks for (not both: checked by the caller), and where they go.
 template <BlockStats kStats>
 bool with_stats(const Mxfp4DeviceOutput& o) {
-    const BlockStats s = o.block_sumsq == nullptr ? BlockStats::none : (o.block_sum == nullptr ? BlockStats::sumsq : BlockStats::sum_and_sumsq);
+    const BlockStats s = o.block_sumsq != nullptr ? BlockStats::sumsq : o.detector_partials != nullptr ? BlockStats::detector : BlockStats::none;
     return s == kStats;
+}
+BlockStatsOut stats_out(const Mxfp4DeviceOutput& o, int64_t cols) {
+    BlockStatsOut s;
+    s.block_sumsq = o.block_sumsq;
+    s.detector = o.detector_partials;
+    s.pair_row_blocks = detector_partials_row_parts(cols) != cols / 32;
+    return s;
 }
 
 template <Rounding kRoundT>
@@ -151,8 +171,8 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     if (along_rows.requested() && along_cols.requested()) {
         const ColsGrid grid(rows, cols, kBothTileCols);
         hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, along_rows.block_sum,
-            along_rows.block_sumsq, along_cols.codes, along_cols.scales, along_cols.block_sum, along_cols.block_sumsq);
+            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, stats_out(along_rows, cols),
+            along_cols.codes, along_cols.scales, stats_out(along_cols, cols));
         CUDA_CHECK(cudaGetLastError());
         return;
     }
@@ -160,21 +180,30 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
         const int64_t n = rows * cols;
         auto kernel = with_stats<BlockStats::none>(along_rows) ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
                       : with_stats<BlockStats::sumsq>(along_rows) ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
-                                                                  : mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sum_and_sumsq>;
+                                                                  : mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         kernel<<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes,
-                                                                         along_rows.scales, along_rows.block_sum, along_rows.block_sumsq);
+                                                                         along_rows.scales, stats_out(along_rows, cols));
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         auto kernel = with_stats<BlockStats::none>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
                       : with_stats<BlockStats::sumsq>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
-                                                                  : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sum_and_sumsq>;
+                                                                  : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         kernel<<<grid.blocks(), kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
-                                                           along_cols.codes, along_cols.scales, along_cols.block_sum, along_cols.block_sumsq);
+                                                           along_cols.codes, along_cols.scales, stats_out(along_cols, cols));
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
+
+int64_t detector_partials_row_parts(int64_t cols) {
+    const int64_t blocks = cols / 32;
+    return blocks % 2 == 0 ? blocks / 2 : blocks;
+}
+int64_t detector_partials_col_parts(int64_t rows) { return (rows / 32 + kColsWarps - 1) / kColsWarps; }
+int64_t detector_partials_count(int64_t rows, int64_t cols, int axis) {
+    return axis == 1 ? rows * detector_partials_row_parts(cols) : detector_partials_col_parts(rows) * cols;
+}
 
 void hadamard_mxfp4_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const HadamardMxfp4Options& opt,
                          const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, cudaStream_t stream) {
@@ -190,9 +219,10 @@ void hadamard_mxfp4_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, con
             cuda_check_aligned(o->codes, 16, "codes", op);
             cuda_check_aligned(o->scales, 16, "scales", op);
             if (o->block_sumsq != nullptr) cuda_check_aligned(o->block_sumsq, 4, "block_sumsq", op);
-            if (o->block_sum != nullptr) {
-                if (o->block_sumsq == nullptr) cuda_usage_error(std::string(op) + ": block_sum is written only together with block_sumsq");
-                cuda_check_aligned(o->block_sum, 4, "block_sum", op);
+            if (o->detector_partials != nullptr) {
+                if (o->block_sumsq != nullptr)
+                    cuda_usage_error(std::string(op) + ": block_sumsq and detector_partials are written by separate passes, not one");
+                cuda_check_aligned(o->detector_partials, 8, "detector_partials", op);
             }
         }
     if ((rows / 32 / kColsWarps + 1) * (cols / kColsTileCols + 1) > 0x7FFFFFFFll) cuda_input_error(std::string(op) + ": matrix too large for one launch");

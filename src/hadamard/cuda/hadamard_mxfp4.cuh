@@ -29,16 +29,28 @@ namespace lowbit {
 // [rows][cols/32] (the scales' layout); blocks down columns [rows/32][cols] — transposed from the scales, so
 // that a warp's 32 adjacent columns store one 128-byte line (in the scales' layout every 4-byte store was a
 // sector of its own: on a DRAM-resident 4096×8192 operand that cost more than the sums themselves).
-// block_sum (optional, only with block_sumsq; same layout): Σx of each block's input values (the first
-// coefficient of the unnormalised transform: the butterfly's FP32 tree) — with a pass in each orientation, the detector's row and column statistics
-// (detector_stats_from_blocks_cuda, adahop/cuda/outlier_stats.cuh) without a pass of its own.
+// detector_partials (optional, not with block_sumsq; detector_partials_count pairs, 8-byte aligned): the
+// outlier detector's row and column statistics from the quantization passes (detector_stats_from_blocks_cuda,
+// adahop/cuda/outlier_stats.cuh; a pass in each orientation), as (Σx, Σx²) FP32 pairs over a few blocks:
+//   along rows:    [rows][detector_partials_row_parts(cols)] — blocks 2j and 2j+1 of a row added (block 2j
+//                  first) when the row has an even number of blocks, else one pair per block;
+//   along columns: [detector_partials_col_parts(rows)][cols] — stripes of 8 row blocks (256 rows; the last
+//                  stripe may be shorter), the blocks added in row order.
+// A block's Σx is the first coefficient of its unnormalised transform (the butterfly's FP32 tree, free) and
+// its Σx² the FMA chain above. Compact on purpose: per-block sums in both orientations were 0.5 bytes per
+// element written, 3 % of a GEMM at 4096×2048×8192 for dY (bench/results/README.md); these are 0.16.
 struct Mxfp4DeviceOutput {
     uint8_t* codes = nullptr;
     uint8_t* scales = nullptr;
     float* block_sumsq = nullptr;
-    float* block_sum = nullptr;
+    float2* detector_partials = nullptr;
     bool requested() const { return codes != nullptr; }
 };
+
+// The detector partials' layout (see above).
+int64_t detector_partials_row_parts(int64_t cols);
+int64_t detector_partials_col_parts(int64_t rows);
+int64_t detector_partials_count(int64_t rows, int64_t cols, int axis);  // pairs of one orientation (axis 1: along rows)
 
 struct HadamardMxfp4Options {
     ScaleRule rule = kDefaultScaleRule;
