@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
                 DeviceBuffer<float2> part_r, part_c;
                 OperandPasses(int64_t r, int64_t c)
                     : codes_r(size_t(r * c / 2)), scales_r(size_t(r * c / 32)), codes_c(size_t(r * c / 2)), scales_c(size_t(r * c / 32)),
-                      part_r(size_t(detector_partials_count(r, c, 1))), part_c(size_t(detector_partials_count(r, c, 0))) {}
+                      part_r(size_t(detector_partials_count(r, c))), part_c(size_t(detector_partials_count(r, c))) {}
             };
             std::vector<OperandPasses> passes_of;
             std::vector<DetectorPartialsOf> step_operands;
@@ -350,10 +350,18 @@ int main(int argc, char** argv) {
                 const std::string pre = "detector on X, W and dY from the quantization passes, one finalising launch for the three";
                 rows.push_back({shape, pre + ", batched", fin3, gb});
                 rows.push_back({shape, pre + " beside the main GEMM: added", fin3_beside, go});
+                // a training step finalises every operand it has at once: 16 layers of this shape → 48 operands (two
+                // launches of at most 32), run before the next GEMM (no overlap assumed), per operand
+                std::vector<DetectorPartialsOf> layers;
+                for (int l = 0; l < 16; ++l) layers.insert(layers.end(), step_operands.begin(), step_operands.end());
+                DeviceBuffer<double> layer_moments(6 * layers.size());
+                const double fin48 = batched_us(
+                    [&] { detector_moments_from_partials_cuda(layers.data(), int(layers.size()), layer_moments.data(), stats); }, reps);
+                rows.push_back({shape, "detector: one step's finalising launches for 16 layers' X, W and dY (48 operands), batched", fin48, gb});
                 const char* names[] = {"X", "W", "dY"};
                 for (int i = 0; i < 3; ++i)
-                    rows.push_back({shape, std::string("detector on ") + names[i] + ": the partials' share + a third of the joint finalising launch beside the GEMM",
-                                    sums_share[size_t(i)] + fin3_beside / 3, go});
+                    rows.push_back({shape, std::string("detector on ") + names[i] + ": the sums' share + a 48th of the step's finalising launches",
+                                    sums_share[size_t(i)] + fin48 / 48, gb});
             }
             rows.push_back({shape, "floor: detector on X (read MxK)", floor_us(2.0 * double(M * K)), g});
             rows.push_back({shape, "floor: detector on W (read NxK)", floor_us(2.0 * double(N * K)), g});

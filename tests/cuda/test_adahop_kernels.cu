@@ -890,15 +890,15 @@ TEST(AdahopCuda, OutlierExtractionLargeDimensions) {
 
 namespace {
 
-// The MXFP4 output of one orientation in device memory, with the per-block Σx² when asked, or the detector
-// partials of the pass along axis detector_axis (1: along rows, 0: down columns).
+// The MXFP4 output of one orientation in device memory, with the per-block Σx² or the detector's (Σx, Σx²)
+// pairs when asked.
 struct QuantizedDevice {
     DeviceBuffer<uint8_t> codes, scales;
     DeviceBuffer<float> sumsq;
     DeviceBuffer<float2> partials;
-    QuantizedDevice(int64_t r, int64_t c, bool with_sumsq, int detector_axis = -1)
+    QuantizedDevice(int64_t r, int64_t c, bool with_sumsq, bool with_detector = false)
         : codes(size_t(r * c / 2)), scales(size_t(r * c / 32)), sumsq(with_sumsq ? size_t(r * c / 32) : 0),
-          partials(detector_axis >= 0 ? size_t(detector_partials_count(r, c, detector_axis)) : 0) {}
+          partials(with_detector ? size_t(detector_partials_count(r, c)) : 0) {}
     Mxfp4DeviceOutput out() {
         return {codes.data(), scales.data(), sumsq.size() ? sumsq.data() : nullptr, partials.size() ? partials.data() : nullptr};
     }
@@ -1042,7 +1042,7 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
             const auto xv = bf16_values(x);
             const PatternStats cpu = detect_outlier_pattern(xv.data(), r, c);
             auto dx = to_device(to_bf16(x));
-            QuantizedDevice rows(r, c, false, 1), cols(r, c, false, 0), plain_rows(r, c, false), plain_cols(r, c, false);
+            QuantizedDevice rows(r, c, false, true), cols(r, c, false, true), plain_rows(r, c, false), plain_cols(r, c, false);
             hadamard_mxfp4_cuda(dx.data(), r, c, {}, plain_rows.out(), plain_cols.out());
             std::vector<double> first_rows, first_cols;
             for (bool together : {true, false}) {
@@ -1091,7 +1091,7 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
     std::vector<float> bad(64 * 64, 1.0f);
     bad[100] = NAN;
     auto db = to_device(to_bf16(bad));
-    QuantizedDevice rows(64, 64, false, 1), cols(64, 64, false, 0), no_sum(64, 64, true);
+    QuantizedDevice rows(64, 64, false, true), cols(64, 64, false, true), no_sum(64, 64, true);
     hadamard_mxfp4_cuda(db.data(), 64, 64, {}, rows.out(), cols.out());
     expect_error(ErrorKind::input, [&] { detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), 64, 64, {}, ws); });
     expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), no_sum.out(), 64, 64, ws); });
@@ -1103,10 +1103,9 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// The detector partials themselves: every (Σx, Σx²) pair against FP64 sums of its BF16 values — row pairs
-// of blocks (one block per pair when a row has an odd number of blocks) and stripes of 8 row blocks down the
-// columns (a short last stripe) — from single-orientation passes, and the both-orientations pass bit for bit
-// equal to them.
+// The detector partials themselves: every block's (Σx, Σx²) pair against FP64 sums of its BF16 values, in
+// both orientations, from single-orientation passes; the both-orientations pass bit for bit equal to them;
+// Σx² equal to the outlier-extraction pass's block_sumsq.
 TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirBlocks) {
     REQUIRE_GPU();
     const int64_t shapes[][2] = {{96, 96}, {288, 64}, {512, 2048}, {32, 32}, {64, 160}};
@@ -1116,17 +1115,18 @@ TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirBlocks) {
         for (float& v : x) v -= 0.2f;
         const auto xv = bf16_values(x);
         auto dx = to_device(to_bf16(x));
-        QuantizedDevice rows(r, c, false, 1), cols(r, c, false, 0), rows2(r, c, false, 1), cols2(r, c, false, 0);
+        QuantizedDevice rows(r, c, false, true), cols(r, c, false, true), rows2(r, c, false, true), cols2(r, c, false, true),
+            sq_rows(r, c, true), sq_cols(r, c, true);
         quantize_axis(dx.data(), r, c, 1, {}, rows);
         quantize_axis(dx.data(), r, c, 0, {}, cols);
+        quantize_axis(dx.data(), r, c, 1, {}, sq_rows);
+        quantize_axis(dx.data(), r, c, 0, {}, sq_cols);
         hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows2.out(), cols2.out());
         CUDA_CHECK(cudaDeviceSynchronize());
         const std::string w = shape_name(r, c);
+        ASSERT_EQ(detector_partials_count(r, c), r * c / 32) << w;
         const auto pr = download_at(rows.partials.data(), rows.partials.size()), pc = download_at(cols.partials.data(), cols.partials.size());
-        const int64_t rp = detector_partials_row_parts(c), cp = detector_partials_col_parts(r);
-        ASSERT_EQ(rp, (c / 32) % 2 == 0 ? c / 64 : c / 32) << w;
-        ASSERT_EQ(cp, (r / 32 + 7) / 8) << w;
-        const int64_t row_span = c / rp;  // elements per row partial: 64 or 32
+        const int64_t rp = c / 32, cp = r / 32;
         auto expect_pair = [&](float2 got, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const std::string& what) {
             double s = 0, q = 0, a = 0;
             for (int64_t i = r0; i < r1; ++i)
@@ -1139,11 +1139,17 @@ TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirBlocks) {
         };
         for (int64_t i = 0; i < r; ++i)
             for (int64_t p = 0; p < rp; ++p)
-                expect_pair(pr[size_t(i * rp + p)], i, i + 1, p * row_span, (p + 1) * row_span, "row " + std::to_string(i) + " part " + std::to_string(p));
+                expect_pair(pr[size_t(i * rp + p)], i, i + 1, 32 * p, 32 * (p + 1), "row " + std::to_string(i) + " block " + std::to_string(p));
         for (int64_t t = 0; t < cp; ++t)
             for (int64_t j = 0; j < c; ++j)
-                expect_pair(pc[size_t(t * c + j)], 256 * t, std::min(r, 256 * (t + 1)), j, j + 1,
-                            "stripe " + std::to_string(t) + " column " + std::to_string(j));
+                expect_pair(pc[size_t(t * c + j)], 32 * t, 32 * (t + 1), j, j + 1, "row block " + std::to_string(t) + " column " + std::to_string(j));
+        const auto sumsq_of = [](const std::vector<float2>& v) {
+            std::vector<float> q;
+            for (const float2& p : v) q.push_back(p.y);
+            return float_bits(q);
+        };
+        EXPECT_EQ(sumsq_of(pr), float_bits(download_at(sq_rows.sumsq.data(), sq_rows.sumsq.size()))) << w << " Σx² along rows";
+        EXPECT_EQ(sumsq_of(pc), float_bits(download_at(sq_cols.sumsq.data(), sq_cols.sumsq.size()))) << w << " Σx² down columns";
         const auto bits = [](const std::vector<float2>& v) {
             std::vector<uint32_t> u(2 * v.size());
             std::memcpy(u.data(), v.data(), v.size() * sizeof(float2));
@@ -1172,8 +1178,8 @@ TEST(AdahopCuda, DetectorBatchEqualsSingleOperandCalls) {
         const auto xv = bf16_values(x);
         cpu.push_back(detect_outlier_pattern(xv.data(), r, c));
         inputs.push_back(to_device(to_bf16(x)));
-        along_rows.emplace_back(r, c, false, 1);
-        along_cols.emplace_back(r, c, false, 0);
+        along_rows.emplace_back(r, c, false, true);
+        along_cols.emplace_back(r, c, false, true);
     }
     for (int i = 0; i < kN; ++i) {
         const int64_t r = shapes[i % 5][0], c = shapes[i % 5][1];

@@ -442,14 +442,14 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
 
 // ---- The detector from the quantization passes' partials, for a batch of operands in one launch. Operand i
 // owns CTAs [cta_begin, cta_begin + ctas): the first row_ctas finalise 32 rows each (warp w sums rows w, w + 8,
-// w + 16, w + 24 with its lanes over the row's partials: coalesced), the others 32 columns each (lane =
-// column, warp w over stripes w, w + 8, …; the 8 warps added in order). Then as stats_finalize_kernel: power
+// w + 16, w + 24 with its lanes over the row's blocks: coalesced), the others 32 columns each (lane =
+// column, warp w over row blocks w, w + 8, …; the 8 warps added in order). Then as stats_finalize_kernel: power
 // sums, and the operand's last CTA writes its moments.
 constexpr int kMaxDetectorBatch = 32;  // operands per launch (the descriptors travel as kernel parameters)
 
 struct DetectorItemParams {
-    const float2* row_parts;  // [rows][row_parts_n] (hadamard_mxfp4.cuh)
-    const float2* col_parts;  // [col_parts_n][cols]
+    const float2* row_parts;  // [rows][row_parts_n = cols / 32] (hadamard_mxfp4.cuh)
+    const float2* col_parts;  // [col_parts_n = rows / 32][cols]
     int64_t rows, cols;
     int row_parts_n, col_parts_n;
     int cta_begin, row_ctas, ctas;
@@ -666,8 +666,8 @@ void launch_detector_batch(const DetectorPartialsOf* ops, int n, double* moments
             it.col_parts = d.along_cols;
             it.rows = d.rows;
             it.cols = d.cols;
-            it.row_parts_n = int(detector_partials_row_parts(d.cols));
-            it.col_parts_n = int(detector_partials_col_parts(d.rows));
+            it.row_parts_n = int(d.cols / 32);
+            it.col_parts_n = int(d.rows / 32);
             it.cta_begin = ctas;
             it.row_ctas = int(d.rows / 32);
             it.ctas = int(d.rows / 32 + d.cols / 32);

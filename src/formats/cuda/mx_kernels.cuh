@@ -123,34 +123,20 @@ __device__ __forceinline__ float block_sum_squares32(const float (&v)[32]) {
     return s;
 }
 
-// What a quantization pass writes beside the codes, of its input: nothing, Σx² of every 32-block (outlier-
-// extraction scores), or the detector's partials — Σx and Σx² summed over a few blocks (the layout is
-// hadamard_mxfp4.cuh's detector_partials_floats: pairs of row blocks, stripes of kColsWarps row blocks).
+// What a quantization pass writes beside the codes, of its input, per 32-block: nothing, Σx² (outlier-
+// extraction scores), or the pair (Σx, Σx²) for the detector (one 8-byte store; hadamard_mxfp4.cuh).
 // Σx² is taken before the transform (FP32 FMAs in element order); Σx (Hadamard kernels only) is the
 // transform's first coefficient — row 0 of the unnormalised H₃₂ is all ones, so the butterfly adds the block
 // as a tree on the way, at no cost. A template flag: a run-time pointer test cost the column kernel 16
 // registers.
 enum class BlockStats { none, sumsq, detector };
 
-// Where the statistics go (unused members null). pair_row_blocks: the row kernel's detector partials sum
-// blocks 2j and 2j+1 of a row (when a row has an even number of blocks), else one partial per block.
+// Where the statistics go (the unused one null), in the scales' block order for blocks along rows and
+// [row block][column] for blocks down columns.
 struct BlockStatsOut {
-    float* block_sumsq = nullptr;  // [blocks] (BlockStats::sumsq)
-    float2* detector = nullptr;    // (Σx, Σx²) partials (BlockStats::detector)
-    bool pair_row_blocks = false;
+    float* block_sumsq = nullptr;  // Σx² (BlockStats::sumsq)
+    float2* detector = nullptr;    // (Σx, Σx²) (BlockStats::detector)
 };
-
-// The row kernel's detector partial of block blk (lane l holds block blk ≡ l mod 2): with pairs, the even lane
-// writes (Σx, Σx²) of blocks blk and blk + 1 at blk / 2, adding its own first; else each block its own.
-__device__ __forceinline__ void store_row_detector_partial(float s, float q, int64_t blk, bool pair, float2* out) {
-    if (pair) {
-        const unsigned pair_mask = 3u << (threadIdx.x & 30u);
-        const float s1 = __shfl_xor_sync(pair_mask, s, 1), q1 = __shfl_xor_sync(pair_mask, q, 1);
-        if ((blk & 1) == 0) out[blk >> 1] = make_float2(s + s1, q + q1);
-    } else {
-        out[blk] = make_float2(s, q);
-    }
-}
 
 // ------------------------------------------------------------------------------------------------
 // Hadamard pieces. In-register stages use fwht_unnormalized<N> (hadamard.h). A stage whose partner
@@ -422,7 +408,7 @@ __global__ void __launch_bounds__(kRowsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
         if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(v);
         if constexpr (kStats == BlockStats::sumsq) stats.block_sumsq[blk] = sumsq;
         if constexpr (kHad) fwht_unnormalized<32>(v);
-        if constexpr (kStats == BlockStats::detector) store_row_detector_partial(v[0], sumsq, blk, stats.pair_row_blocks, stats.detector);
+        if constexpr (kStats == BlockStats::detector) stats.detector[blk] = make_float2(v[0], sumsq);
         const MxBlockScale b = mx_block_scale<kHad, kFp4>(block_amax32(v), rb, el, rule, hs);
         scales[blk] = uint8_t(b.scale);
         mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk * 32), 1, blk * 32, codes);
@@ -522,23 +508,6 @@ __device__ __forceinline__ void write_cols_tile(const ColsTileStage<kFp4, kCols>
     }
 }
 
-// The column kernels' detector partial of one column over the CTA's nrb ≤ kColsWarps row blocks: their (Σx, Σx²)
-// from shared memory (staged per row block) added in row-block order, written at [stripe][column].
-template <int kCols>
-__device__ __forceinline__ void write_cols_detector_partials(const float2 (&stage)[kColsWarps][kCols], int nrb, int64_t c_first,
-                                                             int64_t cols, int64_t stripe, float2* __restrict__ out) {
-    for (int col = threadIdx.x; col < kCols; col += blockDim.x) {
-        const int64_t c = c_first + col;
-        if (c >= cols) break;
-        float2 t = stage[0][col];
-        for (int w = 1; w < nrb; ++w) {
-            t.x += stage[w][col].x;
-            t.y += stage[w][col].y;
-        }
-        out[stripe * cols + c] = t;
-    }
-}
-
 // Row blocks of the tile of CTA `stripe`: rb_first and how many exist (the last stripe may be partial).
 __device__ __forceinline__ int cols_tile_row_blocks(int64_t rows, int64_t stripe, int64_t& rb_first) {
     const int64_t rbs = rows >> 5;
@@ -587,7 +556,6 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
                                                                Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
                                                                uint8_t* __restrict__ scales, BlockStatsOut stats) {
     __shared__ ColsTileStage<kFp4, kColsTileCols> stage;
-    __shared__ float2 det_stage[kStats == BlockStats::detector ? kColsWarps : 1][kColsTileCols];
     __shared__ ColsWarpTile<T> in[kColsWarps];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned tile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
@@ -606,16 +574,14 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
         static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
         float sumsq = 0.0f;
         if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(a);
-        // [row block][column]: the warp's 32 columns store one 128-byte line
-        if constexpr (kStats == BlockStats::sumsq) stats.block_sumsq[(r0 >> 5) * cols + c] = sumsq;
+        const int64_t at = (r0 >> 5) * cols + c;  // [row block][column]: the warp's 32 columns store one run
+        if constexpr (kStats == BlockStats::sumsq) stats.block_sumsq[at] = sumsq;
         const float dc = mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed),
                                                                r0, c, cols, stage, lane, warp);
-        if constexpr (kStats == BlockStats::detector) det_stage[warp][lane] = make_float2(dc, sumsq);
+        if constexpr (kStats == BlockStats::detector) stats.detector[at] = make_float2(dc, sumsq);
     }
     __syncthreads();
     write_cols_tile(stage, tile * kColsTileCols, rb_first, nrb, rows, cols, codes, scales);
-    if constexpr (kStats == BlockStats::detector)
-        write_cols_detector_partials(det_stage, nrb, int64_t(tile) * kColsTileCols, cols, stripe, stats.detector);
 }
 
 // Row blocks per thread in the NVFP4 column kernel: 2 when it divides the number of row blocks, else 1 (a

@@ -59,7 +59,6 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
     uint8_t* __restrict__ scales_c, BlockStatsOut stats_c) {
     __shared__ __align__(16) uint32_t tile[kColsWarps][32][32];
     __shared__ ColsTileStage<true, kBothTileCols> stage;
-    __shared__ float2 det_stage[kColsWarps][kBothTileCols];  // detector partials down the columns
     constexpr MxElement E = MxElement::e2m1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned ctile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
@@ -93,17 +92,17 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
                 const float sumsq = stats_c.block_sumsq != nullptr || stats_c.detector != nullptr ? block_sum_squares32(a) : 0.0f;
-                if (stats_c.block_sumsq != nullptr) stats_c.block_sumsq[(r0 >> 5) * cols + c0 + half] = sumsq;
+                const int64_t at = (r0 >> 5) * cols + c0 + half;
+                if (stats_c.block_sumsq != nullptr) stats_c.block_sumsq[at] = sumsq;
                 const float dc = mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage,
                                                                        2 * lane + half, warp);
-                if (stats_c.detector != nullptr) det_stage[warp][2 * lane + half] = make_float2(dc, sumsq);
+                if (stats_c.detector != nullptr) stats_c.detector[at] = make_float2(dc, sumsq);
             }
         }
 
         {  // blocks along the rows: lane l takes row r0 + l, blocks (cw, cw + 32)
             const int64_t row = r0 + lane;
             uint32_t sc = 0;  // scale of block 0 | scale of block 1 << 8
-            float2 det = make_float2(0.0f, 0.0f);  // detector partial of the pair (block 0, then + block 1)
 #pragma unroll 1
             for (int beta = 0; beta < 2; ++beta) {
                 float v[32];
@@ -120,15 +119,7 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                 const float sumsq = stats_r.block_sumsq != nullptr || stats_r.detector != nullptr ? block_sum_squares32(v) : 0.0f;
                 if (stats_r.block_sumsq != nullptr && block_ok) stats_r.block_sumsq[row * cbs + (cw >> 5) + beta] = sumsq;
                 fwht_unnormalized<32>(v);
-                if (stats_r.detector != nullptr && block_ok) {  // v[0] = Σ of the inputs
-                    if (!stats_r.pair_row_blocks) {
-                        stats_r.detector[row * cbs + (cw >> 5) + beta] = make_float2(v[0], sumsq);
-                    } else if (beta == 0) {
-                        det = make_float2(v[0], sumsq);
-                    } else {
-                        stats_r.detector[(row * cbs + (cw >> 5)) >> 1] = make_float2(det.x + v[0], det.y + sumsq);
-                    }
-                }
+                if (stats_r.detector != nullptr && block_ok) stats_r.detector[row * cbs + (cw >> 5) + beta] = make_float2(v[0], sumsq);
                 const MxBlockScale q = mx_block_scale<true, true>(block_amax32(v), rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;
@@ -145,7 +136,6 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
     }
     __syncthreads();
     write_cols_tile(stage, cw, rb_first, nrb, rows, cols, codes_c, scales_c);
-    if (stats_c.detector != nullptr) write_cols_detector_partials(det_stage, nrb, cw, cols, stripe, stats_c.detector);
 }
 
 // Which statistics an output asks for (not both: checked by the caller), and where they go.
@@ -154,13 +144,7 @@ bool with_stats(const Mxfp4DeviceOutput& o) {
     const BlockStats s = o.block_sumsq != nullptr ? BlockStats::sumsq : o.detector_partials != nullptr ? BlockStats::detector : BlockStats::none;
     return s == kStats;
 }
-BlockStatsOut stats_out(const Mxfp4DeviceOutput& o, int64_t cols) {
-    BlockStatsOut s;
-    s.block_sumsq = o.block_sumsq;
-    s.detector = o.detector_partials;
-    s.pair_row_blocks = detector_partials_row_parts(cols) != cols / 32;
-    return s;
-}
+BlockStatsOut stats_out(const Mxfp4DeviceOutput& o) { return {o.block_sumsq, o.detector_partials}; }
 
 template <Rounding kRoundT>
 void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, const HadamardMxfp4Options& opt,
@@ -171,8 +155,8 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     if (along_rows.requested() && along_cols.requested()) {
         const ColsGrid grid(rows, cols, kBothTileCols);
         hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, stats_out(along_rows, cols),
-            along_cols.codes, along_cols.scales, stats_out(along_cols, cols));
+            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, stats_out(along_rows),
+            along_cols.codes, along_cols.scales, stats_out(along_cols));
         CUDA_CHECK(cudaGetLastError());
         return;
     }
@@ -182,28 +166,21 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
                       : with_stats<BlockStats::sumsq>(along_rows) ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         kernel<<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes,
-                                                                         along_rows.scales, stats_out(along_rows, cols));
+                                                                         along_rows.scales, stats_out(along_rows));
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         auto kernel = with_stats<BlockStats::none>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
                       : with_stats<BlockStats::sumsq>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         kernel<<<grid.blocks(), kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
-                                                           along_cols.codes, along_cols.scales, stats_out(along_cols, cols));
+                                                           along_cols.codes, along_cols.scales, stats_out(along_cols));
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-int64_t detector_partials_row_parts(int64_t cols) {
-    const int64_t blocks = cols / 32;
-    return blocks % 2 == 0 ? blocks / 2 : blocks;
-}
-int64_t detector_partials_col_parts(int64_t rows) { return (rows / 32 + kColsWarps - 1) / kColsWarps; }
-int64_t detector_partials_count(int64_t rows, int64_t cols, int axis) {
-    return axis == 1 ? rows * detector_partials_row_parts(cols) : detector_partials_col_parts(rows) * cols;
-}
+int64_t detector_partials_count(int64_t rows, int64_t cols) { return rows * cols / 32; }
 
 void hadamard_mxfp4_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const HadamardMxfp4Options& opt,
                          const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, cudaStream_t stream) {

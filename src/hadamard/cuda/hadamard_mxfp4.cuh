@@ -29,16 +29,13 @@ namespace lowbit {
 // [rows][cols/32] (the scales' layout); blocks down columns [rows/32][cols] — transposed from the scales, so
 // that a warp's 32 adjacent columns store one 128-byte line (in the scales' layout every 4-byte store was a
 // sector of its own: on a DRAM-resident 4096×8192 operand that cost more than the sums themselves).
-// detector_partials (optional, not with block_sumsq; detector_partials_count pairs, 8-byte aligned): the
-// outlier detector's row and column statistics from the quantization passes (detector_stats_from_blocks_cuda,
-// adahop/cuda/outlier_stats.cuh; a pass in each orientation), as (Σx, Σx²) FP32 pairs over a few blocks:
-//   along rows:    [rows][detector_partials_row_parts(cols)] — blocks 2j and 2j+1 of a row added (block 2j
-//                  first) when the row has an even number of blocks, else one pair per block;
-//   along columns: [detector_partials_col_parts(rows)][cols] — stripes of 8 row blocks (256 rows; the last
-//                  stripe may be shorter), the blocks added in row order.
-// A block's Σx is the first coefficient of its unnormalised transform (the butterfly's FP32 tree, free) and
-// its Σx² the FMA chain above. Compact on purpose: per-block sums in both orientations were 0.5 bytes per
-// element written, 3 % of a GEMM at 4096×2048×8192 for dY (bench/results/README.md); these are 0.16.
+// detector_partials (optional, not with block_sumsq; rows·cols/32 pairs, 8-byte aligned; same layout as
+// block_sumsq): (Σx, Σx²) of each block's input values as an FP32 pair — the outlier detector's row and
+// column statistics from the quantization passes, one pass in each orientation (detector_stats_from_blocks_cuda,
+// adahop/cuda/outlier_stats.cuh). Σx is the first coefficient of the block's unnormalised transform (the
+// butterfly's FP32 tree: free), Σx² the FMA chain above; one 8-byte store per block. Per block on purpose:
+// summing pairs of blocks (a lane shuffle) and stripes of 8 row blocks (shared memory) before the store wrote
+// a third of the bytes but cost the H200 passes more time than the bytes did (bench/results/README.md).
 struct Mxfp4DeviceOutput {
     uint8_t* codes = nullptr;
     uint8_t* scales = nullptr;
@@ -47,10 +44,8 @@ struct Mxfp4DeviceOutput {
     bool requested() const { return codes != nullptr; }
 };
 
-// The detector partials' layout (see above).
-int64_t detector_partials_row_parts(int64_t cols);
-int64_t detector_partials_col_parts(int64_t rows);
-int64_t detector_partials_count(int64_t rows, int64_t cols, int axis);  // pairs of one orientation (axis 1: along rows)
+// Pairs of detector partials of one orientation of a rows × cols matrix.
+int64_t detector_partials_count(int64_t rows, int64_t cols);
 
 struct HadamardMxfp4Options {
     ScaleRule rule = kDefaultScaleRule;
