@@ -375,10 +375,22 @@ constexpr int mx_min_ctas_per_sm(bool fp4, bool had, Rounding r) { return fp4 &&
 // CTAs of the row kernel for nblocks 32-element blocks: one thread per block up to
 // LOWBIT_MX_ROWS_CTAS_PER_SM CTAs per SM (about 1.6 rounds of the 5 resident ones), then the grid strides.
 inline unsigned mx_rows_grid(int64_t nblocks) {
+    if (nblocks >= (int64_t(1) << 31)) cuda_input_error("MX quantization along rows: matrix too large for one launch (2^31 blocks or more)");
     const int64_t needed = (nblocks + kRowsThreads - 1) / kRowsThreads;
     const int64_t cap = int64_t(cuda_multiprocessor_count()) * LOWBIT_MX_ROWS_CTAS_PER_SM;
     return unsigned(needed < cap ? needed : cap);
 }
+
+// The row kernel's block index: 32 bits (mx_rows_grid checks rows·cols/32 < 2^31; a BF16 matrix that large is
+// 128 GiB) — fewer instructions per block for the loop and the addresses than 64 bits.
+#ifndef LOWBIT_MX_ROWS_INDEX32  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
+#define LOWBIT_MX_ROWS_INDEX32 1
+#endif
+#if LOWBIT_MX_ROWS_INDEX32
+using RowsIndex = uint32_t;
+#else
+using RowsIndex = int64_t;
+#endif
 
 template <typename T>
 __device__ __forceinline__ void load32(const T* p, float (&v)[32]) {
@@ -396,13 +408,13 @@ __global__ void __launch_bounds__(kRowsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
                                                                MxScaleRuleBits rb, Rounding rounding, float hs, uint64_t seed,
                                                                uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
                                                                BlockStatsOut stats) {
-    const int64_t nblocks = n >> 5;
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+    const RowsIndex nblocks = RowsIndex(n >> 5);
+    const RowsIndex stride = RowsIndex(gridDim.x) * blockDim.x;
     const MxElement el = kFp4 ? MxElement::e2m1 : e;
     const RandomStream rs(seed);
-    for (int64_t blk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
+    for (RowsIndex blk = RowsIndex(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
         float v[32];
-        load32(x + blk * 32, v);
+        load32(x + uint64_t(blk) * 32, v);
         static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
         float sumsq = 0.0f;
         if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(v);
@@ -411,7 +423,7 @@ __global__ void __launch_bounds__(kRowsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
         if constexpr (kStats == BlockStats::detector) stats.detector[blk] = make_float2(v[0], sumsq);
         const MxBlockScale b = mx_block_scale<kHad, kFp4>(block_amax32(v), rb, el, rule, hs);
         scales[blk] = uint8_t(b.scale);
-        mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk * 32), 1, blk * 32, codes);
+        mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk) * 32, 1, int64_t(blk) * 32, codes);
     }
 }
 
