@@ -10,6 +10,12 @@
 // chunk bits (h = 8, 16) then pair the right values but with the halves swapped when s_t has the bit:
 // lower = P + Q stays fl(lo + hi), upper = fma(P, −1, Q) = fl(lo − hi) — the reference's operations exactly.
 // The code words come out in slot order and are permuted back (8 selects) before the 16-byte store.
+//
+// Measured (H200, session 13, bench/results/gpu_mx_lab_h200.txt): every variant bit-exact on all six cases;
+// 0.66–0.76 of copy bandwidth (tile 256, 2 stages, 4 CTAs per SM best) against 0.84 for the production
+// kernel in the same run. Deeper rings did not help: the production kernel is limited by issue and latency
+// of its arithmetic, not by load latency, and the producer warp and the 56-register consumers leave 32
+// warps per SM instead of 40.
 #include "core/cuda_device.h"
 
 #include <algorithm>
@@ -151,9 +157,9 @@ template <int kTile, int kStages, int kMinCtas, Rounding R>
 void launch_tma(const __nv_bfloat16* x, int64_t nblocks, ScaleRule rule, MxScaleRuleBits rb, float hs, uint8_t* codes, uint8_t* scales) {
     auto k = tma_rows_kernel<kTile, kStages, kMinCtas, R>;
     const int smem = kStages * kTile * 64;
+    cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(k), smem);
     static bool set = false;
     if (!set) {
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         int per_sm = 0;
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kTile + 32, smem));
         cudaFuncAttributes fa;

@@ -3,6 +3,9 @@
 
 #include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <tuple>
+#include <vector>
 
 namespace lowbit {
 
@@ -64,6 +67,23 @@ int cuda_multiprocessor_count() { return cached_device_attribute(kSmCount); }
 bool cuda_supports_dependent_launch() { return cached_device_attribute(kComputeMajor) >= 9; }
 
 int cuda_shared_memory_per_block_optin() { return cached_device_attribute(kSharedOptin); }
+
+void cuda_allow_dynamic_shared_memory(const void* kernel, int bytes) {
+    static std::mutex mu;
+    static std::vector<std::tuple<const void*, int, int>> allowed;  // kernel, device, bytes
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [k, d, b] : allowed)
+        if (k == kernel && d == dev) {
+            if (b >= bytes) return;
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+            b = bytes;
+            return;
+        }
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    allowed.emplace_back(kernel, dev, bytes);
+}
 
 void cuda_check_aligned(const void* p, size_t alignment, const char* what, const char* op) {
     if (p == nullptr) cuda_input_error(std::string(op) + ": " + what + " is a null pointer");

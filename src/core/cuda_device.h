@@ -41,6 +41,9 @@ int cuda_multiprocessor_count();  // of the current device
 bool cuda_supports_dependent_launch();
 // The most shared memory one CTA may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize), in bytes.
 int cuda_shared_memory_per_block_optin();
+// Lets `kernel` (a __global__ function's address) take `bytes` of dynamic shared memory on the current device:
+// cudaFuncSetAttribute once per kernel, device and larger size, not on every launch (a driver call each time).
+void cuda_allow_dynamic_shared_memory(const void* kernel, int bytes);
 
 // Checks that a device pointer is aligned to `alignment` bytes (launchers use 16-byte vector accesses).
 void cuda_check_aligned(const void* p, size_t alignment, const char* what, const char* op);

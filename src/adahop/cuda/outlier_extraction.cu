@@ -27,7 +27,6 @@
 #include "adahop/cuda/outlier_extraction.cuh"
 
 #include <algorithm>
-#include <atomic>
 
 namespace lowbit {
 
@@ -350,15 +349,8 @@ void launch_select_gather(SelectGatherParams<T> p, cudaStream_t stream) {
     if (p.rank && !p.cache_keys) plan(4, ctas, chunk);
     p.chunk = int(chunk);
     const size_t smem = (p.cache_keys ? size_t(n) * 8 : 0) + size_t(chunk) * 4;
-    if (smem > 48 * 1024) {  // raised once per device to the whole budget, not on every call (a driver call each time)
-        static std::atomic<bool> raised[64] = {};
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        if (dev < 0 || dev >= 64 || !raised[dev].load(std::memory_order_relaxed)) {
-            CUDA_CHECK(cudaFuncSetAttribute(select_gather_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(budget)));
-            if (dev >= 0 && dev < 64) raised[dev].store(true, std::memory_order_relaxed);
-        }
-    }
+    if (smem > 48 * 1024)  // raised to the whole budget once, not per size
+        cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(select_gather_kernel<T>), int(budget));
     select_gather_kernel<T><<<unsigned(ctas), kSelectThreads, smem, stream>>>(p);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -153,8 +153,7 @@ template <int DPL>
 void launch(const float* q, const float* k, const float* v, BatchShape shape, int n_heads, int n_kv_heads, int head_dim,
             float scale, float* out, __nv_bfloat16* out_bf16, cudaStream_t stream) {
     const size_t smem = size_t(2) * kKeys * kGroup * DPL * sizeof(float);
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(attention_causal_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    if (smem > 48 * 1024) cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(attention_causal_kernel<DPL>), int(smem));
     const dim3 grid{unsigned((shape.n_tok + kQueries - 1) / kQueries), unsigned(n_heads), unsigned(shape.n_seq)};
     attention_causal_kernel<DPL><<<grid, kThreads, smem, stream>>>(q, k, v, shape.n_tok, n_heads, n_kv_heads, head_dim,
                                                                   scale, out, out_bf16);
