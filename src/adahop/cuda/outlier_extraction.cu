@@ -249,22 +249,24 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
 // The L2 score of outer vector i from its blocks' Σx² partials, written as sums[2i+1] (where
 // select_gather_kernel reads the Σx² of the statistics pass); a fixed order per vector, so equal vectors get
 // equal bits (the tie rule relies on it).
-// Rows (block_sumsq [n][nb]): one warp per vector, lane l adds blocks l, l + 32, … in FP64, then an xor tree.
+// Block b's Σx² is sq[b · sq_stride]: the pass's block_sumsq (stride 1) or the Σx² half of its detector pairs
+// (stride 2).
+// Rows ([n][nb]): one warp per vector, lane l adds blocks l, l + 32, … in FP64, then an xor tree.
 constexpr int kScoreThreads = 256;
-__global__ void __launch_bounds__(kScoreThreads) row_block_scores_kernel(const float* __restrict__ block_sumsq, int64_t n, int64_t nb,
-                                                                       double* __restrict__ sums) {
+__global__ void __launch_bounds__(kScoreThreads) row_block_scores_kernel(const float* __restrict__ sq, int sq_stride, int64_t n,
+                                                                       int64_t nb, double* __restrict__ sums) {
     const int64_t i = (int64_t(blockIdx.x) * kScoreThreads + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (i >= n) return;  // warp-uniform
     double s = 0.0;
-    for (int64_t j = lane; j < nb; j += 32) s += double(block_sumsq[i * nb + j]);
+    for (int64_t j = lane; j < nb; j += 32) s += double(sq[(i * nb + j) * sq_stride]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
     if (lane == 0) sums[2 * i + 1] = s;
 }
-// Columns (block_sumsq [nb][n], the column pass's layout): a CTA per 32 columns, lane = column (coalesced);
-// warp w adds blocks w, w + 8, … in FP64, then warp 0 adds the 8 warps' sums in order.
-__global__ void __launch_bounds__(kScoreThreads) column_block_scores_kernel(const float* __restrict__ block_sumsq, int64_t n,
+// Columns ([nb][n], the column pass's layout): a CTA per 32 columns, lane = column (coalesced); warp w adds
+// blocks w, w + 8, … in FP64, then warp 0 adds the 8 warps' sums in order.
+__global__ void __launch_bounds__(kScoreThreads) column_block_scores_kernel(const float* __restrict__ sq, int sq_stride, int64_t n,
                                                                           int64_t nb, double* __restrict__ sums) {
     constexpr int kWarps = kScoreThreads / 32;
     __shared__ double s_part[kWarps][32];
@@ -273,7 +275,7 @@ __global__ void __launch_bounds__(kScoreThreads) column_block_scores_kernel(cons
     double s = 0.0;
     if (i < n)
 #pragma unroll 4
-        for (int64_t j = warp; j < nb; j += kWarps) s += double(block_sumsq[j * n + i]);
+        for (int64_t j = warp; j < nb; j += kWarps) s += double(sq[(j * n + i) * sq_stride]);
     s_part[warp][lane] = s;
     __syncthreads();
     if (warp == 0 && i < n) {
@@ -422,9 +424,10 @@ int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, in
                                         OutlierExtractionWorkspace& ws, cudaStream_t stream, bool zero_selected) {
     const char* op = "extract_outliers_quantized_cuda";
     if (axis != 0 && axis != 1) cuda_usage_error(std::string(op) + ": axis must be 0 or 1, got " + std::to_string(axis));
-    if (quantized.block_sumsq == nullptr || (zero_selected && (!quantized.requested() || quantized.scales == nullptr)))
-        cuda_usage_error(std::string(op) + (zero_selected ? ": needs the codes, scales and block_sumsq of the quantization pass"
-                                                          : ": needs the block_sumsq of the quantization pass"));
+    const bool have_sumsq = quantized.block_sumsq != nullptr || quantized.detector_partials != nullptr;
+    if (!have_sumsq || (zero_selected && (!quantized.requested() || quantized.scales == nullptr)))
+        cuda_usage_error(std::string(op) + (zero_selected ? ": needs the codes, scales and block_sumsq (or detector_partials) of the quantization pass"
+                                                          : ": needs the block_sumsq (or detector_partials) of the quantization pass"));
     if (rows <= 0 || cols <= 0) cuda_input_error(std::string(op) + ": empty matrix");
     const bool by_rows = axis == 1;
     const int64_t n = by_rows ? rows : cols, inner = by_rows ? cols : rows;
@@ -438,10 +441,12 @@ int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, in
     if (k < n) {
         ws.stats.reserve(rows, cols);
         double* sums = by_rows ? ws.stats.row_sums.data() : ws.stats.col_sums.data();
+        const float* sq = quantized.block_sumsq != nullptr ? quantized.block_sumsq : &quantized.detector_partials->y;
+        const int sq_stride = quantized.block_sumsq != nullptr ? 1 : 2;
         if (by_rows)
-            row_block_scores_kernel<<<blocks_for(n * 32, kScoreThreads), kScoreThreads, 0, stream>>>(quantized.block_sumsq, n, p.nb, sums);
+            row_block_scores_kernel<<<blocks_for(n * 32, kScoreThreads), kScoreThreads, 0, stream>>>(sq, sq_stride, n, p.nb, sums);
         else
-            column_block_scores_kernel<<<blocks_for(n, 32), kScoreThreads, 0, stream>>>(quantized.block_sumsq, n, p.nb, sums);
+            column_block_scores_kernel<<<blocks_for(n, 32), kScoreThreads, 0, stream>>>(sq, sq_stride, n, p.nb, sums);
         CUDA_CHECK(cudaGetLastError());
         p.sums = sums;
     }

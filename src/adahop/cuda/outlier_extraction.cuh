@@ -53,8 +53,9 @@ int64_t split_outliers_cuda(const float* x, int64_t rows, int64_t cols, bool by_
 
 // Outlier extraction on an operand already quantized by hadamard_mxfp4_cuda along `axis` (1: blocks along
 // rows, the extracted vectors are rows; 0: blocks along columns, the extracted vectors are columns) with
-// `rule` and quantized.block_sumsq requested: ranks the outer vectors by L2 (Σ of their blocks' Σx², FP64 in a
-// fixed order per vector; ties → lower index), writes the k selected indices (ascending) and their BF16 values into
+// `rule` and quantized.block_sumsq (or the detector pairs, detector_partials: the same Σx² bits) requested:
+// ranks the outer vectors by L2 (Σ of their blocks' Σx², FP64 in a fixed order per vector; ties → lower
+// index), writes the k selected indices (ascending) and their BF16 values into
 // slice (rows: k × cols; columns: rows × k), and overwrites their codes and scales in `quantized` with
 // those of an all-zero vector — the same bytes as split_outliers_cuda followed by hadamard_mxfp4_cuda of the
 // clean operand. Two launches (none to rank when k ≥ the dimension); k is clamped to the dimension; returns the k used. Asynchronous.

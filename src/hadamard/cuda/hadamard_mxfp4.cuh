@@ -32,8 +32,9 @@ namespace lowbit {
 // detector_partials (optional, not with block_sumsq; rows·cols/32 pairs, 8-byte aligned; same layout as
 // block_sumsq): (Σx, Σx²) of each block's input values as an FP32 pair — the outlier detector's row and
 // column statistics from the quantization passes, one pass in each orientation (detector_stats_from_blocks_cuda,
-// adahop/cuda/outlier_stats.cuh). Σx is the first coefficient of the block's unnormalised transform (the
-// butterfly's FP32 tree: free), Σx² the FMA chain above; one 8-byte store per block. Per block on purpose:
+// adahop/cuda/outlier_stats.cuh) — and, as its Σx² is block_sumsq's, the outlier-extraction scores too. Σx is
+// the first coefficient of the block's unnormalised transform (the butterfly's FP32 tree: free), Σx² the FMA
+// chain above; one 8-byte store per block. Per block on purpose:
 // summing pairs of blocks (a lane shuffle) and stripes of 8 row blocks (shared memory) before the store wrote
 // a third of the bytes but cost the H200 passes more time than the bytes did (bench/results/README.md).
 struct Mxfp4DeviceOutput {
