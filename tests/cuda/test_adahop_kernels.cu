@@ -957,33 +957,29 @@ void expect_fused_extraction_matches(const std::vector<float>& x, int64_t r, int
     EXPECT_EQ(bits16(download_at(slice.data(), size_t(kk * other))), bits16(download_at(slice_ref.data(), size_t(kk * other)))) << w;
     EXPECT_EQ(download_at(fused.codes.data(), fused.codes.size()), download_at(ref.codes.data(), ref.codes.size())) << w;
     EXPECT_EQ(download_at(fused.scales.data(), fused.scales.size()), download_at(ref.scales.data(), ref.scales.size())) << w;
+    // Quantizes x into a fresh output, extracts from it and expects the reference indices and slice, and the
+    // given codes and scales afterwards.
+    auto expect_extraction = [&](QuantizedDevice& q, bool zero_selected, const QuantizedDevice& want, const std::string& tag) {
+        quantize_axis(dx.data(), r, c, axis, o, q);
+        DeviceBuffer<int32_t> idx_q(size_t(std::max<int64_t>(kk, 1)));
+        DeviceBuffer<__nv_bfloat16> slice_q(size_t(std::max<int64_t>(kk * other, 1)));
+        ASSERT_EQ(extract_outliers_quantized_cuda(dx.data(), r, c, axis, k, o.rule, q.out(), slice_q.data(), idx_q.data(), ws, 0,
+                                                  zero_selected),
+                  kk)
+            << w << tag;
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(download_at(idx_q.data(), size_t(kk)), download_at(idx_ref.data(), size_t(kk))) << w << tag;
+        EXPECT_EQ(bits16(download_at(slice_q.data(), size_t(kk * other))), bits16(download_at(slice_ref.data(), size_t(kk * other))))
+            << w << tag;
+        EXPECT_EQ(download_at(q.codes.data(), q.codes.size()), download_at(want.codes.data(), want.codes.size())) << w << tag;
+        EXPECT_EQ(download_at(q.scales.data(), q.scales.size()), download_at(want.scales.data(), want.scales.size())) << w << tag;
+    };
     // the scores from the detector's (Σx, Σx²) pairs instead of block_sumsq: the same Σx² bits, the same result
     QuantizedDevice paired(r, c, false, true);
-    quantize_axis(dx.data(), r, c, axis, o, paired);
-    DeviceBuffer<int32_t> idx_paired(size_t(std::max<int64_t>(kk, 1)));
-    DeviceBuffer<__nv_bfloat16> slice_paired(size_t(std::max<int64_t>(kk * other, 1)));
-    ASSERT_EQ(extract_outliers_quantized_cuda(dx.data(), r, c, axis, k, o.rule, paired.out(), slice_paired.data(), idx_paired.data(), ws), kk)
-        << w << " pairs";
-    CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(download_at(idx_paired.data(), size_t(kk)), download_at(idx_ref.data(), size_t(kk))) << w << " pairs";
-    EXPECT_EQ(bits16(download_at(slice_paired.data(), size_t(kk * other))), bits16(download_at(slice_ref.data(), size_t(kk * other))))
-        << w << " pairs";
-    EXPECT_EQ(download_at(paired.codes.data(), paired.codes.size()), download_at(ref.codes.data(), ref.codes.size())) << w << " pairs";
-    EXPECT_EQ(download_at(paired.scales.data(), paired.scales.size()), download_at(ref.scales.data(), ref.scales.size())) << w << " pairs";
+    expect_extraction(paired, true, ref, " pairs");
     // without the zeroing: the same indices and slice, the quantized operand untouched
     QuantizedDevice kept(r, c, true);
-    quantize_axis(dx.data(), r, c, axis, o, kept);
-    DeviceBuffer<int32_t> idx_kept(size_t(std::max<int64_t>(kk, 1)));
-    DeviceBuffer<__nv_bfloat16> slice_kept(size_t(std::max<int64_t>(kk * other, 1)));
-    ASSERT_EQ(extract_outliers_quantized_cuda(dx.data(), r, c, axis, k, o.rule, kept.out(), slice_kept.data(), idx_kept.data(), ws, 0, false),
-              kk)
-        << w;
-    CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(download_at(idx_kept.data(), size_t(kk)), download_at(idx_ref.data(), size_t(kk))) << w << " kept";
-    EXPECT_EQ(bits16(download_at(slice_kept.data(), size_t(kk * other))), bits16(download_at(slice_ref.data(), size_t(kk * other))))
-        << w << " kept";
-    EXPECT_EQ(download_at(kept.codes.data(), kept.codes.size()), download_at(plain.codes.data(), plain.codes.size())) << w << " kept";
-    EXPECT_EQ(download_at(kept.scales.data(), kept.scales.size()), download_at(plain.scales.data(), plain.scales.size())) << w << " kept";
+    expect_extraction(kept, false, plain, " kept");
 }
 
 }  // namespace
