@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
                 DeviceBuffer<float2> part_r, part_c;
                 OperandPasses(int64_t r, int64_t c)
                     : codes_r(size_t(r * c / 2)), scales_r(size_t(r * c / 32)), codes_c(size_t(r * c / 2)), scales_c(size_t(r * c / 32)),
-                      part_r(size_t(detector_partials_count(r, c))), part_c(size_t(detector_partials_count(r, c))) {}
+                      part_r(size_t(block_stats_count(r, c, 1))), part_c(size_t(block_stats_count(r, c, 0))) {}
             };
             std::vector<OperandPasses> passes_of;
             std::vector<DetectorPartialsOf> step_operands;

@@ -162,20 +162,21 @@ int main(int argc, char** argv) {
                                                        Mxfp4DeviceOutput{codes2.data(), scales2.data()});
                                }});
         }
-        // The same passes with the statistics AdaHOP fuses into them (RNE): Σx² of every block (outlier-extraction
-        // scores, 4 B per block), or the detector's (Σx, Σx²) pair of every block (8 B).
+        // The same passes with the statistics AdaHOP fuses into them (RNE): Σx² (outlier-extraction scores, 4 B)
+        // or the detector's (Σx, Σx²) pair (8 B) per group of blocks (hadamard_mxfp4.cuh).
         DeviceBuffer<float> block_sumsq{size_t(n / 32)};
         DeviceBuffer<float2> partials{size_t(n / 32)};
         for (int axis : {1, 0}) {
             const std::string ax = " axis " + std::to_string(axis);
             const double code_bytes = E * (2 + 0.5 + 1.0 / 32);
+            const double groups = double(block_stats_count(N, N, axis));
             auto out = [&](float* sumsq, float2* parts) { return Mxfp4DeviceOutput{codes.data(), scales.data(), sumsq, parts}; };
             auto run = [&, axis](int w, const Mxfp4DeviceOutput& o) {
                 hadamard_mxfp4_cuda(in(w), N, N, {}, axis == 1 ? o : Mxfp4DeviceOutput{}, axis == 0 ? o : Mxfp4DeviceOutput{});
             };
-            entries.push_back({"hadamard+mxfp4" + ax + " + block Σx²", code_bytes + E * 4.0 / 32,
+            entries.push_back({"hadamard+mxfp4" + ax + " + block Σx²", code_bytes + groups * 4.0,
                                [&, run, out](int w) { run(w, out(block_sumsq.data(), nullptr)); }});
-            entries.push_back({"hadamard+mxfp4" + ax + " + detector", code_bytes + E * 8.0 / 32,
+            entries.push_back({"hadamard+mxfp4" + ax + " + detector", code_bytes + groups * 8.0,
                                [&, run, out](int w) { run(w, out(nullptr, partials.data())); }});
         }
 

@@ -890,19 +890,38 @@ TEST(AdahopCuda, OutlierExtractionLargeDimensions) {
 
 namespace {
 
-// The MXFP4 output of one orientation in device memory, with the per-block Σx² or the detector's (Σx, Σx²)
-// pairs when asked.
+// The MXFP4 output of one orientation (axis 1: blocks along rows, 0: down columns) in device memory, with the
+// Σx² or the detector's (Σx, Σx²) pairs of its groups of blocks when asked.
 struct QuantizedDevice {
     DeviceBuffer<uint8_t> codes, scales;
     DeviceBuffer<float> sumsq;
     DeviceBuffer<float2> partials;
-    QuantizedDevice(int64_t r, int64_t c, bool with_sumsq, bool with_detector = false)
-        : codes(size_t(r * c / 2)), scales(size_t(r * c / 32)), sumsq(with_sumsq ? size_t(r * c / 32) : 0),
-          partials(with_detector ? size_t(detector_partials_count(r, c)) : 0) {}
+    QuantizedDevice(int64_t r, int64_t c, int axis, bool with_sumsq, bool with_detector = false)
+        : codes(size_t(r * c / 2)), scales(size_t(r * c / 32)), sumsq(with_sumsq ? size_t(block_stats_count(r, c, axis)) : 0),
+          partials(with_detector ? size_t(block_stats_count(r, c, axis)) : 0) {}
     Mxfp4DeviceOutput out() {
         return {codes.data(), scales.data(), sumsq.size() ? sumsq.data() : nullptr, partials.size() ? partials.data() : nullptr};
     }
 };
+
+// FP64 (Σx, Σx², Σ|x|) of the input values of a statistics group (hadamard_mxfp4.cuh) — axis 1: group g of
+// row o (block_stats_row_group adjacent blocks); axis 0: stripe g of column o (up to kBlockStatsStripe row
+// blocks) — of the r × c matrix xv; and the entry's index in the layout.
+struct GroupSums {
+    double s = 0, q = 0, a = 0;
+    int64_t at = 0;
+};
+GroupSums group_sums(const std::vector<float>& xv, int64_t r, int64_t c, int axis, int64_t o, int64_t g) {
+    GroupSums t;
+    const int64_t span = axis == 1 ? 32 * block_stats_row_group(c) : 32 * kBlockStatsStripe;
+    const int64_t end = std::min(g * span + span, axis == 1 ? c : r);
+    for (int64_t j = g * span; j < end; ++j) {
+        const double v = axis == 1 ? xv[size_t(o * c + j)] : xv[size_t(j * c + o)];
+        t.s += v, t.q += v * v, t.a += std::fabs(v);
+    }
+    t.at = axis == 1 ? o * block_stats_groups(r, c, 1) + g : g * c + o;
+    return t;
+}
 
 void quantize_axis(const __nv_bfloat16* x, int64_t r, int64_t c, int axis, const HadamardMxfp4Options& o, QuantizedDevice& q) {
     hadamard_mxfp4_cuda(x, r, c, o, axis == 1 ? q.out() : Mxfp4DeviceOutput{}, axis == 0 ? q.out() : Mxfp4DeviceOutput{});
@@ -925,7 +944,7 @@ void expect_fused_extraction_matches(const std::vector<float>& x, int64_t r, int
     DeviceBuffer<int32_t> idx_ref(size_t(std::max<int64_t>(kk, 1))), idx(size_t(std::max<int64_t>(kk, 1)));
     ASSERT_EQ(split_outliers_cuda(dx.data(), r, c, by_rows, k, OutlierMetric::l2, clean.data(), slice_ref.data(), idx_ref.data(), ws), kk)
         << w;
-    QuantizedDevice ref(r, c, false), plain(r, c, false), fused(r, c, true);
+    QuantizedDevice ref(r, c, axis, false), plain(r, c, axis, false), fused(r, c, axis, true);
     quantize_axis(clean.data(), r, c, axis, o, ref);
     quantize_axis(dx.data(), r, c, axis, o, plain);
     quantize_axis(dx.data(), r, c, axis, o, fused);
@@ -934,17 +953,11 @@ void expect_fused_extraction_matches(const std::vector<float>& x, int64_t r, int
     EXPECT_EQ(download_at(fused.scales.data(), fused.scales.size()), download_at(plain.scales.data(), plain.scales.size())) << w;
     const auto sums = download_at(fused.sumsq.data(), fused.sumsq.size());
     const auto xv = bf16_values(x);
-    const int64_t nb = other / 32;
+    ASSERT_EQ(int64_t(sums.size()), n * block_stats_groups(r, c, axis)) << w;
     for (int64_t o_ = 0; o_ < n; ++o_)
-        for (int64_t b = 0; b < nb; ++b) {
-            double s = 0;
-            for (int64_t j = 32 * b; j < 32 * b + 32; ++j) {
-                const double v = by_rows ? xv[size_t(o_ * c + j)] : xv[size_t(j * c + o_)];
-                s += v * v;
-            }
-            // blocks along rows: [rows][cols/32]; down columns: [rows/32][cols]
-            const double got = sums[size_t(by_rows ? o_ * nb + b : b * n + o_)];
-            ASSERT_NEAR(got, s, 4e-6 * s) << w << " block " << o_ << "," << b;
+        for (int64_t g = 0; g < block_stats_groups(r, c, axis); ++g) {
+            const GroupSums want = group_sums(xv, r, c, axis, o_, g);
+            ASSERT_NEAR(sums[size_t(want.at)], want.q, 4e-6 * want.q) << w << " group " << o_ << "," << g;
         }
     ASSERT_EQ(extract_outliers_quantized_cuda(dx.data(), r, c, axis, k, o.rule, fused.out(), slice.data(), idx.data(), ws), kk) << w;
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -975,10 +988,10 @@ void expect_fused_extraction_matches(const std::vector<float>& x, int64_t r, int
         EXPECT_EQ(download_at(q.scales.data(), q.scales.size()), download_at(want.scales.data(), want.scales.size())) << w << tag;
     };
     // the scores from the detector's (Σx, Σx²) pairs instead of block_sumsq: the same Σx² bits, the same result
-    QuantizedDevice paired(r, c, false, true);
+    QuantizedDevice paired(r, c, axis, false, true);
     expect_extraction(paired, true, ref, " pairs");
     // without the zeroing: the same indices and slice, the quantized operand untouched
-    QuantizedDevice kept(r, c, true);
+    QuantizedDevice kept(r, c, axis, true);
     expect_extraction(kept, false, plain, " kept");
 }
 
@@ -1006,6 +1019,12 @@ TEST(AdahopCuda, OutlierExtractionFusedIntoQuantizationEqualsSplitThenQuantize) 
                     expect_fused_extraction_matches(x, r, c, axis, 5, o, ws, "rules");
                 }
         }
+    // blocks along rows only, rows not a multiple of 32 (the row kernel's last warp partly empty): an even and
+    // an odd number of blocks per row (groups of 2 and of 1)
+    for (int64_t c : {128, 96}) {
+        const auto x = synthetic_operand(37, c, Pattern::row, ++seed, 0.05);
+        for (int64_t k : {int64_t(1), int64_t(5), int64_t(36)}) expect_fused_extraction_matches(x, 37, c, 1, k, HadamardMxfp4Options{}, ws, "rows only");
+    }
     // exact ties (small integers: every sum is exact in any order) rank the lower index first; all zeros
     const std::vector<int64_t> winners = {3, 40, 41, 150};
     for (int axis : {1, 0}) {
@@ -1023,7 +1042,7 @@ TEST(AdahopCuda, BlockSumsOfBothOrientationsEqualTheSingleOrientationOnes) {
     const auto xb = to_bf16(synthetic_operand(r, c, Pattern::col, 77, 0.05));
     DeviceBuffer<__nv_bfloat16> dx(xb.size());
     dx.upload(xb.data(), xb.size());
-    QuantizedDevice rows1(r, c, true), cols1(r, c, true), rows2(r, c, true), cols2(r, c, true);
+    QuantizedDevice rows1(r, c, 1, true), cols1(r, c, 0, true), rows2(r, c, 1, true), cols2(r, c, 0, true);
     HadamardMxfp4Options o;
     quantize_axis(dx.data(), r, c, 1, o, rows1);
     quantize_axis(dx.data(), r, c, 0, o, cols1);
@@ -1051,7 +1070,7 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
             const auto xv = bf16_values(x);
             const PatternStats cpu = detect_outlier_pattern(xv.data(), r, c);
             auto dx = to_device(to_bf16(x));
-            QuantizedDevice rows(r, c, false, true), cols(r, c, false, true), plain_rows(r, c, false), plain_cols(r, c, false);
+            QuantizedDevice rows(r, c, 1, false, true), cols(r, c, 0, false, true), plain_rows(r, c, 1, false), plain_cols(r, c, 0, false);
             hadamard_mxfp4_cuda(dx.data(), r, c, {}, plain_rows.out(), plain_cols.out());
             std::vector<double> first_rows, first_cols;
             for (bool together : {true, false}) {
@@ -1100,7 +1119,7 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
     std::vector<float> bad(64 * 64, 1.0f);
     bad[100] = NAN;
     auto db = to_device(to_bf16(bad));
-    QuantizedDevice rows(64, 64, false, true), cols(64, 64, false, true), no_sum(64, 64, true);
+    QuantizedDevice rows(64, 64, 1, false, true), cols(64, 64, 0, false, true), no_sum(64, 64, 0, true);
     hadamard_mxfp4_cuda(db.data(), 64, 64, {}, rows.out(), cols.out());
     expect_error(ErrorKind::input, [&] { detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), 64, 64, {}, ws); });
     expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), no_sum.out(), 64, 64, ws); });
@@ -1112,20 +1131,20 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// The detector partials themselves: every block's (Σx, Σx²) pair against FP64 sums of its BF16 values, in
-// both orientations, from single-orientation passes; the both-orientations pass bit for bit equal to them;
-// Σx² equal to the outlier-extraction pass's block_sumsq.
-TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirBlocks) {
+// The detector partials themselves: every group's (Σx, Σx²) pair against FP64 sums of its BF16 values, in
+// both orientations, from single-orientation passes (odd and even blocks per row, a partial last stripe); the
+// both-orientations pass bit for bit equal to them; Σx² equal to the outlier-extraction pass's block_sumsq.
+TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirGroups) {
     REQUIRE_GPU();
-    const int64_t shapes[][2] = {{96, 96}, {288, 64}, {512, 2048}, {32, 32}, {64, 160}};
+    const int64_t shapes[][2] = {{96, 96}, {288, 64}, {512, 2048}, {32, 32}, {64, 160}, {800, 128}};
     for (auto sh : shapes) {
         const int64_t r = sh[0], c = sh[1];
         auto x = synthetic_operand(r, c, Pattern::row, 5 + uint64_t(r + c));
         for (float& v : x) v -= 0.2f;
         const auto xv = bf16_values(x);
         auto dx = to_device(to_bf16(x));
-        QuantizedDevice rows(r, c, false, true), cols(r, c, false, true), rows2(r, c, false, true), cols2(r, c, false, true),
-            sq_rows(r, c, true), sq_cols(r, c, true);
+        QuantizedDevice rows(r, c, 1, false, true), cols(r, c, 0, false, true), rows2(r, c, 1, false, true), cols2(r, c, 0, false, true),
+            sq_rows(r, c, 1, true), sq_cols(r, c, 0, true);
         quantize_axis(dx.data(), r, c, 1, {}, rows);
         quantize_axis(dx.data(), r, c, 0, {}, cols);
         quantize_axis(dx.data(), r, c, 1, {}, sq_rows);
@@ -1133,25 +1152,20 @@ TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirBlocks) {
         hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows2.out(), cols2.out());
         CUDA_CHECK(cudaDeviceSynchronize());
         const std::string w = shape_name(r, c);
-        ASSERT_EQ(detector_partials_count(r, c), r * c / 32) << w;
+        ASSERT_EQ(block_stats_row_group(c), (c / 32) % 2 == 0 ? 2 : 1) << w;
+        ASSERT_EQ(block_stats_count(r, c, 1), r * (c / 32 / block_stats_row_group(c))) << w;
+        ASSERT_EQ(block_stats_count(r, c, 0), c * ((r / 32 + kBlockStatsStripe - 1) / kBlockStatsStripe)) << w;
         const auto pr = download_at(rows.partials.data(), rows.partials.size()), pc = download_at(cols.partials.data(), cols.partials.size());
-        const int64_t rp = c / 32, cp = r / 32;
-        auto expect_pair = [&](float2 got, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const std::string& what) {
-            double s = 0, q = 0, a = 0;
-            for (int64_t i = r0; i < r1; ++i)
-                for (int64_t j = c0; j < c1; ++j) {
-                    const double v = xv[size_t(i * c + j)];
-                    s += v, q += v * v, a += std::fabs(v);
+        for (int axis : {1, 0}) {
+            const std::vector<float2>& got = axis == 1 ? pr : pc;
+            for (int64_t o = 0; o < (axis == 1 ? r : c); ++o)
+                for (int64_t g = 0; g < block_stats_groups(r, c, axis); ++g) {
+                    const GroupSums want = group_sums(xv, r, c, axis, o, g);
+                    const float2 p = got[size_t(want.at)];
+                    ASSERT_NEAR(p.x, want.s, 1e-6 * want.a + 1e-30) << w << " axis " << axis << " vector " << o << " group " << g;
+                    ASSERT_NEAR(p.y, want.q, 1e-6 * want.q + 1e-30) << w << " axis " << axis << " vector " << o << " group " << g;
                 }
-            ASSERT_NEAR(got.x, s, 1e-6 * a + 1e-30) << w << " " << what;
-            ASSERT_NEAR(got.y, q, 1e-6 * q + 1e-30) << w << " " << what;
-        };
-        for (int64_t i = 0; i < r; ++i)
-            for (int64_t p = 0; p < rp; ++p)
-                expect_pair(pr[size_t(i * rp + p)], i, i + 1, 32 * p, 32 * (p + 1), "row " + std::to_string(i) + " block " + std::to_string(p));
-        for (int64_t t = 0; t < cp; ++t)
-            for (int64_t j = 0; j < c; ++j)
-                expect_pair(pc[size_t(t * c + j)], 32 * t, 32 * (t + 1), j, j + 1, "row block " + std::to_string(t) + " column " + std::to_string(j));
+        }
         const auto sumsq_of = [](const std::vector<float2>& v) {
             std::vector<float> q;
             for (const float2& p : v) q.push_back(p.y);
@@ -1187,8 +1201,8 @@ TEST(AdahopCuda, DetectorBatchEqualsSingleOperandCalls) {
         const auto xv = bf16_values(x);
         cpu.push_back(detect_outlier_pattern(xv.data(), r, c));
         inputs.push_back(to_device(to_bf16(x)));
-        along_rows.emplace_back(r, c, false, true);
-        along_cols.emplace_back(r, c, false, true);
+        along_rows.emplace_back(r, c, 1, false, true);
+        along_cols.emplace_back(r, c, 0, false, true);
     }
     for (int i = 0; i < kN; ++i) {
         const int64_t r = shapes[i % 5][0], c = shapes[i % 5][1];
@@ -1230,7 +1244,7 @@ TEST(AdahopCuda, FusedExtractionRejectsMissingBuffersAndBadAxes) {
     DeviceBuffer<__nv_bfloat16> dx(64 * 64), slice(64 * 4);
     DeviceBuffer<int32_t> idx(4);
     OutlierExtractionWorkspace ws;
-    QuantizedDevice q(64, 64, true), no_sums(64, 64, false);
+    QuantizedDevice q(64, 64, 1, true), no_sums(64, 64, 1, false);
     expect_error(ErrorKind::usage, [&] { extract_outliers_quantized_cuda(dx.data(), 64, 64, 1, 4, ScaleRule::rceil, no_sums.out(), slice.data(), idx.data(), ws); });
     expect_error(ErrorKind::usage, [&] {
         extract_outliers_quantized_cuda(dx.data(), 64, 64, 1, 4, ScaleRule::rceil, no_sums.out(), slice.data(), idx.data(), ws, 0, false);

@@ -246,12 +246,12 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
     }
 }
 
-// The L2 score of outer vector i from its blocks' Σx² partials, written as sums[2i+1] (where
-// select_gather_kernel reads the Σx² of the statistics pass); a fixed order per vector, so equal vectors get
-// equal bits (the tie rule relies on it).
-// Block b's Σx² is sq[b · sq_stride]: the pass's block_sumsq (stride 1) or the Σx² half of its detector pairs
+// The L2 score of outer vector i from the Σx² partials of its groups of blocks (hadamard_mxfp4.cuh), written
+// as sums[2i+1] (where select_gather_kernel reads the Σx² of the statistics pass); a fixed order per vector,
+// so equal vectors get equal bits (the tie rule relies on it).
+// Group b's Σx² is sq[b · sq_stride]: the pass's block_sumsq (stride 1) or the Σx² half of its detector pairs
 // (stride 2).
-// Rows ([n][nb]): one warp per vector, lane l adds blocks l, l + 32, … in FP64, then an xor tree.
+// Rows ([n][nb]): one warp per vector, lane l adds groups l, l + 32, … in FP64, then an xor tree.
 constexpr int kScoreThreads = 256;
 __global__ void __launch_bounds__(kScoreThreads) row_block_scores_kernel(const float* __restrict__ sq, int sq_stride, int64_t n,
                                                                        int64_t nb, double* __restrict__ sums) {
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(kScoreThreads) row_block_scores_kernel(const f
     if (lane == 0) sums[2 * i + 1] = s;
 }
 // Columns ([nb][n], the column pass's layout): a CTA per 32 columns, lane = column (coalesced); warp w adds
-// blocks w, w + 8, … in FP64, then warp 0 adds the 8 warps' sums in order.
+// stripes w, w + 8, … in FP64, then warp 0 adds the 8 warps' sums in order.
 __global__ void __launch_bounds__(kScoreThreads) column_block_scores_kernel(const float* __restrict__ sq, int sq_stride, int64_t n,
                                                                           int64_t nb, double* __restrict__ sums) {
     constexpr int kWarps = kScoreThreads / 32;
@@ -443,10 +443,11 @@ int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, in
         double* sums = by_rows ? ws.stats.row_sums.data() : ws.stats.col_sums.data();
         const float* sq = quantized.block_sumsq != nullptr ? quantized.block_sumsq : &quantized.detector_partials->y;
         const int sq_stride = quantized.block_sumsq != nullptr ? 1 : 2;
+        const int64_t groups = block_stats_groups(rows, cols, axis);
         if (by_rows)
-            row_block_scores_kernel<<<blocks_for(n * 32, kScoreThreads), kScoreThreads, 0, stream>>>(sq, sq_stride, n, p.nb, sums);
+            row_block_scores_kernel<<<blocks_for(n * 32, kScoreThreads), kScoreThreads, 0, stream>>>(sq, sq_stride, n, groups, sums);
         else
-            column_block_scores_kernel<<<blocks_for(n, 32), kScoreThreads, 0, stream>>>(sq, sq_stride, n, p.nb, sums);
+            column_block_scores_kernel<<<blocks_for(n, 32), kScoreThreads, 0, stream>>>(sq, sq_stride, n, groups, sums);
         CUDA_CHECK(cudaGetLastError());
         p.sums = sums;
     }

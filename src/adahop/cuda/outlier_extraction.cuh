@@ -12,9 +12,10 @@
 // only a fused epilogue in the main GEMM could avoid that.
 //
 // Fused with the quantization pass (extract_outliers_quantized_cuda): the operand is quantized whole by the
-// fused Hadamard+MXFP4 kernel, which also writes Σx² of each 32-block of its input (+1 FMA per element in a
-// pass that reads the operand anyway); a score launch adds each outer vector's block partials (rows: one
-// warp per row; columns: lane = column over the [row block][column] layout; ~n·nb·4 bytes, coalesced), and
+// fused Hadamard+MXFP4 kernel, which also writes Σx² of its input per group of 32-blocks (+1 FMA per element
+// in a pass that reads the operand anyway; 2 blocks of a row, or a stripe of 8 row blocks of a column:
+// hadamard_mxfp4.cuh); a score launch adds each outer vector's group partials (rows: one warp per row;
+// columns: lane = column over the [stripe][column] layout; coalesced), and
 // the select/gather launch ranks them, gathers the slice and overwrites the
 // selected vectors' codes and scales with those of a zero vector. Exact: the extracted dimension (rows of
 // A, columns of B) is never the reduction dimension the blocks and the Hadamard run along, so a zeroed
@@ -54,7 +55,7 @@ int64_t split_outliers_cuda(const float* x, int64_t rows, int64_t cols, bool by_
 // Outlier extraction on an operand already quantized by hadamard_mxfp4_cuda along `axis` (1: blocks along
 // rows, the extracted vectors are rows; 0: blocks along columns, the extracted vectors are columns) with
 // `rule` and quantized.block_sumsq (or the detector pairs, detector_partials: the same Σx² bits) requested:
-// ranks the outer vectors by L2 (Σ of their blocks' Σx², FP64 in a fixed order per vector; ties → lower
+// ranks the outer vectors by L2 (Σ of their groups' Σx², FP64 in a fixed order per vector; ties → lower
 // index), writes the k selected indices (ascending) and their BF16 values into
 // slice (rows: k × cols; columns: rows × k), and overwrites their codes and scales in `quantized` with
 // those of an all-zero vector — the same bytes as split_outliers_cuda followed by hadamard_mxfp4_cuda of the

@@ -442,14 +442,14 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
 
 // ---- The detector from the quantization passes' partials, for a batch of operands in one launch. Operand i
 // owns CTAs [cta_begin, cta_begin + ctas): the first row_ctas finalise 32 rows each (warp w sums rows w, w + 8,
-// w + 16, w + 24 with its lanes over the row's blocks: coalesced), the others 32 columns each (lane =
-// column, warp w over row blocks w, w + 8, …; the 8 warps added in order). Then as stats_finalize_kernel: power
+// w + 16, w + 24 with its lanes over the row's groups of blocks: coalesced), the others 32 columns each (lane =
+// column, warp w over row-block stripes w, w + 8, …; the 8 warps added in order). Then as stats_finalize_kernel: power
 // sums, and the operand's last CTA writes its moments.
 constexpr int kMaxDetectorBatch = 32;  // operands per launch (the descriptors travel as kernel parameters)
 
 struct DetectorItemParams {
-    const float2* row_parts;  // [rows][row_parts_n = cols / 32] (hadamard_mxfp4.cuh)
-    const float2* col_parts;  // [col_parts_n = rows / 32][cols]
+    const float2* row_parts;  // [rows][row_parts_n] (groups of blocks: hadamard_mxfp4.cuh)
+    const float2* col_parts;  // [col_parts_n][cols]
     int64_t rows, cols;
     int row_parts_n, col_parts_n;
     int cta_begin, row_ctas, ctas;
@@ -666,8 +666,8 @@ void launch_detector_batch(const DetectorPartialsOf* ops, int n, double* moments
             it.col_parts = d.along_cols;
             it.rows = d.rows;
             it.cols = d.cols;
-            it.row_parts_n = int(d.cols / 32);
-            it.col_parts_n = int(d.rows / 32);
+            it.row_parts_n = int(block_stats_groups(d.rows, d.cols, 1));
+            it.col_parts_n = int(block_stats_groups(d.rows, d.cols, 0));
             it.cta_begin = ctas;
             it.row_ctas = int(d.rows / 32);
             it.ctas = int(d.rows / 32 + d.cols / 32);

@@ -114,6 +114,37 @@ __device__ __forceinline__ float block_amax32(const float (&v)[32]) {
 #endif
 }
 
+// The 32-point transform of a block along a row, returning its maximum |y| from the last butterfly stage.
+// With u, v that stage's inputs, its outputs are fl(u + v) and fl(u − v); RNE is symmetric and monotonic,
+// so max(|fl(u + v)|, |fl(u − v)|) = fl(|u| + |v|) (a NaN input gives NaN both ways; u = v = ±Inf gives Inf
+// here and NaN from the outputs, the same E8M0 byte 0xFF). Those 16 non-negative floats order as their bits,
+// so the maximum is 8 three-input integer maxima (VIMNMX3, sm_90) and 16 adds instead of 32 float maxima,
+// which share the integer pipe with the E2M1 encoding. H200, fused axis 1 at 8192²: 0.85–0.87 of copy
+// bandwidth against 0.82–0.84 with block_amax32, in alternating runs; the column kernel measured 1.5 % slower
+// with it and keeps block_amax32 (bench/results/gpu_mx_lab_h200.txt, session 14).
+__device__ __forceinline__ uint32_t max3_u32(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+    return __vimax3_u32(a, b, c);
+#else
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+#endif
+}
+__device__ __forceinline__ float fwht32_and_amax(float (&v)[32]) {
+    fwht_unnormalized<16>(&v[0]);  // stages h = 1..8 stay inside each half: the same operations as fwht_unnormalized<32>
+    fwht_unnormalized<16>(&v[16]);
+    uint32_t m[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const float u = v[i], w = v[i + 16];
+        m[i] = __float_as_uint(fabsf(u) + fabsf(w));
+        v[i] = u + w;
+        v[i + 16] = u - w;
+    }
+#pragma unroll
+    for (int i = 0; i < 5; ++i) m[3 * i] = max3_u32(m[3 * i], m[3 * i + 1], m[3 * i + 2]);
+    return __uint_as_float(max3_u32(max3_u32(m[0], m[3], m[6]), max3_u32(m[9], m[12], m[15]), 0u));
+}
+
 // Σx² of a block's input values in FP32, fused multiply-adds in element order: the per-block score partial
 // of outlier extraction (adahop/cuda/outlier_extraction.cuh), taken before the Hadamard transform.
 __device__ __forceinline__ float block_sum_squares32(const float (&v)[32]) {
@@ -123,20 +154,28 @@ __device__ __forceinline__ float block_sum_squares32(const float (&v)[32]) {
     return s;
 }
 
-// What a quantization pass writes beside the codes, of its input, per 32-block: nothing, Σx² (outlier-
-// extraction scores), or the pair (Σx, Σx²) for the detector (one 8-byte store; hadamard_mxfp4.cuh).
-// Σx² is taken before the transform (FP32 FMAs in element order); Σx (Hadamard kernels only) is the
-// transform's first coefficient — row 0 of the unnormalised H₃₂ is all ones, so the butterfly adds the block
-// as a tree on the way, at no cost. A template flag: a run-time pointer test cost the column kernel 16
-// registers.
+// What a quantization pass writes beside the codes, of its input, per group of 32-blocks (the layout:
+// hadamard_mxfp4.cuh): nothing, Σx² (outlier-extraction scores), or the pair (Σx, Σx²) for the detector (one
+// 8-byte store). Σx² is taken before the transform (FP32 FMAs in element order); Σx (Hadamard kernels only)
+// is the transform's first coefficient — row 0 of the unnormalised H₃₂ is all ones, so the butterfly adds
+// the block as a tree on the way, at no cost. A template flag: a run-time pointer test cost the column
+// kernel 16 registers.
 enum class BlockStats { none, sumsq, detector };
 
-// Where the statistics go (the unused one null), in the scales' block order for blocks along rows and
-// [row block][column] for blocks down columns.
+// Where the statistics go (the unused one null) and the group along rows (1 or 2 adjacent blocks;
+// block_stats_row_group). Down columns a group is the CTA's kColsWarps row blocks.
 struct BlockStatsOut {
     float* block_sumsq = nullptr;  // Σx² (BlockStats::sumsq)
     float2* detector = nullptr;    // (Σx, Σx²) (BlockStats::detector)
+    int row_group = 1;
 };
+
+// Stores a group's statistics at index i (the sum s of Σx, q of Σx²).
+template <BlockStats kStats>
+__device__ __forceinline__ void store_block_stats(const BlockStatsOut& out, int64_t i, float s, float q) {
+    if constexpr (kStats == BlockStats::sumsq) out.block_sumsq[i] = q;
+    if constexpr (kStats == BlockStats::detector) out.detector[i] = make_float2(s, q);
+}
 
 // ------------------------------------------------------------------------------------------------
 // Hadamard pieces. In-register stages use fwht_unnormalized<N> (hadamard.h). A stage whose partner
@@ -408,22 +447,35 @@ __global__ void __launch_bounds__(kRowsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
                                                                MxScaleRuleBits rb, Rounding rounding, float hs, uint64_t seed,
                                                                uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
                                                                BlockStatsOut stats) {
+    static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
     const RowsIndex nblocks = RowsIndex(n >> 5);
     const RowsIndex stride = RowsIndex(gridDim.x) * blockDim.x;
     const MxElement el = kFp4 ? MxElement::e2m1 : e;
     const RandomStream rs(seed);
-    for (RowsIndex blk = RowsIndex(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
-        float v[32];
-        load32(x + uint64_t(blk) * 32, v);
-        static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
-        float sumsq = 0.0f;
-        if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(v);
-        if constexpr (kStats == BlockStats::sumsq) stats.block_sumsq[blk] = sumsq;
-        if constexpr (kHad) fwht_unnormalized<32>(v);
-        if constexpr (kStats == BlockStats::detector) stats.detector[blk] = make_float2(v[0], sumsq);
-        const MxBlockScale b = mx_block_scale<kHad, kFp4>(block_amax32(v), rb, el, rule, hs);
-        scales[blk] = uint8_t(b.scale);
-        mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk) * 32, 1, int64_t(blk) * 32, codes);
+    // With statistics the loop is warp-uniform (a warp's 32 blocks are consecutive), so that the lanes of a
+    // pair of blocks can add their sums with a shuffle; the even lane stores the pair's group.
+    const int lane = threadIdx.x & 31;
+    const RowsIndex first = RowsIndex(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (RowsIndex blk = first; (kStats == BlockStats::none ? blk : blk - lane) < nblocks; blk += stride) {
+        float sum = 0.0f, sumsq = 0.0f;
+        if (kStats == BlockStats::none || blk < nblocks) {
+            float v[32];
+            load32(x + uint64_t(blk) * 32, v);
+            if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(v);
+            const float amax = kHad ? fwht32_and_amax(v) : block_amax32(v);
+            sum = v[0];
+            const MxBlockScale b = mx_block_scale<kHad, kFp4>(amax, rb, el, rule, hs);
+            scales[blk] = uint8_t(b.scale);
+            mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk) * 32, 1, int64_t(blk) * 32, codes);
+        }
+        if constexpr (kStats != BlockStats::none) {
+            if (stats.row_group == 2) {  // blocks 2p (even lane) + 2p + 1: both present or both absent
+                const float s1 = __shfl_xor_sync(kFullMask, sum, 1), q1 = __shfl_xor_sync(kFullMask, sumsq, 1);
+                if ((lane & 1) == 0 && blk < nblocks) store_block_stats<kStats>(stats, int64_t(blk >> 1), sum + s1, sumsq + q1);
+            } else if (blk < nblocks) {
+                store_block_stats<kStats>(stats, int64_t(blk), sum, sumsq);
+            }
+        }
     }
 }
 
@@ -487,6 +539,25 @@ __device__ __forceinline__ float mx_encode_column(float (&a)[32], const MxScaleR
     store_code_chunks<kFp4>(stage.block_chunks(col, rb), w);
     stage.scales[col][rb] = uint8_t(q.scale);
     return dc;
+}
+
+// The same for an output known at run time (the both-orientations kernel).
+__device__ __forceinline__ void store_block_stats_any(const BlockStatsOut& out, int64_t i, float s, float q) {
+    if (out.block_sumsq != nullptr) store_block_stats<BlockStats::sumsq>(out, i, s, q);
+    else store_block_stats<BlockStats::detector>(out, i, s, q);
+}
+
+// The group statistics of a stripe's column `col` (after __syncthreads): the staged sums of its nrb row
+// blocks added in row-block order, stored at index i ([stripe][column]).
+template <BlockStats kStats, int kCols>
+__device__ __forceinline__ void store_stripe_stats(const float2 (&staged)[kColsWarps][kCols], int col, int nrb, const BlockStatsOut& out,
+                                                   int64_t i) {
+    float2 t = staged[0][col];
+    for (int w = 1; w < nrb; ++w) {
+        t.x += staged[w][col].x;
+        t.y += staged[w][col].y;
+    }
+    store_block_stats<kStats>(out, i, t.x, t.y);
 }
 
 // Writes a staged tile (after __syncthreads): columns c_first.. (< cols), row blocks rb_first..rb_first+nrb.
@@ -567,8 +638,10 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
                                                                int64_t col_tiles, MxElement e, ScaleRule rule, MxScaleRuleBits rb,
                                                                Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
                                                                uint8_t* __restrict__ scales, BlockStatsOut stats) {
+    static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
     __shared__ ColsTileStage<kFp4, kColsTileCols> stage;
     __shared__ ColsWarpTile<T> in[kColsWarps];
+    __shared__ float2 stage_stats[kStats == BlockStats::none ? 1 : kColsWarps][kColsTileCols];  // (Σx, Σx²) per warp and column
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned tile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
     int64_t rb_first;
@@ -583,16 +656,15 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
         float a[32];
 #pragma unroll
         for (int r = 0; r < 32; ++r) a[r] = to_float(in[warp].v[r][lane]);
-        static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
         float sumsq = 0.0f;
         if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(a);
-        const int64_t at = (r0 >> 5) * cols + c;  // [row block][column]: the warp's 32 columns store one run
-        if constexpr (kStats == BlockStats::sumsq) stats.block_sumsq[at] = sumsq;
         const float dc = mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed),
                                                                r0, c, cols, stage, lane, warp);
-        if constexpr (kStats == BlockStats::detector) stats.detector[at] = make_float2(dc, sumsq);
+        if constexpr (kStats != BlockStats::none) stage_stats[warp][lane] = make_float2(dc, sumsq);
     }
     __syncthreads();
+    if constexpr (kStats != BlockStats::none)
+        if (warp == 0 && c < cols) store_stripe_stats<kStats>(stage_stats, lane, nrb, stats, int64_t(stripe) * cols + c);
     write_cols_tile(stage, tile * kColsTileCols, rb_first, nrb, rows, cols, codes, scales);
 }
 

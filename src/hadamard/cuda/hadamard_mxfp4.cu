@@ -3,13 +3,13 @@
 // Napkin math, 8192×8192 BF16 (67 M elements):
 //   one orientation: reads 134 MB, writes 33.5 MB codes + 2.1 MB scales = 170 MB → 40 µs at 4.3 TB/s.
 //   both:            reads 134 MB once, writes 2 × 35.6 MB               = 205 MB → 48 µs.
-//   Arithmetic per element and orientation: 1 widen + 5 butterfly adds + 1 max + 1 multiply + 6 for the
-//   E2M1 magnitude (e2m1_fast.h) + 2 for sign and packing + ~1 per-block share ≈ 17 instructions (SASS of
-//   the row kernel; ncu: issue slots 80 % busy at its locked 1.48 GHz, while at the boost clock the measured
-//   0.83 of copy bandwidth saturates neither issue nor DRAM, bench/results). The H200 issues
-//   132 SMs × 4 × 1.98 GHz ≈ 1.05 T warp-instructions/s = 33 T thread-instructions/s, so one orientation
-//   is ~40 µs of issue: compute and memory floors coincide, and "both" is issue-bound (~2× the
-//   instructions for 1.2× the bytes). Stochastic rounding adds ~20 integer instructions per element for
+//   Arithmetic per element and orientation: 1 widen + 5 butterfly adds + 1 max (along rows 0.75: the
+//   maximum from the last stage, fwht32_and_amax) + 1 multiply + 6 for the E2M1 magnitude (e2m1_fast.h) + 2
+//   for sign and packing + ~1 per-block share ≈ 16–17 instructions (SASS of the row kernel). ncu at the
+//   boost clock, along rows: issue 74 % busy, the integer (ALU) pipe 63 %, DRAM 71 % (bench/results).
+//   The H200 issues 132 SMs × 4 × 1.98 GHz ≈ 1.05 T warp-instructions/s = 33 T thread-instructions/s,
+//   so one orientation is ~35 µs of issue: compute and memory floors nearly coincide, and "both" is
+//   issue-bound (~2× the instructions for 1.2× the bytes). Stochastic rounding adds ~20 integer instructions per element for
 //   the counter-based draw (issue-bound, ~2× slower).
 //
 // Kernels:
@@ -59,6 +59,9 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
     uint8_t* __restrict__ scales_c, BlockStatsOut stats_c) {
     __shared__ __align__(16) uint32_t tile[kColsWarps][32][32];
     __shared__ ColsTileStage<true, kBothTileCols> stage;
+    __shared__ float2 stage_stats[kColsWarps][kBothTileCols];  // (Σx, Σx²) per warp and column, for the stripe's groups
+    const bool col_stats = stats_c.block_sumsq != nullptr || stats_c.detector != nullptr;
+    const bool row_stats = stats_r.block_sumsq != nullptr || stats_r.detector != nullptr;
     constexpr MxElement E = MxElement::e2m1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned ctile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
@@ -91,18 +94,17 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     const uint32_t w = my_tile[r][lane ^ (4 * (r & 7))];
                     a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
                 }
-                const float sumsq = stats_c.block_sumsq != nullptr || stats_c.detector != nullptr ? block_sum_squares32(a) : 0.0f;
-                const int64_t at = (r0 >> 5) * cols + c0 + half;
-                if (stats_c.block_sumsq != nullptr) stats_c.block_sumsq[at] = sumsq;
+                const float sumsq = col_stats ? block_sum_squares32(a) : 0.0f;
                 const float dc = mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage,
                                                                        2 * lane + half, warp);
-                if (stats_c.detector != nullptr) stats_c.detector[at] = make_float2(dc, sumsq);
+                if (col_stats) stage_stats[warp][2 * lane + half] = make_float2(dc, sumsq);
             }
         }
 
         {  // blocks along the rows: lane l takes row r0 + l, blocks (cw, cw + 32)
             const int64_t row = r0 + lane;
             uint32_t sc = 0;  // scale of block 0 | scale of block 1 << 8
+            float group_sum = 0.0f, group_sumsq = 0.0f;  // of the row's two blocks
 #pragma unroll 1
             for (int beta = 0; beta < 2; ++beta) {
                 float v[32];
@@ -116,15 +118,17 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                     bf16x2_to_float(u.w, v[8 * m + 6], v[8 * m + 7]);
                 }
                 const bool block_ok = beta == 0 || hi_block_ok;
-                const float sumsq = stats_r.block_sumsq != nullptr || stats_r.detector != nullptr ? block_sum_squares32(v) : 0.0f;
-                if (stats_r.block_sumsq != nullptr && block_ok) stats_r.block_sumsq[row * cbs + (cw >> 5) + beta] = sumsq;
-                fwht_unnormalized<32>(v);
-                if (stats_r.detector != nullptr && block_ok) stats_r.detector[row * cbs + (cw >> 5) + beta] = make_float2(v[0], sumsq);
-                const MxBlockScale q = mx_block_scale<true, true>(block_amax32(v), rb, E, rule, hs);
+                const float sumsq = row_stats ? block_sum_squares32(v) : 0.0f;
+                const float amax = fwht32_and_amax(v);
+                if (row_stats && stats_r.row_group == 1 && block_ok) store_block_stats_any(stats_r, row * cbs + (cw >> 5) + beta, v[0], sumsq);
+                group_sum = beta == 0 ? v[0] : group_sum + v[0];
+                group_sumsq = beta == 0 ? sumsq : group_sumsq + sumsq;
+                const MxBlockScale q = mx_block_scale<true, true>(amax, rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;
                 if (block_ok) mx_encode_block32<true, true, kRoundT>(v, q, hs, E, kRoundT, rs, uint64_t(off), 1, off, codes_r);
             }
+            if (row_stats && stats_r.row_group == 2) store_block_stats_any(stats_r, row * (cbs / 2) + (cw >> 6), group_sum, group_sumsq);
             const int64_t si = row * cbs + (cw >> 5);
             if (hi_block_ok && (si & 1) == 0) {
                 *reinterpret_cast<uint16_t*>(scales_r + si) = uint16_t(sc);
@@ -135,6 +139,11 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
         }
     }
     __syncthreads();
+    if (col_stats && threadIdx.x < kBothTileCols && cw + threadIdx.x < cols) {
+        const int64_t at = int64_t(stripe) * cols + cw + threadIdx.x;
+        if (stats_c.block_sumsq != nullptr) store_stripe_stats<BlockStats::sumsq>(stage_stats, threadIdx.x, nrb, stats_c, at);
+        else store_stripe_stats<BlockStats::detector>(stage_stats, threadIdx.x, nrb, stats_c, at);
+    }
     write_cols_tile(stage, cw, rb_first, nrb, rows, cols, codes_c, scales_c);
 }
 
@@ -144,7 +153,10 @@ bool with_stats(const Mxfp4DeviceOutput& o) {
     const BlockStats s = o.block_sumsq != nullptr ? BlockStats::sumsq : o.detector_partials != nullptr ? BlockStats::detector : BlockStats::none;
     return s == kStats;
 }
-BlockStatsOut stats_out(const Mxfp4DeviceOutput& o) { return {o.block_sumsq, o.detector_partials}; }
+BlockStatsOut stats_out(const Mxfp4DeviceOutput& o, int64_t cols) {
+    return {o.block_sumsq, o.detector_partials, int(block_stats_row_group(cols))};
+}
+static_assert(kColsWarps == kBlockStatsStripe, "a stripe of row blocks is one CTA of the column kernels");
 
 template <Rounding kRoundT>
 void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, const HadamardMxfp4Options& opt,
@@ -155,8 +167,8 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     if (along_rows.requested() && along_cols.requested()) {
         const ColsGrid grid(rows, cols, kBothTileCols);
         hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, stats_out(along_rows),
-            along_cols.codes, along_cols.scales, stats_out(along_cols));
+            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, stats_out(along_rows, cols),
+            along_cols.codes, along_cols.scales, stats_out(along_cols, cols));
         CUDA_CHECK(cudaGetLastError());
         return;
     }
@@ -166,21 +178,25 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
                       : with_stats<BlockStats::sumsq>(along_rows) ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         kernel<<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes,
-                                                                         along_rows.scales, stats_out(along_rows));
+                                                                         along_rows.scales, stats_out(along_rows, cols));
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         auto kernel = with_stats<BlockStats::none>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
                       : with_stats<BlockStats::sumsq>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         kernel<<<grid.blocks(), kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
-                                                           along_cols.codes, along_cols.scales, stats_out(along_cols));
+                                                           along_cols.codes, along_cols.scales, stats_out(along_cols, cols));
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-int64_t detector_partials_count(int64_t rows, int64_t cols) { return rows * cols / 32; }
+int64_t block_stats_row_group(int64_t cols) { return (cols / 32) % 2 == 0 ? 2 : 1; }
+int64_t block_stats_groups(int64_t rows, int64_t cols, int axis) {
+    return axis == 1 ? cols / 32 / block_stats_row_group(cols) : (rows / 32 + kBlockStatsStripe - 1) / kBlockStatsStripe;
+}
+int64_t block_stats_count(int64_t rows, int64_t cols, int axis) { return (axis == 1 ? rows : cols) * block_stats_groups(rows, cols, axis); }
 
 void hadamard_mxfp4_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, const HadamardMxfp4Options& opt,
                          const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, cudaStream_t stream) {

@@ -23,20 +23,25 @@ namespace lowbit {
 // One orientation's output, device pointers (16-byte aligned): packed E2M1 codes [outer][inner/2] and E8M0
 // scales [outer][inner/32], outer = rows for blocks along rows, cols for blocks along columns.
 // Sizes: mx_code_bytes(e2m1, rows, cols) = rows·cols/2 and mx_scale_bytes(rows, cols) = rows·cols/32.
-// block_sumsq (optional, rows·cols/32 floats): Σx² of each block's BF16 input values (FP32 FMAs in element
-// order, before the transform) — the scores of outlier extraction fused into this pass
-// (extract_outliers_quantized_cuda, adahop/cuda/outlier_extraction.cuh). Layout: blocks along rows
-// [rows][cols/32] (the scales' layout); blocks down columns [rows/32][cols] — transposed from the scales, so
-// that a warp's 32 adjacent columns store one 128-byte line (in the scales' layout every 4-byte store was a
-// sector of its own: on a DRAM-resident 4096×8192 operand that cost more than the sums themselves).
-// detector_partials (optional, not with block_sumsq; rows·cols/32 pairs, 8-byte aligned; same layout as
-// block_sumsq): (Σx, Σx²) of each block's input values as an FP32 pair — the outlier detector's row and
-// column statistics from the quantization passes, one pass in each orientation (detector_stats_from_blocks_cuda,
-// adahop/cuda/outlier_stats.cuh) — and, as its Σx² is block_sumsq's, the outlier-extraction scores too. Σx is
-// the first coefficient of the block's unnormalised transform (the butterfly's FP32 tree: free), Σx² the FMA
-// chain above; one 8-byte store per block. Per block on purpose:
-// summing pairs of blocks (a lane shuffle) and stripes of 8 row blocks (shared memory) before the store wrote
-// a third of the bytes but cost the H200 passes more time than the bytes did (bench/results/README.md).
+//
+// Optional statistics of the input, written per *group* of 32-blocks (block_stats_count entries; the layout
+// below), not with each other:
+//   block_sumsq (floats): Σx² of the group's BF16 input values — the scores of outlier extraction fused into
+//     this pass (extract_outliers_quantized_cuda, adahop/cuda/outlier_extraction.cuh);
+//   detector_partials (float pairs, 8-byte aligned): (Σx, Σx²) of the group — the outlier detector's row and
+//     column statistics from the quantization passes, one pass in each orientation (detector_stats_from_blocks_cuda,
+//     adahop/cuda/outlier_stats.cuh); its Σx² has block_sumsq's bits, so it serves outlier extraction too.
+// Per block: Σx² is an FP32 FMA chain in element order before the transform, Σx the first coefficient of the
+// unnormalised transform (the butterfly's FP32 tree: free). Groups (FP32 adds in block order):
+//   blocks along rows: block_stats_row_group(cols) = 2 adjacent blocks of a row when cols/32 is even, else 1;
+//     layout [rows][cols/32/group] — a lane-pair shuffle in the row kernel, in registers in the
+//     both-orientations kernel (whose CTAs own 64 columns, so 2 is the most every kernel can do alike);
+//   blocks down columns: the kBlockStatsStripe = 8 row blocks of a CTA (fewer in the last stripe); layout
+//     [ceil(rows/256)][cols] — through shared memory after the CTA's barrier; a warp's 32 adjacent columns
+//     store one 128-byte line.
+// Why groups: the detector's finalising launch reads every pair and is bandwidth-bound, and the pair stores
+// were most of the passes' added time; per block, the pairs were 0.5 bytes per element over the two
+// orientations, in groups 0.16 (bench/results/README.md).
 struct Mxfp4DeviceOutput {
     uint8_t* codes = nullptr;
     uint8_t* scales = nullptr;
@@ -45,8 +50,12 @@ struct Mxfp4DeviceOutput {
     bool requested() const { return codes != nullptr; }
 };
 
-// Pairs of detector partials of one orientation of a rows × cols matrix.
-int64_t detector_partials_count(int64_t rows, int64_t cols);
+constexpr int kBlockStatsStripe = 8;  // row blocks per group down columns (the column kernels' warps per CTA)
+// Blocks per group along rows (1 or 2), groups per outer vector, and entries of block_sumsq / detector_partials
+// for one orientation (axis 1: blocks along rows; axis 0: down columns) of a rows × cols matrix.
+int64_t block_stats_row_group(int64_t cols);
+int64_t block_stats_groups(int64_t rows, int64_t cols, int axis);
+int64_t block_stats_count(int64_t rows, int64_t cols, int axis);
 
 struct HadamardMxfp4Options {
     ScaleRule rule = kDefaultScaleRule;
