@@ -904,16 +904,16 @@ struct QuantizedDevice {
     }
 };
 
-// FP64 (Σx, Σx², Σ|x|) of the input values of a statistics group (hadamard_mxfp4.cuh) — axis 1: group g of
-// row o (block_stats_row_group adjacent blocks); axis 0: stripe g of column o (up to kBlockStatsStripe row
-// blocks) — of the r × c matrix xv; and the entry's index in the layout.
+// FP64 (Σx, Σx², Σ|x|) of the input values of a statistics group (hadamard_mxfp4.cuh) — axis 1: block g of
+// row o; axis 0: stripe g of column o (up to kBlockStatsStripe row blocks) — of the r × c matrix xv; and the
+// entry's index in the layout.
 struct GroupSums {
     double s = 0, q = 0, a = 0;
     int64_t at = 0;
 };
 GroupSums group_sums(const std::vector<float>& xv, int64_t r, int64_t c, int axis, int64_t o, int64_t g) {
     GroupSums t;
-    const int64_t span = axis == 1 ? 32 * block_stats_row_group(c) : 32 * kBlockStatsStripe;
+    const int64_t span = axis == 1 ? 32 : 32 * kBlockStatsStripe;
     const int64_t end = std::min(g * span + span, axis == 1 ? c : r);
     for (int64_t j = g * span; j < end; ++j) {
         const double v = axis == 1 ? xv[size_t(o * c + j)] : xv[size_t(j * c + o)];
@@ -1019,8 +1019,7 @@ TEST(AdahopCuda, OutlierExtractionFusedIntoQuantizationEqualsSplitThenQuantize) 
                     expect_fused_extraction_matches(x, r, c, axis, 5, o, ws, "rules");
                 }
         }
-    // blocks along rows only, rows not a multiple of 32 (the row kernel's last warp partly empty): an even and
-    // an odd number of blocks per row (groups of 2 and of 1)
+    // blocks along rows only, rows not a multiple of 32 (the row kernel's last warp partly empty)
     for (int64_t c : {128, 96}) {
         const auto x = synthetic_operand(37, c, Pattern::row, ++seed, 0.05);
         for (int64_t k : {int64_t(1), int64_t(5), int64_t(36)}) expect_fused_extraction_matches(x, 37, c, 1, k, HadamardMxfp4Options{}, ws, "rows only");
@@ -1132,7 +1131,7 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
 }
 
 // The detector partials themselves: every group's (Σx, Σx²) pair against FP64 sums of its BF16 values, in
-// both orientations, from single-orientation passes (odd and even blocks per row, a partial last stripe); the
+// both orientations, from single-orientation passes (full and partial last stripes); the
 // both-orientations pass bit for bit equal to them; Σx² equal to the outlier-extraction pass's block_sumsq.
 TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirGroups) {
     REQUIRE_GPU();
@@ -1152,8 +1151,7 @@ TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirGroups) {
         hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows2.out(), cols2.out());
         CUDA_CHECK(cudaDeviceSynchronize());
         const std::string w = shape_name(r, c);
-        ASSERT_EQ(block_stats_row_group(c), (c / 32) % 2 == 0 ? 2 : 1) << w;
-        ASSERT_EQ(block_stats_count(r, c, 1), r * (c / 32 / block_stats_row_group(c))) << w;
+        ASSERT_EQ(block_stats_count(r, c, 1), r * (c / 32)) << w;
         ASSERT_EQ(block_stats_count(r, c, 0), c * ((r / 32 + kBlockStatsStripe - 1) / kBlockStatsStripe)) << w;
         const auto pr = download_at(rows.partials.data(), rows.partials.size()), pc = download_at(cols.partials.data(), cols.partials.size());
         for (int axis : {1, 0}) {
@@ -1237,6 +1235,22 @@ TEST(AdahopCuda, DetectorBatchEqualsSingleOperandCalls) {
     expect_error(ErrorKind::usage, [&] { detector_moments_from_partials_cuda(ops.data(), 2, nullptr, batch_ws); });
     detector_moments_from_partials_cuda(nullptr, 0, moments.data(), batch_ws);
     CUDA_CHECK(cudaDeviceSynchronize());
+    // a launch with enough tiles for several per CTA (12 × 320 tiles of 32 rows or columns) gives each operand
+    // the bits of the single-operand call (one tile per CTA)
+    {
+        const int64_t r = 2048, c = 8192;
+        auto dx = to_device(to_bf16(synthetic_operand(r, c, Pattern::col, 41)));
+        QuantizedDevice big_rows(r, c, 1, false, true), big_cols(r, c, 0, false, true);
+        hadamard_mxfp4_cuda(dx.data(), r, c, {}, big_rows.out(), big_cols.out());
+        detect_outlier_pattern_from_blocks_cuda(big_rows.out(), big_cols.out(), r, c, {}, single_ws);
+        const auto want = download(single_ws.moments, 6);
+        const std::vector<DetectorPartialsOf> many(12, DetectorPartialsOf{big_rows.partials.data(), big_cols.partials.data(), r, c});
+        DeviceBuffer<double> big_moments(6 * many.size());
+        detector_moments_from_partials_cuda(many.data(), int(many.size()), big_moments.data(), batch_ws);
+        const auto got_big = download(big_moments, 6 * many.size());
+        for (size_t i = 0; i < many.size(); ++i)
+            for (int k = 0; k < 6; ++k) EXPECT_EQ(bits64(got_big[6 * i + size_t(k)]), bits64(want[size_t(k)])) << "large batch, operand " << i << " moment " << k;
+    }
 }
 
 TEST(AdahopCuda, FusedExtractionRejectsMissingBuffersAndBadAxes) {

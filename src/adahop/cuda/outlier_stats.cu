@@ -322,28 +322,38 @@ __global__ void __launch_bounds__(kThreads, 2) outlier_stats_kernel(const T* __r
 // Power sums Σv, Σv², Σv³, Σv⁴ of the variances held by warp 0's lanes (0 for lanes without one): warp 0 adds
 // them (xor butterfly), lane 0 stores them at pow_part[4b…] and counts the CTA done; *s_last tells every
 // thread (after the CTA barrier the caller places) whether this was the last of `ctas` CTAs.
-__device__ __forceinline__ void publish_power_sums(double (&pw)[4], double* pow_part, int b, uint32_t* counter, int ctas, int* s_last) {
+// Warp 0: the power sums of its 32 lanes' variances → pow_part[4b … 4b+3] (b: the CTA, or the tile).
+__device__ __forceinline__ void write_power_partial(double (&pw)[4], double* pow_part, int64_t b) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) pw[k] += __shfl_xor_sync(0xFFFFFFFFu, pw[k], o);
     }
-    if ((threadIdx.x & 31) == 0) {
+    if ((threadIdx.x & 31) == 0)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) pow_part[4 * int64_t(b) + k] = pw[k];
+        for (int k = 0; k < 4; ++k) pow_part[4 * b + k] = pw[k];
+}
+// Warp 0, after its partials are written: counts the CTA done; *s_last = whether it was the last of `ctas`.
+__device__ __forceinline__ void count_cta_done(uint32_t* counter, int ctas, int* s_last) {
+    if ((threadIdx.x & 31) == 0) {
         __threadfence();
         *s_last = atomicAdd(counter, 1u) == unsigned(ctas - 1);
     }
 }
+__device__ __forceinline__ void publish_power_sums(double (&pw)[4], double* pow_part, int b, uint32_t* counter, int ctas, int* s_last) {
+    write_power_partial(pw, pow_part, b);
+    count_cta_done(counter, ctas, s_last);
+}
 
-// The last CTA (all its threads): the power sums of the row CTAs [0, row_ctas) and of the column CTAs, each
-// added in CTA order, → powers[8] and the moments[6] of the row and column variances; resets the counter.
-__device__ __forceinline__ void moments_in_last_cta(const double* pow_part, int row_ctas, int ctas, int64_t rows, int64_t cols,
+// The last CTA (all its threads): the power sums of the row partials [0, row_parts) and of the column ones
+// [row_parts, parts), each added in order, → powers[8] and the moments[6] of the row and column variances;
+// resets the counter.
+__device__ __forceinline__ void moments_in_last_cta(const double* pow_part, int row_parts, int parts, int64_t rows, int64_t cols,
                                                     double* powers, double* moments, uint32_t* counter, double* s_red) {
     __threadfence();
     double pw[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int b = threadIdx.x; b < ctas; b += kThreads) {
-        const bool of_cols = b >= row_ctas;
+    for (int b = threadIdx.x; b < parts; b += kThreads) {
+        const bool of_cols = b >= row_parts;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const double v = __ldcg(pow_part + 4 * int64_t(b) + k);
@@ -441,26 +451,32 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
 }
 
 // ---- The detector from the quantization passes' partials, for a batch of operands in one launch. Operand i
-// owns CTAs [cta_begin, cta_begin + ctas): the first row_ctas finalise 32 rows each (warp w sums rows w, w + 8,
-// w + 16, w + 24 with its lanes over the row's groups of blocks: coalesced), the others 32 columns each (lane =
-// column, warp w over row-block stripes w, w + 8, …; the 8 warps added in order). Then as stats_finalize_kernel: power
-// sums, and the operand's last CTA writes its moments.
+// owns CTAs [cta_begin, cta_begin + ctas): the first row_ctas finalise `tiles` tiles of 32 rows each (warp w
+// sums rows w, w + 8, w + 16, w + 24 of a tile with its lanes over the row's blocks: coalesced), the others
+// tiles of 32 columns (lane = column, warp w over row-block stripes w, w + 8, …; the 8 warps added in order).
+// Warp 0 writes the power sums of each tile's variances (in tile order, so the result does not depend on the
+// tiles per CTA); then as stats_finalize_kernel: the CTA is counted done, and the operand's last CTA writes
+// its moments. Several tiles per CTA when the launch has many: a CTA's fixed costs (scheduling, the fence
+// and the counter) then count once per several tiles.
 constexpr int kMaxDetectorBatch = 32;  // operands per launch (the descriptors travel as kernel parameters)
+constexpr int kMaxTilesPerCta = 8;
 
 struct DetectorItemParams {
     const float2* row_parts;  // [rows][row_parts_n] (groups of blocks: hadamard_mxfp4.cuh)
     const float2* col_parts;  // [col_parts_n][cols]
     int64_t rows, cols;
     int row_parts_n, col_parts_n;
-    int cta_begin, row_ctas, ctas;
+    int cta_begin, row_ctas, ctas;  // CTAs: the first row_ctas take rows
+    int row_tiles, tiles;           // tiles of 32 rows (the first row_tiles) and of 32 columns
     double *row_sums, *col_sums;  // [2R], [2C] (Σx, Σx² of each row / column), or null
-    double* pow_part;             // [ctas][4]
+    double* pow_part;             // [tiles][4]: the power sums of each tile, in tile order
     double *powers, *moments;     // [8], [6]
     uint32_t* counter;            // zero between launches
 };
 struct DetectorBatchParams {
     DetectorItemParams item[kMaxDetectorBatch];
     int n;
+    int tiles_per_cta;
 };
 
 __global__ void __launch_bounds__(kThreads) detector_from_partials_kernel(const __grid_constant__ DetectorBatchParams batch) {
@@ -473,64 +489,71 @@ __global__ void __launch_bounds__(kThreads) detector_from_partials_kernel(const 
     const DetectorItemParams& it = batch.item[i];
     const int b = int(blockIdx.x) - it.cta_begin;
     const bool rows_cta = b < it.row_ctas;  // CTA-uniform
-    const int64_t first = int64_t(rows_cta ? b : b - it.row_ctas) * 32;  // rows and cols are multiples of 32
+    const int own_tiles = rows_cta ? it.row_tiles : it.tiles - it.row_tiles;
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // the quantization passes complete
 #endif
-    if (rows_cta) {
-        constexpr int kPerWarp = 32 / kWarps;
-        double ts[kPerWarp] = {}, tq[kPerWarp] = {};
-        for (int j = lane; j < it.row_parts_n; j += 32)
+    for (int t = 0; t < batch.tiles_per_cta; ++t) {
+        const int tile = (rows_cta ? b : b - it.row_ctas) * batch.tiles_per_cta + t;  // among the rows' or the columns' tiles
+        if (tile >= own_tiles) break;  // CTA-uniform
+        const int64_t first = int64_t(tile) * 32;  // rows and cols are multiples of 32
+        if (rows_cta) {
+            constexpr int kPerWarp = 32 / kWarps;
+            double ts[kPerWarp] = {}, tq[kPerWarp] = {};
+            for (int j = lane; j < it.row_parts_n; j += 32)
+#pragma unroll
+                for (int u = 0; u < kPerWarp; ++u) {
+                    const float2 v = it.row_parts[(first + warp + kWarps * u) * it.row_parts_n + j];
+                    ts[u] += double(v.x);
+                    tq[u] += double(v.y);
+                }
 #pragma unroll
             for (int u = 0; u < kPerWarp; ++u) {
-                const float2 v = it.row_parts[(first + warp + kWarps * u) * it.row_parts_n + j];
-                ts[u] += double(v.x);
-                tq[u] += double(v.y);
-            }
 #pragma unroll
-        for (int u = 0; u < kPerWarp; ++u) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                ts[u] += __shfl_xor_sync(0xFFFFFFFFu, ts[u], o);
-                tq[u] += __shfl_xor_sync(0xFFFFFFFFu, tq[u], o);
+                for (int o = 16; o > 0; o >>= 1) {
+                    ts[u] += __shfl_xor_sync(0xFFFFFFFFu, ts[u], o);
+                    tq[u] += __shfl_xor_sync(0xFFFFFFFFu, tq[u], o);
+                }
+                if (lane == 0) {
+                    s_s[0][warp + kWarps * u] = ts[u];
+                    s_q[0][warp + kWarps * u] = tq[u];
+                }
             }
-            if (lane == 0) {
-                s_s[0][warp + kWarps * u] = ts[u];
-                s_q[0][warp + kWarps * u] = tq[u];
-            }
-        }
-    } else {
-        double s = 0.0, q = 0.0;
+        } else {
+            double s = 0.0, q = 0.0;
 #pragma unroll 4
-        for (int j = warp; j < it.col_parts_n; j += kWarps) {
-            const float2 v = it.col_parts[int64_t(j) * it.cols + first + lane];
-            s += double(v.x);
-            q += double(v.y);
-        }
-        s_s[warp][lane] = s;
-        s_q[warp][lane] = q;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        double s = s_s[0][lane], q = s_q[0][lane];
-        if (!rows_cta)
-#pragma unroll
-            for (int w2 = 1; w2 < kWarps; ++w2) {
-                s += s_s[w2][lane];
-                q += s_q[w2][lane];
+            for (int j = warp; j < it.col_parts_n; j += kWarps) {
+                const float2 v = it.col_parts[int64_t(j) * it.cols + first + lane];
+                s += double(v.x);
+                q += double(v.y);
             }
-        double* out = rows_cta ? it.row_sums : it.col_sums;
-        if (out != nullptr) {
-            out[2 * (first + lane)] = s;
-            out[2 * (first + lane) + 1] = q;
+            s_s[warp][lane] = s;
+            s_q[warp][lane] = q;
         }
-        const double v = variance_from_sums(s, q, rows_cta ? it.cols : it.rows);
-        double pw[4] = {v, v * v, v * v * v, v * v * v * v};
-        publish_power_sums(pw, it.pow_part, b, it.counter, it.ctas, &s_last);
+        __syncthreads();
+        if (warp == 0) {
+            double s = s_s[0][lane], q = s_q[0][lane];
+            if (!rows_cta)
+#pragma unroll
+                for (int w2 = 1; w2 < kWarps; ++w2) {
+                    s += s_s[w2][lane];
+                    q += s_q[w2][lane];
+                }
+            double* out = rows_cta ? it.row_sums : it.col_sums;
+            if (out != nullptr) {
+                out[2 * (first + lane)] = s;
+                out[2 * (first + lane) + 1] = q;
+            }
+            const double v = variance_from_sums(s, q, rows_cta ? it.cols : it.rows);
+            double pw[4] = {v, v * v, v * v * v, v * v * v * v};
+            write_power_partial(pw, it.pow_part, rows_cta ? tile : it.row_tiles + tile);
+        }
+        __syncthreads();  // s_s, s_q are reused by the next tile
     }
+    if (warp == 0) count_cta_done(it.counter, it.ctas, &s_last);
     __syncthreads();
     if (!s_last) return;
-    moments_in_last_cta(it.pow_part, it.row_ctas, it.ctas, it.rows, it.cols, it.powers, it.moments, it.counter, s_red);
+    moments_in_last_cta(it.pow_part, it.row_tiles, it.tiles, it.rows, it.cols, it.powers, it.moments, it.counter, s_red);
 }
 
 __global__ void variance_moments_kernel(const double* powers, int64_t rows, int64_t cols, double* moments) {
@@ -635,7 +658,7 @@ void launch_detector_batch(const DetectorPartialsOf* ops, int n, double* moments
     if (n < 0 || (n == 0 && single)) cuda_usage_error(std::string(op) + ": no operands");
     if (n == 0) return;
     if (!single && moments_out == nullptr) cuda_usage_error(std::string(op) + ": no output buffer for the moments");
-    int64_t total_ctas = 0;
+    int64_t total_tiles = 0;
     for (int i = 0; i < n; ++i) {
         const DetectorPartialsOf& d = ops[i];
         const std::string what = std::string(op) + (single ? "" : ": operand " + std::to_string(i));
@@ -646,17 +669,22 @@ void launch_detector_batch(const DetectorPartialsOf* ops, int n, double* moments
         check_block_divisible(d.rows, 32, "rows", what.c_str());
         cuda_check_aligned(d.along_rows, 8, "detector partials along rows", what.c_str());
         cuda_check_aligned(d.along_cols, 8, "detector partials along columns", what.c_str());
-        total_ctas += d.rows / 32 + d.cols / 32;
+        total_tiles += d.rows / 32 + d.cols / 32;
     }
-    if (total_ctas > int64_t(INT32_MAX)) cuda_input_error(std::string(op) + ": matrices too large");
+    if (total_tiles > int64_t(INT32_MAX)) cuda_input_error(std::string(op) + ": matrices too large");
     if (single) ws.reserve(ops[0].rows, ops[0].cols);
-    if (ws.partials.size() < size_t(total_ctas) * 32) ws.partials.resize(size_t(total_ctas) * 32);
+    if (ws.partials.size() < size_t(total_tiles) * 32) ws.partials.resize(size_t(total_tiles) * 32);  // 4 doubles per tile
     if (ws.powers.size() < size_t(8 * n)) ws.powers.resize(size_t(8 * n));
     ensure_counters(ws, n, stream);
     double* pow_part = reinterpret_cast<double*>(ws.partials.data());
     for (int first = 0; first < n; first += kMaxDetectorBatch) {
         DetectorBatchParams batch{};
         batch.n = std::min(kMaxDetectorBatch, n - first);
+        // tiles per CTA: 1 while the launch's tiles fill the GPU about once (8 CTAs per SM), more beyond
+        int64_t launch_tiles = 0;
+        for (int k = 0; k < batch.n; ++k) launch_tiles += ops[first + k].rows / 32 + ops[first + k].cols / 32;
+        batch.tiles_per_cta = int(std::clamp<int64_t>(launch_tiles / (int64_t(cuda_multiprocessor_count()) * 8), 1, kMaxTilesPerCta));
+        const int per = batch.tiles_per_cta;
         int ctas = 0;
         for (int k = 0; k < batch.n; ++k) {
             const int i = first + k;
@@ -668,16 +696,18 @@ void launch_detector_batch(const DetectorPartialsOf* ops, int n, double* moments
             it.cols = d.cols;
             it.row_parts_n = int(block_stats_groups(d.rows, d.cols, 1));
             it.col_parts_n = int(block_stats_groups(d.rows, d.cols, 0));
+            it.row_tiles = int(d.rows / 32);
+            it.tiles = int(d.rows / 32 + d.cols / 32);
             it.cta_begin = ctas;
-            it.row_ctas = int(d.rows / 32);
-            it.ctas = int(d.rows / 32 + d.cols / 32);
+            it.row_ctas = (it.row_tiles + per - 1) / per;
+            it.ctas = it.row_ctas + (it.tiles - it.row_tiles + per - 1) / per;
             it.row_sums = single ? ws.row_sums.data() : nullptr;
             it.col_sums = single ? ws.col_sums.data() : nullptr;
             it.pow_part = pow_part;
             it.powers = ws.powers.data() + 8 * i;
             it.moments = single ? ws.moments.data() : moments_out + 6 * i;
             it.counter = ws.counters.data() + i;
-            pow_part += 4 * it.ctas;
+            pow_part += 4 * it.tiles;
             ctas += it.ctas;
         }
         launch_finalize(detector_from_partials_kernel, ctas, stream, batch);

@@ -162,15 +162,14 @@ __device__ __forceinline__ float block_sum_squares32(const float (&v)[32]) {
 // kernel 16 registers.
 enum class BlockStats { none, sumsq, detector };
 
-// Where the statistics go (the unused one null) and the group along rows (1 or 2 adjacent blocks;
-// block_stats_row_group). Down columns a group is the CTA's kColsWarps row blocks.
+// Where the statistics go (the unused one null). Along rows a group is one block, down columns the CTA's
+// kColsWarps row blocks.
 struct BlockStatsOut {
     float* block_sumsq = nullptr;  // Σx² (BlockStats::sumsq)
     float2* detector = nullptr;    // (Σx, Σx²) (BlockStats::detector)
-    int row_group = 1;
 };
 
-// Stores a group's statistics at index i (the sum s of Σx, q of Σx²).
+// Stores a group's statistics at index i (the sum s of Σx, q of Σx²; nothing for BlockStats::none).
 template <BlockStats kStats>
 __device__ __forceinline__ void store_block_stats(const BlockStatsOut& out, int64_t i, float s, float q) {
     if constexpr (kStats == BlockStats::sumsq) out.block_sumsq[i] = q;
@@ -452,30 +451,17 @@ __global__ void __launch_bounds__(kRowsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
     const RowsIndex stride = RowsIndex(gridDim.x) * blockDim.x;
     const MxElement el = kFp4 ? MxElement::e2m1 : e;
     const RandomStream rs(seed);
-    // With statistics the loop is warp-uniform (a warp's 32 blocks are consecutive), so that the lanes of a
-    // pair of blocks can add their sums with a shuffle; the even lane stores the pair's group.
-    const int lane = threadIdx.x & 31;
-    const RowsIndex first = RowsIndex(blockIdx.x) * blockDim.x + threadIdx.x;
-    for (RowsIndex blk = first; (kStats == BlockStats::none ? blk : blk - lane) < nblocks; blk += stride) {
-        float sum = 0.0f, sumsq = 0.0f;
-        if (kStats == BlockStats::none || blk < nblocks) {
-            float v[32];
-            load32(x + uint64_t(blk) * 32, v);
-            if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(v);
-            const float amax = kHad ? fwht32_and_amax(v) : block_amax32(v);
-            sum = v[0];
-            const MxBlockScale b = mx_block_scale<kHad, kFp4>(amax, rb, el, rule, hs);
-            scales[blk] = uint8_t(b.scale);
-            mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk) * 32, 1, int64_t(blk) * 32, codes);
-        }
-        if constexpr (kStats != BlockStats::none) {
-            if (stats.row_group == 2) {  // blocks 2p (even lane) + 2p + 1: both present or both absent
-                const float s1 = __shfl_xor_sync(kFullMask, sum, 1), q1 = __shfl_xor_sync(kFullMask, sumsq, 1);
-                if ((lane & 1) == 0 && blk < nblocks) store_block_stats<kStats>(stats, int64_t(blk >> 1), sum + s1, sumsq + q1);
-            } else if (blk < nblocks) {
-                store_block_stats<kStats>(stats, int64_t(blk), sum, sumsq);
-            }
-        }
+    for (RowsIndex blk = RowsIndex(blockIdx.x) * blockDim.x + threadIdx.x; blk < nblocks; blk += stride) {
+        float v[32];
+        load32(x + uint64_t(blk) * 32, v);
+        float sumsq = 0.0f;
+        if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(v);
+        if constexpr (kStats == BlockStats::sumsq) stats.block_sumsq[blk] = sumsq;
+        const float amax = kHad ? fwht32_and_amax(v) : block_amax32(v);
+        if constexpr (kStats == BlockStats::detector) stats.detector[blk] = make_float2(v[0], sumsq);
+        const MxBlockScale b = mx_block_scale<kHad, kFp4>(amax, rb, el, rule, hs);
+        scales[blk] = uint8_t(b.scale);
+        mx_encode_block32<kFp4, kHad, kRoundT>(v, b, hs, el, rounding, rs, uint64_t(blk) * 32, 1, int64_t(blk) * 32, codes);
     }
 }
 

@@ -104,7 +104,6 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
         {  // blocks along the rows: lane l takes row r0 + l, blocks (cw, cw + 32)
             const int64_t row = r0 + lane;
             uint32_t sc = 0;  // scale of block 0 | scale of block 1 << 8
-            float group_sum = 0.0f, group_sumsq = 0.0f;  // of the row's two blocks
 #pragma unroll 1
             for (int beta = 0; beta < 2; ++beta) {
                 float v[32];
@@ -120,15 +119,12 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
                 const bool block_ok = beta == 0 || hi_block_ok;
                 const float sumsq = row_stats ? block_sum_squares32(v) : 0.0f;
                 const float amax = fwht32_and_amax(v);
-                if (row_stats && stats_r.row_group == 1 && block_ok) store_block_stats_any(stats_r, row * cbs + (cw >> 5) + beta, v[0], sumsq);
-                group_sum = beta == 0 ? v[0] : group_sum + v[0];
-                group_sumsq = beta == 0 ? sumsq : group_sumsq + sumsq;
+                if (row_stats && block_ok) store_block_stats_any(stats_r, row * cbs + (cw >> 5) + beta, v[0], sumsq);
                 const MxBlockScale q = mx_block_scale<true, true>(amax, rb, E, rule, hs);
                 sc |= q.scale << (8 * beta);
                 const int64_t off = row * cols + cw + 32 * beta;
                 if (block_ok) mx_encode_block32<true, true, kRoundT>(v, q, hs, E, kRoundT, rs, uint64_t(off), 1, off, codes_r);
             }
-            if (row_stats && stats_r.row_group == 2) store_block_stats_any(stats_r, row * (cbs / 2) + (cw >> 6), group_sum, group_sumsq);
             const int64_t si = row * cbs + (cw >> 5);
             if (hi_block_ok && (si & 1) == 0) {
                 *reinterpret_cast<uint16_t*>(scales_r + si) = uint16_t(sc);
@@ -153,9 +149,7 @@ bool with_stats(const Mxfp4DeviceOutput& o) {
     const BlockStats s = o.block_sumsq != nullptr ? BlockStats::sumsq : o.detector_partials != nullptr ? BlockStats::detector : BlockStats::none;
     return s == kStats;
 }
-BlockStatsOut stats_out(const Mxfp4DeviceOutput& o, int64_t cols) {
-    return {o.block_sumsq, o.detector_partials, int(block_stats_row_group(cols))};
-}
+BlockStatsOut stats_out(const Mxfp4DeviceOutput& o) { return {o.block_sumsq, o.detector_partials}; }
 static_assert(kColsWarps == kBlockStatsStripe, "a stripe of row blocks is one CTA of the column kernels");
 
 template <Rounding kRoundT>
@@ -167,8 +161,8 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     if (along_rows.requested() && along_cols.requested()) {
         const ColsGrid grid(rows, cols, kBothTileCols);
         hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, stats_out(along_rows, cols),
-            along_cols.codes, along_cols.scales, stats_out(along_cols, cols));
+            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, stats_out(along_rows),
+            along_cols.codes, along_cols.scales, stats_out(along_cols));
         CUDA_CHECK(cudaGetLastError());
         return;
     }
@@ -178,23 +172,22 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
                       : with_stats<BlockStats::sumsq>(along_rows) ? mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_rows_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         kernel<<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(x, n, E, opt.rule, rb, opt.rounding, hs, opt.seed, along_rows.codes,
-                                                                         along_rows.scales, stats_out(along_rows, cols));
+                                                                         along_rows.scales, stats_out(along_rows));
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         auto kernel = with_stats<BlockStats::none>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
                       : with_stats<BlockStats::sumsq>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         kernel<<<grid.blocks(), kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
-                                                           along_cols.codes, along_cols.scales, stats_out(along_cols, cols));
+                                                           along_cols.codes, along_cols.scales, stats_out(along_cols));
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-int64_t block_stats_row_group(int64_t cols) { return (cols / 32) % 2 == 0 ? 2 : 1; }
 int64_t block_stats_groups(int64_t rows, int64_t cols, int axis) {
-    return axis == 1 ? cols / 32 / block_stats_row_group(cols) : (rows / 32 + kBlockStatsStripe - 1) / kBlockStatsStripe;
+    return axis == 1 ? cols / 32 : (rows / 32 + kBlockStatsStripe - 1) / kBlockStatsStripe;
 }
 int64_t block_stats_count(int64_t rows, int64_t cols, int axis) { return (axis == 1 ? rows : cols) * block_stats_groups(rows, cols, axis); }
 

@@ -32,16 +32,15 @@ namespace lowbit {
 //     column statistics from the quantization passes, one pass in each orientation (detector_stats_from_blocks_cuda,
 //     adahop/cuda/outlier_stats.cuh); its Σx² has block_sumsq's bits, so it serves outlier extraction too.
 // Per block: Σx² is an FP32 FMA chain in element order before the transform, Σx the first coefficient of the
-// unnormalised transform (the butterfly's FP32 tree: free). Groups (FP32 adds in block order):
-//   blocks along rows: block_stats_row_group(cols) = 2 adjacent blocks of a row when cols/32 is even, else 1;
-//     layout [rows][cols/32/group] — a lane-pair shuffle in the row kernel, in registers in the
-//     both-orientations kernel (whose CTAs own 64 columns, so 2 is the most every kernel can do alike);
-//   blocks down columns: the kBlockStatsStripe = 8 row blocks of a CTA (fewer in the last stripe); layout
-//     [ceil(rows/256)][cols] — through shared memory after the CTA's barrier; a warp's 32 adjacent columns
-//     store one 128-byte line.
-// Why groups: the detector's finalising launch reads every pair and is bandwidth-bound, and the pair stores
-// were most of the passes' added time; per block, the pairs were 0.5 bytes per element over the two
-// orientations, in groups 0.16 (bench/results/README.md).
+// unnormalised transform (the butterfly's FP32 tree: free). Groups:
+//   blocks along rows: one block; layout [rows][cols/32] (the scales' layout);
+//   blocks down columns: the kBlockStatsStripe = 8 row blocks of a column kernel's CTA (fewer in the last
+//     stripe), added in FP32 in row-block order through shared memory after the CTA's barrier; layout
+//     [ceil(rows/256)][cols] — a warp's 32 adjacent columns store one 128-byte line.
+// Why stripes: down columns the pairs per block were as many bytes as along rows for the detector's
+// finalising launch to read, and a stripe costs the column kernels one shared-memory store per block.
+// Along rows, pairs of blocks (a lane shuffle in a warp-uniform loop) cost the row pass ~2 µs at 8192²
+// (H200, session 14), more than the finalising launch saved: not kept.
 struct Mxfp4DeviceOutput {
     uint8_t* codes = nullptr;
     uint8_t* scales = nullptr;
@@ -51,9 +50,8 @@ struct Mxfp4DeviceOutput {
 };
 
 constexpr int kBlockStatsStripe = 8;  // row blocks per group down columns (the column kernels' warps per CTA)
-// Blocks per group along rows (1 or 2), groups per outer vector, and entries of block_sumsq / detector_partials
-// for one orientation (axis 1: blocks along rows; axis 0: down columns) of a rows × cols matrix.
-int64_t block_stats_row_group(int64_t cols);
+// Groups per outer vector and entries of block_sumsq / detector_partials for one orientation (axis 1: blocks
+// along rows; axis 0: down columns) of a rows × cols matrix.
 int64_t block_stats_groups(int64_t rows, int64_t cols, int axis);
 int64_t block_stats_count(int64_t rows, int64_t cols, int axis);
 
