@@ -459,7 +459,13 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
 // its moments. Several tiles per CTA when the launch has many: a CTA's fixed costs (scheduling, the fence
 // and the counter) then count once per several tiles.
 constexpr int kMaxDetectorBatch = 32;  // operands per launch (the descriptors travel as kernel parameters)
-constexpr int kMaxTilesPerCta = 8;
+#ifndef LOWBIT_DETECTOR_MAX_TILES  // kernel-lab overrides (dev/kernel_lab/bench_variants.sh)
+#define LOWBIT_DETECTOR_MAX_TILES 8
+#endif
+#ifndef LOWBIT_DETECTOR_FILL_CTAS_PER_SM
+#define LOWBIT_DETECTOR_FILL_CTAS_PER_SM 8
+#endif
+constexpr int kMaxTilesPerCta = LOWBIT_DETECTOR_MAX_TILES;
 
 struct DetectorItemParams {
     const float2* row_parts;  // [rows][row_parts_n] (groups of blocks: hadamard_mxfp4.cuh)
@@ -683,7 +689,8 @@ void launch_detector_batch(const DetectorPartialsOf* ops, int n, double* moments
         // tiles per CTA: 1 while the launch's tiles fill the GPU about once (8 CTAs per SM), more beyond
         int64_t launch_tiles = 0;
         for (int k = 0; k < batch.n; ++k) launch_tiles += ops[first + k].rows / 32 + ops[first + k].cols / 32;
-        batch.tiles_per_cta = int(std::clamp<int64_t>(launch_tiles / (int64_t(cuda_multiprocessor_count()) * 8), 1, kMaxTilesPerCta));
+        batch.tiles_per_cta = int(std::clamp<int64_t>(launch_tiles / (int64_t(cuda_multiprocessor_count()) * LOWBIT_DETECTOR_FILL_CTAS_PER_SM), 1,
+                                                      kMaxTilesPerCta));
         const int per = batch.tiles_per_cta;
         int ctas = 0;
         for (int k = 0; k < batch.n; ++k) {
