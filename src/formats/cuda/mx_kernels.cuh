@@ -119,9 +119,9 @@ __device__ __forceinline__ float block_amax32(const float (&v)[32]) {
 // so max(|fl(u + v)|, |fl(u − v)|) = fl(|u| + |v|) (a NaN input gives NaN both ways; u = v = ±Inf gives Inf
 // here and NaN from the outputs, the same E8M0 byte 0xFF). Those 16 non-negative floats order as their bits,
 // so the maximum is 8 three-input integer maxima (VIMNMX3, sm_90) and 16 adds instead of 32 float maxima,
-// which share the integer pipe with the E2M1 encoding. H200, fused axis 1 at 8192²: 0.85–0.87 of copy
-// bandwidth against 0.82–0.84 with block_amax32, in alternating runs; the column kernel measured 1.5 % slower
-// with it and keeps block_amax32 (bench/results/gpu_mx_lab_h200.txt, session 14).
+// which share the integer pipe with the E2M1 encoding. H200, fused axis 1 at 8192²: 0.852–0.868 of copy
+// bandwidth against 0.820–0.837 with block_amax32, in alternating runs; the column kernel measured 1.5 %
+// slower with it and keeps block_amax32 (bench/results/gpu_mx_lab_h200.txt, session 14).
 __device__ __forceinline__ uint32_t max3_u32(uint32_t a, uint32_t b, uint32_t c) {
 #if defined(__CUDA_ARCH__)
     return __vimax3_u32(a, b, c);

@@ -5,8 +5,9 @@
 //   both:            reads 134 MB once, writes 2 × 35.6 MB               = 205 MB → 48 µs.
 //   Arithmetic per element and orientation: 1 widen + 5 butterfly adds + 1 max (along rows 0.75: the
 //   maximum from the last stage, fwht32_and_amax) + 1 multiply + 6 for the E2M1 magnitude (e2m1_fast.h) + 2
-//   for sign and packing + ~1 per-block share ≈ 16–17 instructions (SASS of the row kernel). ncu at the
-//   boost clock, along rows: issue 74 % busy, the integer (ALU) pipe 63 %, DRAM 71 % (bench/results).
+//   for sign and packing + ~1 per-block share ≈ 17 instructions (SASS of the row kernel). ncu at the boost
+//   clock, along rows, before the maximum moved to the last stage: issue 76 % busy, the integer (ALU) pipe
+//   67 %, DRAM 68 % (bench/results/gpu_mx_lab_h200.txt, session 14).
 //   The H200 issues 132 SMs × 4 × 1.98 GHz ≈ 1.05 T warp-instructions/s = 33 T thread-instructions/s,
 //   so one orientation is ~35 µs of issue: compute and memory floors nearly coincide, and "both" is
 //   issue-bound (~2× the instructions for 1.2× the bytes). Stochastic rounding adds ~20 integer instructions per element for
