@@ -502,12 +502,23 @@ struct ColsTileStage {
     __device__ uint4* block_chunks(int col, int rb) { return &codes[col][(rb * kPerBlock) ^ swizzle(col)]; }
 };
 
+// Whether mx_cols_kernel runs as resident CTAs that stride over the tiles (prefetching each warp's next tile)
+// or as one CTA per tile (kernel-lab switch; the kernel's loop serves both).
+#ifndef LOWBIT_MX_COLS_PERSISTENT
+#define LOWBIT_MX_COLS_PERSISTENT 1
+#endif
+
 // Grid of the column kernels: tiles of tile_cols columns × kColsWarps row blocks, column tiles fastest.
 struct ColsGrid {
     int64_t col_tiles, stripes;
     ColsGrid(int64_t rows, int64_t cols, int64_t tile_cols)
         : col_tiles((cols + tile_cols - 1) / tile_cols), stripes((rows / 32 + kColsWarps - 1) / kColsWarps) {}
     unsigned blocks() const { return unsigned(col_tiles * stripes); }
+    // CTAs of mx_cols_kernel, which strides over the tiles: at most ctas_per_sm resident ones per SM.
+    unsigned cols_kernel_blocks(int ctas_per_sm) const {
+        const int64_t cap = LOWBIT_MX_COLS_PERSISTENT ? int64_t(cuda_multiprocessor_count()) * ctas_per_sm : int64_t(blocks());
+        return unsigned(int64_t(blocks()) < cap ? int64_t(blocks()) : cap);
+    }
 };
 
 // The 32-row block r0.. of column c held in registers: Hadamard (kHad), block maximum, scale, and the code
@@ -591,10 +602,33 @@ struct ColsWarpTile {
     __align__(16) T v[32][kColsTileCols];
 };
 
+// 16 bytes global → shared without passing through registers (cp.async, sm_80+; cached in L2 only), and the
+// group bookkeeping: a thread's copies since the last commit form a group; wait<N> returns once at most N of
+// its groups are still in flight.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(unsigned(__cvta_generic_to_shared(smem))), "l"(gmem) : "memory");
+#else
+    *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 // The warp loads rows r0..r0+31 × columns c0.. of x into its tile: 16-byte chunks when every chunk is inside
-// the matrix and aligned (cols a multiple of 8 BF16 / 4 FP32 elements and the tile's columns all present),
-// else one element at a time with zeros outside.
-template <typename T>
+// the matrix and aligned (cols a multiple of 8 BF16 / 4 FP32 elements and the tile's columns all present) —
+// with kAsync as cp.async copies that the caller commits and waits for — else one element at a time with
+// zeros outside. The caller makes the tile visible to the warp (cp_async_wait, __syncwarp).
+template <bool kAsync, typename T>
 __device__ __forceinline__ void load_cols_warp_tile(const T* __restrict__ x, int64_t r0, int64_t c0, int64_t cols, int lane,
                                                     ColsWarpTile<T>& tile) {
     using Tile = ColsWarpTile<T>;
@@ -605,7 +639,9 @@ __device__ __forceinline__ void load_cols_warp_tile(const T* __restrict__ x, int
 #pragma unroll
         for (int i = 0; i < Tile::kChunksPerRow; ++i) {
             const int q = 32 * i + lane, r = q / Tile::kChunksPerRow, k = q % Tile::kChunksPerRow;
-            reinterpret_cast<uint4*>(&tile.v[r][0])[k] = __ldg(src + r * row_chunks + k);
+            uint4* dst = reinterpret_cast<uint4*>(&tile.v[r][0]) + k;
+            if constexpr (kAsync) cp_async16(dst, src + r * row_chunks + k);
+            else *dst = __ldg(src + r * row_chunks + k);
         }
     } else {
         for (int q = lane; q < 32 * kColsTileCols; q += 32) {
@@ -613,7 +649,6 @@ __device__ __forceinline__ void load_cols_warp_tile(const T* __restrict__ x, int
             tile.v[r][c] = c0 + c < cols ? x[(r0 + r) * cols + c0 + c] : T(0.0f);
         }
     }
-    __syncwarp();
 }
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -625,33 +660,65 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
                                                                Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
                                                                uint8_t* __restrict__ scales, BlockStatsOut stats) {
     static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
+    // BF16 tiles are double-buffered: while a warp works on its tile of one CTA tile, its next tile's rows
+    // arrive by cp.async (2 × 16 KB per CTA); FP32 tiles (32 KB per buffer) are loaded when needed.
+    constexpr int kBuffers = sizeof(T) == 2 ? 2 : 1;
     __shared__ ColsTileStage<kFp4, kColsTileCols> stage;
-    __shared__ ColsWarpTile<T> in[kColsWarps];
+    __shared__ ColsWarpTile<T> in[kBuffers][kColsWarps];
     __shared__ float2 stage_stats[kStats == BlockStats::none ? 1 : kColsWarps][kColsTileCols];  // (Σx, Σx²) per warp and column
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const unsigned tile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
-    int64_t rb_first;
-    const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
-    const int64_t c = int64_t(tile) * kColsTileCols + lane;
-    if (warp < nrb) {
-        const int64_t r0 = (rb_first + warp) * 32;
-        load_cols_warp_tile(x, r0, int64_t(tile) * kColsTileCols, cols, lane, in[warp]);
+    const RandomStream rs(seed);
+    const unsigned tiles = unsigned(col_tiles) * unsigned((rows / 32 + kColsWarps - 1) / kColsWarps);
+    // the CTA strides over the tiles (column tiles fastest); (tile, stripe) advance without a division
+    const unsigned step_stripes = gridDim.x / unsigned(col_tiles), step_tiles = gridDim.x % unsigned(col_tiles);
+    unsigned tile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
+    auto load = [&](unsigned t_tile, unsigned t_stripe, int buf) {
+        int64_t first;
+        if (warp < cols_tile_row_blocks(rows, t_stripe, first))
+            load_cols_warp_tile<kBuffers == 2>(x, (first + warp) * 32, int64_t(t_tile) * kColsTileCols, cols, lane, in[buf][warp]);
+    };
+    if constexpr (kBuffers == 2) {
+        load(tile, stripe, 0);
+        cp_async_commit();
     }
-    if (warp < nrb && c < cols) {
-        const int64_t r0 = (rb_first + warp) * 32;
-        float a[32];
+    int cur = 0;
+    for (unsigned t = blockIdx.x; t < tiles; t += gridDim.x) {
+        unsigned next_tile = tile + step_tiles, next_stripe = stripe + step_stripes;
+        if (next_tile >= unsigned(col_tiles)) {
+            next_tile -= unsigned(col_tiles);
+            ++next_stripe;
+        }
+        if constexpr (kBuffers == 2) {
+            if (t + gridDim.x < tiles) load(next_tile, next_stripe, cur ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();  // this tile's copies have landed (the next tile's may still be in flight)
+        } else {
+            load(tile, stripe, 0);
+        }
+        __syncwarp();
+        int64_t rb_first;
+        const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
+        const int64_t c = int64_t(tile) * kColsTileCols + lane;
+        if (warp < nrb && c < cols) {
+            const int64_t r0 = (rb_first + warp) * 32;
+            float a[32];
 #pragma unroll
-        for (int r = 0; r < 32; ++r) a[r] = to_float(in[warp].v[r][lane]);
-        float sumsq = 0.0f;
-        if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(a);
-        const float dc = mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, RandomStream(seed),
-                                                               r0, c, cols, stage, lane, warp);
-        if constexpr (kStats != BlockStats::none) stage_stats[warp][lane] = make_float2(dc, sumsq);
+            for (int r = 0; r < 32; ++r) a[r] = to_float(in[cur][warp].v[r][lane]);
+            float sumsq = 0.0f;
+            if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(a);
+            const float dc = mx_encode_column<kFp4, kHad, kRoundT>(a, rb, kFp4 ? MxElement::e2m1 : e, rule, rounding, hs, rs, r0, c,
+                                                                   cols, stage, lane, warp);
+            if constexpr (kStats != BlockStats::none) stage_stats[warp][lane] = make_float2(dc, sumsq);
+        }
+        __syncthreads();
+        if constexpr (kStats != BlockStats::none)
+            if (warp == 0 && c < cols) store_stripe_stats<kStats>(stage_stats, lane, nrb, stats, int64_t(stripe) * cols + c);
+        write_cols_tile(stage, int64_t(tile) * kColsTileCols, rb_first, nrb, rows, cols, codes, scales);
+        __syncthreads();  // the stage and this warp's buffer are reused
+        tile = next_tile;
+        stripe = next_stripe;
+        cur ^= kBuffers - 1;
     }
-    __syncthreads();
-    if constexpr (kStats != BlockStats::none)
-        if (warp == 0 && c < cols) store_stripe_stats<kStats>(stage_stats, lane, nrb, stats, int64_t(stripe) * cols + c);
-    write_cols_tile(stage, tile * kColsTileCols, rb_first, nrb, rows, cols, codes, scales);
 }
 
 // Row blocks per thread in the NVFP4 column kernel: 2 when it divides the number of row blocks, else 1 (a
