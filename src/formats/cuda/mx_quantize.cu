@@ -34,7 +34,8 @@ void launch_mx(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleRule ru
             x, n, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
-        mx_cols_kernel<T, kFp4, false, kRoundT><<<grid.cols_kernel_blocks(mx_min_ctas_per_sm(kFp4, false, kRoundT)), kColsThreads, 0, stream>>>(
+        const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(kFp4, false, kRoundT), kRoundT);
+        mx_cols_kernel<T, kFp4, false, kRoundT><<<ctas, kColsThreads, 0, stream>>>(
             x, rows, cols, grid.col_tiles, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
     }
     CUDA_CHECK(cudaGetLastError());

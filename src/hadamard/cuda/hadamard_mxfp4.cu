@@ -179,8 +179,9 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
         auto kernel = with_stats<BlockStats::none>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
                       : with_stats<BlockStats::sumsq>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
-        kernel<<<grid.cols_kernel_blocks(mx_min_ctas_per_sm(true, true, kRoundT)), kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
-                                                           along_cols.codes, along_cols.scales, stats_out(along_cols));
+        const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(true, true, kRoundT), kRoundT);
+        kernel<<<ctas, kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
+                                                  along_cols.codes, along_cols.scales, stats_out(along_cols));
     }
     CUDA_CHECK(cudaGetLastError());
 }
