@@ -480,8 +480,8 @@ __global__ void __launch_bounds__(kRowsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
 // Tiles are numbered stripe · col_tiles + tile, column tiles fastest, so the CTAs in flight read whole rows
 // of the matrix. The CTAs stay resident and stride over the tiles; for BF16 each warp's next tile arrives
 // by cp.async into a second shared buffer while it works on the current one (H200, fused axis 0: 0.61 →
-// 0.63–0.64 of copy bandwidth, plain MXFP4 0.67–0.69 → 0.72–0.74). With stochastic rounding the kernel
-// runs one CTA per tile (ColsGrid::cols_kernel_blocks).
+// 0.63–0.64 of copy bandwidth, plain MXFP4 0.67–0.69 → 0.72–0.74). With stochastic rounding or statistics
+// the kernel runs one CTA per tile (ColsGrid::cols_kernel_blocks).
 #ifndef LOWBIT_MX_COLS_WARPS  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
 #define LOWBIT_MX_COLS_WARPS 8
 #endif
@@ -518,10 +518,11 @@ struct ColsGrid {
         : col_tiles((cols + tile_cols - 1) / tile_cols), stripes((rows / 32 + kColsWarps - 1) / kColsWarps) {}
     unsigned blocks() const { return unsigned(col_tiles * stripes); }
     // CTAs of mx_cols_kernel, which strides over the tiles: at most ctas_per_sm resident ones per SM, or one
-    // per tile with stochastic rounding — that variant is issue-bound (the counter-based draws) and measured
-    // 4–5 % slower with resident CTAs, while RNE went 3 % and plain MXFP4 6 % faster (H200, session 14).
-    unsigned cols_kernel_blocks(int ctas_per_sm, Rounding r) const {
-        const bool resident = LOWBIT_MX_COLS_PERSISTENT && r != Rounding::stochastic;
+    // per tile with stochastic rounding or statistics — those variants measured 4–5 % (stochastic rounding:
+    // issue-bound by the counter-based draws) and ~1.5 % (statistics: 48 registers and a 20-byte spill)
+    // slower with resident CTAs, while RNE went 3 % and plain MXFP4 6 % faster (H200, session 14).
+    unsigned cols_kernel_blocks(int ctas_per_sm, Rounding r, BlockStats stats) const {
+        const bool resident = LOWBIT_MX_COLS_PERSISTENT && r != Rounding::stochastic && stats == BlockStats::none;
         const int64_t cap = resident ? int64_t(cuda_multiprocessor_count()) * ctas_per_sm : int64_t(blocks());
         return unsigned(int64_t(blocks()) < cap ? int64_t(blocks()) : cap);
     }
@@ -666,8 +667,9 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
                                                                Rounding rounding, float hs, uint64_t seed, uint8_t* __restrict__ codes,
                                                                uint8_t* __restrict__ scales, BlockStatsOut stats) {
     static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
-    // BF16 tiles are double-buffered: while a warp works on its tile of one CTA tile, its next tile's rows
-    // arrive by cp.async (2 × 16 KB per CTA); FP32 tiles (32 KB per buffer) are loaded when needed.
+    // BF16 input is double-buffered: while a warp works on its 32 rows of the current tile, its rows of the
+    // CTA's next tile arrive by cp.async (2 × 16 KB per CTA); FP32 input (32 KB per buffer) is loaded when
+    // needed.
     constexpr int kBuffers = sizeof(T) == 2 ? 2 : 1;
     __shared__ ColsTileStage<kFp4, kColsTileCols> stage;
     __shared__ ColsWarpTile<T> in[kBuffers][kColsWarps];

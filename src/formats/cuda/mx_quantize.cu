@@ -34,7 +34,7 @@ void launch_mx(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleRule ru
             x, n, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
-        const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(kFp4, false, kRoundT), kRoundT);
+        const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(kFp4, false, kRoundT), kRoundT, BlockStats::none);
         mx_cols_kernel<T, kFp4, false, kRoundT><<<ctas, kColsThreads, 0, stream>>>(
             x, rows, cols, grid.col_tiles, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
     }

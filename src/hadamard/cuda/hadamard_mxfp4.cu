@@ -145,10 +145,12 @@ __global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadam
 }
 
 // Which statistics an output asks for (not both: checked by the caller), and where they go.
+BlockStats stats_kind(const Mxfp4DeviceOutput& o) {
+    return o.block_sumsq != nullptr ? BlockStats::sumsq : o.detector_partials != nullptr ? BlockStats::detector : BlockStats::none;
+}
 template <BlockStats kStats>
 bool with_stats(const Mxfp4DeviceOutput& o) {
-    const BlockStats s = o.block_sumsq != nullptr ? BlockStats::sumsq : o.detector_partials != nullptr ? BlockStats::detector : BlockStats::none;
-    return s == kStats;
+    return stats_kind(o) == kStats;
 }
 BlockStatsOut stats_out(const Mxfp4DeviceOutput& o) { return {o.block_sumsq, o.detector_partials}; }
 static_assert(kColsWarps == kBlockStatsStripe, "a stripe of row blocks is one CTA of the column kernels");
@@ -179,7 +181,7 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
         auto kernel = with_stats<BlockStats::none>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::none>
                       : with_stats<BlockStats::sumsq>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
-        const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(true, true, kRoundT), kRoundT);
+        const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(true, true, kRoundT), kRoundT, stats_kind(along_cols));
         kernel<<<ctas, kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
                                                   along_cols.codes, along_cols.scales, stats_out(along_cols));
     }
