@@ -1022,7 +1022,8 @@ TEST(AdahopCuda, OutlierExtractionFusedIntoQuantizationEqualsSplitThenQuantize) 
     // blocks along rows only, rows not a multiple of 32 (the row kernel's last warp partly empty)
     for (int64_t c : {128, 96}) {
         const auto x = synthetic_operand(37, c, Pattern::row, ++seed, 0.05);
-        for (int64_t k : {int64_t(1), int64_t(5), int64_t(36)}) expect_fused_extraction_matches(x, 37, c, 1, k, HadamardMxfp4Options{}, ws, "rows only");
+        for (int64_t k : {int64_t(1), int64_t(5), int64_t(36)})
+            expect_fused_extraction_matches(x, 37, c, 1, k, HadamardMxfp4Options{}, ws, "rows only");
     }
     // exact ties (small integers: every sum is exact in any order) rank the lower index first; all zeros
     const std::vector<int64_t> winners = {3, 40, 41, 150};
@@ -1249,7 +1250,8 @@ TEST(AdahopCuda, DetectorBatchEqualsSingleOperandCalls) {
         detector_moments_from_partials_cuda(many.data(), int(many.size()), big_moments.data(), batch_ws);
         const auto got_big = download(big_moments, 6 * many.size());
         for (size_t i = 0; i < many.size(); ++i)
-            for (int k = 0; k < 6; ++k) EXPECT_EQ(bits64(got_big[6 * i + size_t(k)]), bits64(want[size_t(k)])) << "large batch, operand " << i << " moment " << k;
+            for (int k = 0; k < 6; ++k)
+                EXPECT_EQ(bits64(got_big[6 * i + size_t(k)]), bits64(want[size_t(k)])) << "large batch, operand " << i << " moment " << k;
     }
 }
 

@@ -81,8 +81,8 @@ PatternStats detect_outlier_pattern_cuda(const __nv_bfloat16* x, int64_t rows, i
 // that hadamard_mxfp4_cuda writes when it quantizes the operand in both orientations — as training does for
 // X, W and dY (each is an operand of two GEMMs with different reduction dimensions). One launch (the
 // finalising one, reading the partials: 8 bytes per group of blocks, block_stats_count); rows and cols
-// multiples of 32. Row and column sums are FP64 sums of FP32 partials (the streaming pass above: of FP32 lane partials), so they differ from
-// it by FP32 rounding (tests: 1e-6 relative on the statistics). Fills ws.row_sums, col_sums, powers and
+// multiples of 32. Row and column sums are FP64 sums of FP32 partials (the streaming pass above: of FP32
+// lane partials), so they differ from it by FP32 rounding (tests: 1e-6 relative on the statistics). Fills ws.row_sums, col_sums, powers and
 // moments. Asynchronous; the second form synchronises and labels.
 void detector_stats_from_blocks_cuda(const Mxfp4DeviceOutput& along_rows, const Mxfp4DeviceOutput& along_cols, int64_t rows,
                                      int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
