@@ -66,6 +66,34 @@ int cuda_multiprocessor_count() { return cached_device_attribute(kSmCount); }
 
 bool cuda_supports_dependent_launch() { return cached_device_attribute(kComputeMajor) >= 9; }
 
+bool cuda_runs_sm90a() { return cached_device_attribute(kComputeMajor) == 9; }
+
+CUtensorMap cuda_tensor_map_2d(CUtensorMapDataType type, const void* base, uint64_t inner, uint64_t outer, uint64_t row_bytes,
+                               uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle) {
+    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    static const Encode encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || fn == nullptr)
+            throw Error(ErrorKind::runtime, "the CUDA driver has no cuTensorMapEncodeTiled (a driver for CUDA 12.0 or newer is needed)");
+        return reinterpret_cast<Encode>(fn);
+    }();
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {inner, outer};
+    const cuuint64_t strides[1] = {row_bytes};
+    const cuuint32_t box[2] = {box_inner, box_outer};
+    const cuuint32_t element_strides[2] = {1, 1};
+    const CUresult r = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        throw Error(ErrorKind::runtime, "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a " +
+                                            std::to_string(outer) + " x " + std::to_string(inner) + " array");
+    return map;
+}
+
 int cuda_shared_memory_per_block_optin() { return cached_device_attribute(kSharedOptin); }
 
 void cuda_allow_dynamic_shared_memory(const void* kernel, int bytes) {

@@ -16,6 +16,7 @@
 #define FMT_USE_CONSTEXPR 1
 #endif
 
+#include <cuda.h>  // CUtensorMap (the type only; the driver's encoder is looked up at run time)
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -39,6 +40,14 @@ int cuda_multiprocessor_count();  // of the current device
 // Whether the current device runs programmatic dependent launches (compute capability ≥ 9.0: a kernel
 // launched with cudaLaunchAttributeProgrammaticStreamSerialization starts while its predecessor drains).
 bool cuda_supports_dependent_launch();
+// Whether the current device runs lowbit's sm_90a machine code (compute capability 9.x): the kernels that use
+// Hopper-only instructions (TMA tensor copies) are launched only then; other devices get their portable paths.
+bool cuda_runs_sm90a();
+// A 2-D TMA tensor map (sm_90) over a row-major array of `outer` rows × `inner` elements of `type` at `base`,
+// rows `row_bytes` apart (a multiple of 16), copied in boxes of box_inner × box_outer elements; reads outside
+// the array fill zeros, writes outside it are dropped. Throws lowbit::Error (runtime) when the driver rejects it.
+CUtensorMap cuda_tensor_map_2d(CUtensorMapDataType type, const void* base, uint64_t inner, uint64_t outer, uint64_t row_bytes,
+                               uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle);
 // The most shared memory one CTA may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize), in bytes.
 int cuda_shared_memory_per_block_optin();
 // Lets `kernel` (a __global__ function's address) take `bytes` of dynamic shared memory on the current device:

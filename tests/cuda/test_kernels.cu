@@ -37,7 +37,9 @@ namespace {
 struct Shape {
     int64_t rows, cols;
 };
-const Shape kShapes[] = {{1, 32}, {3, 96}, {96, 160}, {33, 64}, {257, 512}, {64, 33}, {128, 96}};
+// {288, 40}: down columns a partial stripe of row blocks (288 = 256 + 32) and a partial tile of columns
+// (40 = 32 + 8) on the TMA path (cols % 8 == 0); {64, 33} takes the fallback column kernel.
+const Shape kShapes[] = {{1, 32}, {3, 96}, {96, 160}, {33, 64}, {257, 512}, {64, 33}, {128, 96}, {288, 40}};
 
 std::string shape_name(Shape s) { return std::to_string(s.rows) + "x" + std::to_string(s.cols); }
 
@@ -650,7 +652,7 @@ void check_fused_case(const std::vector<float>& x, Shape s, int which, const Had
 
 TEST(HadamardMxfp4Cuda, RowsColumnsBothMatchCpu) {
     REQUIRE_GPU();
-    const Shape shapes[] = {{1, 32}, {3, 96}, {96, 160}, {33, 64}, {257, 512}, {32, 32}, {64, 96}, {96, 33}, {160, 64}};
+    const Shape shapes[] = {{1, 32}, {3, 96}, {96, 160}, {33, 64}, {257, 512}, {32, 32}, {64, 96}, {96, 33}, {160, 64}, {288, 40}, {544, 72}};
     int cases = 0;
     for (Shape s : shapes)
         for (int which : {1, 0, 2}) {

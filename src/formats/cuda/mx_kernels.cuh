@@ -17,6 +17,7 @@
 #include "core/bits.h"
 #include "core/counter_rng.h"
 #include "core/cuda_device.h"
+#include "core/cuda_tma.cuh"
 #include "formats/cuda/e2m1_fast.h"
 #include "formats/mx_block.h"
 #include "hadamard/hadamard.h"
@@ -481,7 +482,9 @@ __global__ void __launch_bounds__(kRowsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
 // of the matrix. The CTAs stay resident and stride over the tiles; for BF16 each warp's next tile arrives
 // by cp.async into a second shared buffer while it works on the current one (H200, fused axis 0: 0.61 →
 // 0.63–0.64 of copy bandwidth, plain MXFP4 0.67–0.69 → 0.72–0.74). With stochastic rounding or statistics
-// the kernel runs one CTA per tile (ColsGrid::cols_kernel_blocks).
+// the kernel runs one CTA per tile (ColsGrid::cols_kernel_blocks). On sm_90, E2M1 codes of BF16 input with
+// cols % 8 == 0 take mx_cols_e2m1_tma_kernel below instead (the same work, fed and drained by TMA); this kernel
+// serves FP32 input, the other elements, other column counts and devices without the sm_90a code.
 #ifndef LOWBIT_MX_COLS_WARPS  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
 #define LOWBIT_MX_COLS_WARPS 8
 #endif
@@ -564,6 +567,28 @@ __device__ __forceinline__ void store_stripe_stats(const float2 (&staged)[kColsW
     store_block_stats<kStats>(out, i, t.x, t.y);
 }
 
+// Writes the staged scales of a tile (after __syncthreads): columns c_first.. (< cols), row blocks
+// rb_first..rb_first+nrb, thread t of n taking columns t, t + n, ... (one 8-byte store per column when the
+// run is whole and aligned).
+template <bool kFp4, int kCols>
+__device__ __forceinline__ void write_cols_scales(const ColsTileStage<kFp4, kCols>& stage, int64_t c_first, int64_t rb_first, int nrb,
+                                                  int64_t rows, int64_t cols, uint8_t* __restrict__ scales, int t, int n) {
+    const int64_t rbs = rows >> 5;
+    for (int col = t; col < kCols; col += n) {
+        const int64_t c = c_first + col;
+        if (c >= cols) break;
+        const int64_t idx = c * rbs + rb_first;
+        if (nrb == kColsWarps && idx % kColsWarps == 0) {
+            uint64_t s = 0;
+#pragma unroll
+            for (int i = 0; i < kColsWarps; ++i) s |= uint64_t(stage.scales[col][i]) << (8 * i);
+            store_scale_run(scales, idx, kColsWarps, s);
+        } else {
+            for (int i = 0; i < nrb; ++i) scales[idx + i] = stage.scales[col][i];
+        }
+    }
+}
+
 // Writes a staged tile (after __syncthreads): columns c_first.. (< cols), row blocks rb_first..rb_first+nrb.
 // Consecutive threads take consecutive chunks of one column, so a warp store covers whole column runs.
 template <bool kFp4, int kCols>
@@ -579,20 +604,7 @@ __device__ __forceinline__ void write_cols_tile(const ColsTileStage<kFp4, kCols>
         if (c < cols && k / Stage::kPerBlock < nrb)
             reinterpret_cast<uint4*>(codes + c * col_bytes + rb_first * (kFp4 ? 16 : 32))[k] = stage.codes[col][p];
     }
-    const int64_t rbs = rows >> 5;
-    for (int col = threadIdx.x; col < kCols; col += blockDim.x) {
-        const int64_t c = c_first + col;
-        if (c >= cols) break;
-        const int64_t idx = c * rbs + rb_first;
-        if (nrb == kColsWarps && idx % kColsWarps == 0) {
-            uint64_t s = 0;
-#pragma unroll
-            for (int i = 0; i < kColsWarps; ++i) s |= uint64_t(stage.scales[col][i]) << (8 * i);
-            store_scale_run(scales, idx, kColsWarps, s);
-        } else {
-            for (int i = 0; i < nrb; ++i) scales[idx + i] = stage.scales[col][i];
-        }
-    }
+    write_cols_scales(stage, c_first, rb_first, nrb, rows, cols, scales, int(threadIdx.x), int(blockDim.x));
 }
 
 // Row blocks of the tile of CTA `stripe`: rb_first and how many exist (the last stripe may be partial).
@@ -727,6 +739,118 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
         stripe = next_stripe;
         cur ^= kBuffers - 1;
     }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Axis 0, E2M1 codes of BF16 input on sm_90: the column kernel's work with TMA tensor copies in and out.
+// mx_cols_kernel spends ~245 instructions per warp and tile on the index and address arithmetic of its
+// per-lane cp.async copies and ~150 on the staged write-out, against ~580 for the arithmetic of the block
+// (SASS and ncu, session 14: issue-bound at 24.7 warp instructions per element, 17 along rows). Here one
+// thread per CTA copies the whole tile (kColsWarps·32 rows × 32 columns of BF16, 16 KB) into shared memory
+// with one tensor copy that completes on an mbarrier, and writes the staged codes (32 columns × 128 bytes)
+// back with one tensor store: ColsTileStage's swizzle (chunk k of column col at chunk k ^ (col % 8)) is the
+// TMA's 128-byte swizzle of a box whose rows are 128 bytes, so the stage is the store's source as it is.
+// Out-of-range rows read as zeros and out-of-range codes are not written, so partial tiles need no second
+// path. Two input buffers and two stages: the copy of the CTA's next tile is in flight while it works on
+// this one, and the tensor store of a stage overlaps the next tile's arithmetic. The scales (8 bytes per
+// column and tile, too narrow a box for TMA) and the statistics go out as in mx_cols_kernel.
+// Needs cols % 8 == 0 (TMA row strides are multiples of 16 bytes); the launcher falls back to
+// mx_cols_kernel otherwise.
+#ifndef LOWBIT_MX_COLS_TMA  // kernel-lab switch (dev/kernel_lab/bench_variants.sh): 0 = always mx_cols_kernel
+#define LOWBIT_MX_COLS_TMA 1
+#endif
+constexpr int kColsTmaRows = 32 * kColsWarps;  // rows of a CTA tile
+
+// A stage aligned as the TMA's 128-byte swizzle needs (1024 bytes).
+struct alignas(1024) ColsTmaStage {
+    ColsTileStage<true, kColsTileCols> s;
+};
+
+template <bool kHad, Rounding kRoundT, BlockStats kStats>
+__global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, kRoundT))
+    mx_cols_e2m1_tma_kernel(const __grid_constant__ CUtensorMap in_map, const __grid_constant__ CUtensorMap codes_map, int64_t rows,
+                            int64_t cols, int64_t col_tiles, ScaleRule rule, MxScaleRuleBits rb, float hs, uint64_t seed,
+                            uint8_t* __restrict__ scales, BlockStatsOut stats) {
+    static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
+    static_assert(sizeof(ColsTileStage<true, kColsTileCols>::codes) == kColsTileCols * 128, "a staged column is one 128-byte box row");
+    __shared__ ColsTmaStage stage[2];
+    __shared__ __align__(128) __nv_bfloat16 in[2][kColsTmaRows][kColsTileCols];
+    __shared__ float2 stage_stats[kStats == BlockStats::none ? 1 : 2][kStats == BlockStats::none ? 1 : kColsWarps][kColsTileCols];
+    __shared__ uint64_t loaded[2];  // mbarriers of the input buffers
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bool producer = threadIdx.x == 0;
+    const RandomStream rs(seed);
+    const unsigned ctiles = unsigned(col_tiles);
+    const unsigned tiles = ctiles * unsigned((rows / 32 + kColsWarps - 1) / kColsWarps);
+    const unsigned step_stripes = gridDim.x / ctiles, step_tiles = gridDim.x % ctiles;
+    unsigned tile = blockIdx.x % ctiles, stripe = blockIdx.x / ctiles;
+    auto load = [&](unsigned t_tile, unsigned t_stripe, int buf) {
+        mbarrier_arrive_expect_tx(&loaded[buf], uint32_t(sizeof(in[0])));
+        tma_load_2d(&in[buf][0][0], &in_map, int(t_tile) * kColsTileCols, int(t_stripe) * kColsTmaRows, &loaded[buf]);
+    };
+    if (producer) {
+        mbarrier_init(&loaded[0], 1);
+        mbarrier_init(&loaded[1], 1);
+    }
+    __syncthreads();
+    if (producer && blockIdx.x < tiles) load(tile, stripe, 0);
+    unsigned use = 0;  // tiles done by this CTA: buffer use & 1, its mbarrier phase (use >> 1) & 1
+    for (unsigned t = blockIdx.x; t < tiles; t += gridDim.x, ++use) {
+        const int buf = int(use & 1);
+        unsigned next_tile = tile + step_tiles, next_stripe = stripe + step_stripes;
+        if (next_tile >= ctiles) {
+            next_tile -= ctiles;
+            ++next_stripe;
+        }
+        // the other buffer was last read before the previous iteration's barrier
+        if (producer && t + gridDim.x < tiles) load(next_tile, next_stripe, buf ^ 1);
+        mbarrier_wait(&loaded[buf], (use >> 1) & 1);
+        int64_t rb_first;
+        const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
+        const int64_t c = int64_t(tile) * kColsTileCols + lane;
+        if (warp < nrb && c < cols) {
+            const int64_t r0 = (rb_first + warp) * 32;
+            float a[32];
+#pragma unroll
+            for (int r = 0; r < 32; ++r) a[r] = to_float(in[buf][32 * warp + r][lane]);
+            float sumsq = 0.0f;
+            if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(a);
+            const float dc = mx_encode_column<true, kHad, kRoundT>(a, rb, MxElement::e2m1, rule, kRoundT, hs, rs, r0, c, cols,
+                                                                   stage[buf].s, lane, warp);
+            if constexpr (kStats != BlockStats::none) stage_stats[buf][warp][lane] = make_float2(dc, sumsq);
+        }
+        fence_proxy_async_shared();            // this thread's staged codes → visible to the tensor store
+        if (producer) bulk_wait_read_all();    // the store of two tiles ago (the same stage) has read it
+        __syncthreads();
+        if (producer) {
+            tma_store_2d(&codes_map, int(rb_first) * 16, int(tile) * kColsTileCols, &stage[buf].s.codes[0][0]);
+            bulk_commit_group();
+        }
+        if (warp == kColsWarps - 1)
+            write_cols_scales(stage[buf].s, int64_t(tile) * kColsTileCols, rb_first, nrb, rows, cols, scales, lane, 32);
+        if constexpr (kStats != BlockStats::none)
+            if (warp == kColsWarps - 2 && c < cols)
+                store_stripe_stats<kStats>(stage_stats[buf], lane, nrb, stats, int64_t(stripe) * cols + c);
+        tile = next_tile;
+        stripe = next_stripe;
+    }
+    if (producer) bulk_wait_all();  // shared memory stays until the last stores have read it
+}
+
+// Launches mx_cols_e2m1_tma_kernel when it applies (LOWBIT_MX_COLS_TMA, an sm_90 device, cols % 8 == 0);
+// returns false otherwise, for the caller to launch mx_cols_kernel. ctas: the grid (ColsGrid).
+template <bool kHad, Rounding kRoundT, BlockStats kStats>
+bool launch_mx_cols_e2m1_tma(const __nv_bfloat16* x, int64_t rows, int64_t cols, ScaleRule rule, const MxScaleRuleBits& rb, float hs,
+                             uint64_t seed, uint8_t* codes, uint8_t* scales, const BlockStatsOut& stats, unsigned ctas,
+                             int64_t col_tiles, cudaStream_t stream) {
+    if (!LOWBIT_MX_COLS_TMA || cols % 8 != 0 || !cuda_runs_sm90a()) return false;
+    const CUtensorMap in_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, uint64_t(cols), uint64_t(rows), uint64_t(cols) * 2,
+                                                  kColsTileCols, kColsTmaRows, CU_TENSOR_MAP_SWIZZLE_NONE);
+    const CUtensorMap codes_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, codes, uint64_t(rows / 2), uint64_t(cols),
+                                                     uint64_t(rows / 2), 16 * kColsWarps, kColsTileCols, CU_TENSOR_MAP_SWIZZLE_128B);
+    mx_cols_e2m1_tma_kernel<kHad, kRoundT, kStats>
+        <<<ctas, kColsThreads, 0, stream>>>(in_map, codes_map, rows, cols, col_tiles, rule, rb, hs, seed, scales, stats);
+    return true;
 }
 
 // Row blocks per thread in the NVFP4 column kernel: 2 when it divides the number of row blocks, else 1 (a

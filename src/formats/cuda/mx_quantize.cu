@@ -9,6 +9,7 @@
 #include "formats/cuda/mx_quantize.cuh"
 
 #include <string>
+#include <type_traits>
 
 #include "core/cuda_device.h"
 #include "formats/cuda/mx_kernels.cuh"
@@ -35,6 +36,12 @@ void launch_mx(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleRule ru
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
         const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(kFp4, false, kRoundT), kRoundT, BlockStats::none);
+        if constexpr (kFp4 && std::is_same_v<T, __nv_bfloat16>)
+            if (launch_mx_cols_e2m1_tma<false, kRoundT, BlockStats::none>(x, rows, cols, rule, rb, 1.0f, opt.seed, codes, scales, BlockStatsOut{},
+                                                                          ctas, grid.col_tiles, stream)) {
+                CUDA_CHECK(cudaGetLastError());
+                return;
+            }
         mx_cols_kernel<T, kFp4, false, kRoundT><<<ctas, kColsThreads, 0, stream>>>(
             x, rows, cols, grid.col_tiles, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
     }

@@ -17,9 +17,11 @@
 //   axis 1 → mx_rows_kernel<bf16, e2m1, Hadamard> (mx_kernels.cuh): a lane owns a 32-element block (four
 //            16-byte loads), all 5 butterfly stages in registers, one 16-byte code store per lane and one
 //            32-byte scale store per warp; no shuffles.
-//   axis 0 → mx_cols_kernel<bf16, e2m1, Hadamard>: a lane owns 1 column × 32 rows, all 5 stages in
-//            registers read from the warp's rows staged in shared memory; the CTA's codes and scales are
-//            staged in shared memory and written as whole column runs (mx_kernels.cuh).
+//   axis 0 → mx_cols_e2m1_tma_kernel<Hadamard> on sm_90 (cols % 8 == 0), else mx_cols_kernel<bf16, e2m1,
+//            Hadamard>: a lane owns 1 column × 32 rows, all 5 stages in registers read from the warp's rows
+//            staged in shared memory (by one TMA tensor copy per CTA tile, or by the lanes' cp.async
+//            copies); the CTA's codes and scales are staged in shared memory and written as whole column
+//            runs (one TMA tensor store for the codes; mx_kernels.cuh).
 //   both   → hadamard_mxfp4_both_kernel below: the warp's 32×64 tile staged through shared memory (4 KB per
 //            warp), read as columns for the axis-0 work and as 8-element row chunks for the axis-1 work —
 //            one read of the input.
@@ -182,6 +184,14 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
                       : with_stats<BlockStats::sumsq>(along_cols) ? mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::sumsq>
                                                                   : mx_cols_kernel<__nv_bfloat16, true, true, kRoundT, BlockStats::detector>;
         const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(true, true, kRoundT), kRoundT, stats_kind(along_cols));
+        auto tma = with_stats<BlockStats::none>(along_cols)    ? launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::none>
+                   : with_stats<BlockStats::sumsq>(along_cols) ? launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::sumsq>
+                                                               : launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::detector>;
+        if (tma(x, rows, cols, opt.rule, rb, hs, opt.seed, along_cols.codes, along_cols.scales, stats_out(along_cols), ctas, grid.col_tiles,
+                stream)) {
+            CUDA_CHECK(cudaGetLastError());
+            return;
+        }
         kernel<<<ctas, kColsThreads, 0, stream>>>(x, rows, cols, grid.col_tiles, E, opt.rule, rb, opt.rounding, hs, opt.seed,
                                                   along_cols.codes, along_cols.scales, stats_out(along_cols));
     }
