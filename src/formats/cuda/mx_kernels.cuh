@@ -121,8 +121,8 @@ __device__ __forceinline__ float block_amax32(const float (&v)[32]) {
 // here and NaN from the outputs, the same E8M0 byte 0xFF). Those 16 non-negative floats order as their bits,
 // so the maximum is 8 three-input integer maxima (VIMNMX3, sm_90) and 16 adds instead of 32 float maxima,
 // which share the integer pipe with the E2M1 encoding. H200, fused axis 1 at 8192²: 0.852–0.868 of copy
-// bandwidth against 0.820–0.837 with block_amax32, in alternating runs; the column kernel measured 1.5 %
-// slower with it and keeps block_amax32 (bench/results/gpu_mx_lab_h200.txt, session 14).
+// bandwidth against 0.820–0.837 with block_amax32, in alternating runs (session 14); down columns (the TMA
+// column kernel) 0.718–0.720 against 0.689–0.703 (session 15; bench/results/gpu_mx_lab_h200.txt).
 __device__ __forceinline__ uint32_t max3_u32(uint32_t a, uint32_t b, uint32_t c) {
 #if defined(__CUDA_ARCH__)
     return __vimax3_u32(a, b, c);
@@ -514,33 +514,38 @@ struct ColsTileStage {
 #define LOWBIT_MX_COLS_PERSISTENT 1
 #endif
 
+
 // Grid of the column kernels: tiles of tile_cols columns × kColsWarps row blocks, column tiles fastest.
 struct ColsGrid {
     int64_t col_tiles, stripes;
     ColsGrid(int64_t rows, int64_t cols, int64_t tile_cols)
         : col_tiles((cols + tile_cols - 1) / tile_cols), stripes((rows / 32 + kColsWarps - 1) / kColsWarps) {}
     unsigned blocks() const { return unsigned(col_tiles * stripes); }
-    // CTAs of mx_cols_kernel, which strides over the tiles: at most ctas_per_sm resident ones per SM, or one
-    // per tile with stochastic rounding or statistics — those variants measured 4–5 % (stochastic rounding:
-    // issue-bound by the counter-based draws) and ~1.5 % (statistics: 48 registers and a 20-byte spill)
-    // slower with resident CTAs, while RNE went 3 % and plain MXFP4 6 % faster (H200, session 14).
-    unsigned cols_kernel_blocks(int ctas_per_sm, Rounding r, BlockStats stats) const {
-        const bool resident = LOWBIT_MX_COLS_PERSISTENT && r != Rounding::stochastic && stats == BlockStats::none;
+    // CTAs of the column kernels, which stride over the tiles: at most ctas_per_sm resident ones per SM, or one
+    // per tile with stochastic rounding (issue-bound by the counter-based draws: 4–5 % slower resident in
+    // mx_cols_kernel, 3 % in the TMA kernel) and, in mx_cols_kernel (tma false), with statistics (~1.5 %
+    // slower resident: 48 registers and a 20-byte spill). RNE went 3 % and plain MXFP4 6 % faster resident in
+    // mx_cols_kernel (H200, session 14); the TMA kernel with statistics 9 % (session 15).
+    unsigned cols_kernel_blocks(int ctas_per_sm, Rounding r, BlockStats stats, bool tma = false) const {
+        const bool resident = LOWBIT_MX_COLS_PERSISTENT && r != Rounding::stochastic && (tma || stats == BlockStats::none);
         const int64_t cap = resident ? int64_t(cuda_multiprocessor_count()) * ctas_per_sm : int64_t(blocks());
         return unsigned(int64_t(blocks()) < cap ? int64_t(blocks()) : cap);
     }
 };
 
-// The 32-row block r0.. of column c held in registers: Hadamard (kHad), block maximum, scale, and the code
+// The 32-row block r0.. of column c held in registers: Hadamard (kHad) with the block maximum from its last
+// stage (fwht32_and_amax; block_amax32 without the transform), scale, and the code
 // chunks into the stage (col = the column within the tile, rb = the row block within the tile). Shared by
 // the column kernel below and the both-orientations kernel (hadamard_mxfp4.cu).
 template <bool kFp4, bool kHad, Rounding kRoundT, int kCols>
 __device__ __forceinline__ float mx_encode_column(float (&a)[32], const MxScaleRuleBits& rule_bits, MxElement el,
                                                   ScaleRule rule, Rounding rounding, float hs, const RandomStream& rs, int64_t r0, int64_t c, int64_t cols,
                                                   ColsTileStage<kFp4, kCols>& stage, int col, int rb) {
-    if constexpr (kHad) fwht_unnormalized<32>(a);
+    float amax;
+    if constexpr (kHad) amax = fwht32_and_amax(a);
+    else amax = block_amax32(a);
     const float dc = a[0];  // with the transform: Σ of the block's inputs (see BlockStats)
-    const MxBlockScale q = mx_block_scale<kHad, kFp4>(block_amax32(a), rule_bits, el, rule, hs);
+    const MxBlockScale q = mx_block_scale<kHad, kFp4>(amax, rule_bits, el, rule, hs);
     uint32_t w[4][2];  // SR indices (r0 + j)·cols + c
     mx_block32_codes<kFp4, kHad, kRoundT>(a, q, hs, el, rounding, rs, uint64_t(r0 * cols + c), uint64_t(cols), w);
     store_code_chunks<kFp4>(stage.block_chunks(col, rb), w);
@@ -838,12 +843,14 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
 }
 
 // Launches mx_cols_e2m1_tma_kernel when it applies (LOWBIT_MX_COLS_TMA, an sm_90 device, cols % 8 == 0);
-// returns false otherwise, for the caller to launch mx_cols_kernel. ctas: the grid (ColsGrid).
+// returns false otherwise, for the caller to launch mx_cols_kernel.
 template <bool kHad, Rounding kRoundT, BlockStats kStats>
 bool launch_mx_cols_e2m1_tma(const __nv_bfloat16* x, int64_t rows, int64_t cols, ScaleRule rule, const MxScaleRuleBits& rb, float hs,
-                             uint64_t seed, uint8_t* codes, uint8_t* scales, const BlockStatsOut& stats, unsigned ctas,
-                             int64_t col_tiles, cudaStream_t stream) {
+                             uint64_t seed, uint8_t* codes, uint8_t* scales, const BlockStatsOut& stats, const ColsGrid& grid,
+                             cudaStream_t stream) {
     if (!LOWBIT_MX_COLS_TMA || cols % 8 != 0 || !cuda_runs_sm90a()) return false;
+    const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(true, kHad, kRoundT), kRoundT, kStats, true);
+    const int64_t col_tiles = grid.col_tiles;
     const CUtensorMap in_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, uint64_t(cols), uint64_t(rows), uint64_t(cols) * 2,
                                                   kColsTileCols, kColsTmaRows, CU_TENSOR_MAP_SWIZZLE_NONE);
     const CUtensorMap codes_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, codes, uint64_t(rows / 2), uint64_t(cols),

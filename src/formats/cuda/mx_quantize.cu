@@ -38,7 +38,7 @@ void launch_mx(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleRule ru
         const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(kFp4, false, kRoundT), kRoundT, BlockStats::none);
         if constexpr (kFp4 && std::is_same_v<T, __nv_bfloat16>)
             if (launch_mx_cols_e2m1_tma<false, kRoundT, BlockStats::none>(x, rows, cols, rule, rb, 1.0f, opt.seed, codes, scales, BlockStatsOut{},
-                                                                          ctas, grid.col_tiles, stream)) {
+                                                                          grid, stream)) {
                 CUDA_CHECK(cudaGetLastError());
                 return;
             }

@@ -187,8 +187,7 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
         auto tma = with_stats<BlockStats::none>(along_cols)    ? launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::none>
                    : with_stats<BlockStats::sumsq>(along_cols) ? launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::sumsq>
                                                                : launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::detector>;
-        if (tma(x, rows, cols, opt.rule, rb, hs, opt.seed, along_cols.codes, along_cols.scales, stats_out(along_cols), ctas, grid.col_tiles,
-                stream)) {
+        if (tma(x, rows, cols, opt.rule, rb, hs, opt.seed, along_cols.codes, along_cols.scales, stats_out(along_cols), grid, stream)) {
             CUDA_CHECK(cudaGetLastError());
             return;
         }
