@@ -66,7 +66,12 @@ int cuda_multiprocessor_count() { return cached_device_attribute(kSmCount); }
 
 bool cuda_supports_dependent_launch() { return cached_device_attribute(kComputeMajor) >= 9; }
 
-bool cuda_runs_sm90a() { return cached_device_attribute(kComputeMajor) == 9; }
+namespace {
+std::atomic<bool> tma_allowed{true};
+}  // namespace
+
+bool cuda_tma_usable() { return tma_allowed.load(std::memory_order_relaxed) && cached_device_attribute(kComputeMajor) == 9; }
+void cuda_set_tma_allowed(bool allowed) { tma_allowed.store(allowed, std::memory_order_relaxed); }
 
 CUtensorMap cuda_tensor_map_2d(CUtensorMapDataType type, const void* base, uint64_t inner, uint64_t outer, uint64_t row_bytes,
                                uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle) {

@@ -40,9 +40,11 @@ int cuda_multiprocessor_count();  // of the current device
 // Whether the current device runs programmatic dependent launches (compute capability ≥ 9.0: a kernel
 // launched with cudaLaunchAttributeProgrammaticStreamSerialization starts while its predecessor drains).
 bool cuda_supports_dependent_launch();
-// Whether the current device runs lowbit's sm_90a machine code (compute capability 9.x): the kernels that use
-// Hopper-only instructions (TMA tensor copies) are launched only then; other devices get their portable paths.
-bool cuda_runs_sm90a();
+// Whether launchers may use the kernels built on Hopper-only instructions (TMA tensor copies): the current
+// device runs lowbit's sm_90a machine code (compute capability 9.x) and TMA is not switched off. Other
+// devices get the portable kernels; tests switch TMA off (process-wide) to check those on the same GPU.
+bool cuda_tma_usable();
+void cuda_set_tma_allowed(bool allowed);
 // A 2-D TMA tensor map (sm_90) over a row-major array of `outer` rows × `inner` elements of `type` at `base`,
 // rows `row_bytes` apart (a multiple of 16), copied in boxes of box_inner × box_outer elements; reads outside
 // the array fill zeros, writes outside it are dropped. Throws lowbit::Error (runtime) when the driver rejects it.

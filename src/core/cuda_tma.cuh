@@ -2,7 +2,7 @@
 // barriers they complete on (PTX ISA 8.x: cp.async.bulk.tensor, mbarrier). Tensor maps come from
 // cuda_tensor_map_2d (cuda_device.h) and reach kernels as `const __grid_constant__ CUtensorMap` parameters.
 // Compiled for other targets (the portable PTX) the bodies are empty: launchers use TMA kernels only where
-// cuda_runs_sm90a() holds. Only .cu files include this header.
+// cuda_tma_usable() holds. Only .cu files include this header.
 #pragma once
 
 #include <cuda.h>

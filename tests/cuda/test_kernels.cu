@@ -362,7 +362,7 @@ MxCpu cpu_mx(const std::vector<float>& x, Shape s, MxElement e, ScaleRule rule, 
     return r;
 }
 
-void check_mx_case(const std::vector<float>& x, Shape s, MxElement e, ScaleRule rule, const QuantizeOptions& opt, bool bf16,
+void check_mx_case_once(const std::vector<float>& x, Shape s, MxElement e, ScaleRule rule, const QuantizeOptions& opt, bool bf16,
                    bool with_dequant) {
     const std::vector<uint16_t> xh = bf16 ? to_bf16(x) : std::vector<uint16_t>{};
     const std::vector<float> xr = bf16 ? from_bf16(xh) : x;  // what the GPU sees
@@ -385,6 +385,17 @@ void check_mx_case(const std::vector<float>& x, Shape s, MxElement e, ScaleRule 
         sync();
         EXPECT_TRUE(floats_equal(want.dequant, to_host(out), "dequantized"));
     }
+}
+
+// The case with and without the TMA kernels (sm_90), so the portable column kernels are checked on the H200 too.
+void check_mx_case(const std::vector<float>& x, Shape s, MxElement e, ScaleRule rule, const QuantizeOptions& opt, bool bf16,
+                   bool with_dequant) {
+    for (bool tma : {true, false}) {
+        SCOPED_TRACE(tma ? "TMA kernels allowed" : "TMA kernels off");
+        cuda_set_tma_allowed(tma);
+        check_mx_case_once(x, s, e, rule, opt, bf16, with_dequant);
+    }
+    cuda_set_tma_allowed(true);
 }
 
 TEST(MxQuantizeCuda, EveryElementRuleRoundingAxisMatchesCpu) {
@@ -619,7 +630,7 @@ FusedCpu cpu_hadamard_mxfp4(const std::vector<float>& xr, Shape s, int axis, con
 }
 
 // which: 1 = along rows only, 0 = along columns only, 2 = both in one pass.
-void check_fused_case(const std::vector<float>& x, Shape s, int which, const HadamardMxfp4Options& o) {
+void check_fused_case_once(const std::vector<float>& x, Shape s, int which, const HadamardMxfp4Options& o) {
     const std::vector<uint16_t> xh = to_bf16(x);
     const std::vector<float> xr = from_bf16(xh);
     DeviceBuffer<uint16_t> in = to_device(xh);
@@ -650,9 +661,19 @@ void check_fused_case(const std::vector<float>& x, Shape s, int which, const Had
     }
 }
 
+// The case with and without the TMA kernels (sm_90), so the portable column kernels are checked on the H200 too.
+void check_fused_case(const std::vector<float>& x, Shape s, int which, const HadamardMxfp4Options& o) {
+    for (bool tma : {true, false}) {
+        SCOPED_TRACE(tma ? "TMA kernels allowed" : "TMA kernels off");
+        cuda_set_tma_allowed(tma);
+        check_fused_case_once(x, s, which, o);
+    }
+    cuda_set_tma_allowed(true);
+}
+
 TEST(HadamardMxfp4Cuda, RowsColumnsBothMatchCpu) {
     REQUIRE_GPU();
-    const Shape shapes[] = {{1, 32}, {3, 96}, {96, 160}, {33, 64}, {257, 512}, {32, 32}, {64, 96}, {96, 33}, {160, 64}, {288, 40}, {544, 72}};
+    const Shape shapes[] = {{1, 32}, {3, 96}, {96, 160}, {33, 64}, {257, 512}, {32, 32}, {64, 96}, {96, 33}, {160, 64}, {288, 40}, {544, 72}, {288, 96}};
     int cases = 0;
     for (Shape s : shapes)
         for (int which : {1, 0, 2}) {

@@ -771,15 +771,29 @@ struct alignas(1024) ColsTmaStage {
     ColsTileStage<true, kColsTileCols> s;
 };
 
-template <bool kHad, Rounding kRoundT, BlockStats kStats>
+// The along-rows outputs of the both-orientations variant (kRows) of the TMA column kernel.
+struct RowsTmaOut {
+    uint8_t* codes = nullptr;
+    uint8_t* scales = nullptr;
+    BlockStatsOut stats;  // either pointer or none, known at run time
+};
+
+// kRows (fused Hadamard only, cols % 32 == 0): both orientations from one read of the input. A tile's 32
+// columns are one block along each of its rows, so warp w also takes the rows 32w.. of the tile, lane l row
+// 32w + l: four 16-byte shared-memory reads, the row kernel's work, one 16-byte code store. The tile then
+// arrives with the TMA's 64-byte swizzle (16-byte chunk k of tile row R at chunk k ^ ((R / 2) % 4)), so the
+// 8 lanes of a quarter-warp read 8 distinct bank groups; the column reads apply the same XOR to their lane's
+// chunk.
+template <bool kHad, Rounding kRoundT, BlockStats kStats, bool kRows>
 __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, kRoundT))
     mx_cols_e2m1_tma_kernel(const __grid_constant__ CUtensorMap in_map, const __grid_constant__ CUtensorMap codes_map, int64_t rows,
                             int64_t cols, int64_t col_tiles, ScaleRule rule, MxScaleRuleBits rb, float hs, uint64_t seed,
-                            uint8_t* __restrict__ scales, BlockStatsOut stats) {
+                            uint8_t* __restrict__ scales, BlockStatsOut stats, RowsTmaOut along_rows) {
     static_assert(kStats != BlockStats::detector || kHad, "block sums come from the Hadamard transform");
+    static_assert(!kRows || kHad, "the both-orientations variant is the fused Hadamard kernel");
     static_assert(sizeof(ColsTileStage<true, kColsTileCols>::codes) == kColsTileCols * 128, "a staged column is one 128-byte box row");
     __shared__ ColsTmaStage stage[2];
-    __shared__ __align__(128) __nv_bfloat16 in[2][kColsTmaRows][kColsTileCols];
+    __shared__ __align__(1024) __nv_bfloat16 in[2][kColsTmaRows][kColsTileCols];
     __shared__ float2 stage_stats[kStats == BlockStats::none ? 1 : 2][kStats == BlockStats::none ? 1 : kColsWarps][kColsTileCols];
     __shared__ uint64_t loaded[2];  // mbarriers of the input buffers
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -817,12 +831,36 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
             const int64_t r0 = (rb_first + warp) * 32;
             float a[32];
 #pragma unroll
-            for (int r = 0; r < 32; ++r) a[r] = to_float(in[buf][32 * warp + r][lane]);
+            for (int r = 0; r < 32; ++r) a[r] = to_float(in[buf][32 * warp + r][kRows ? lane ^ (8 * ((r >> 1) & 3)) : lane]);
             float sumsq = 0.0f;
             if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(a);
             const float dc = mx_encode_column<true, kHad, kRoundT>(a, rb, MxElement::e2m1, rule, kRoundT, hs, rs, r0, c, cols,
                                                                    stage[buf].s, lane, warp);
             if constexpr (kStats != BlockStats::none) stage_stats[buf][warp][lane] = make_float2(dc, sumsq);
+        }
+        if constexpr (kRows) {
+            if (warp < nrb) {
+                const int64_t row = (rb_first + warp) * 32 + lane, cbs = cols >> 5;
+                const char* src = reinterpret_cast<const char*>(&in[buf][32 * warp + lane][0]);
+                float v[32];
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                    const uint4 u = *reinterpret_cast<const uint4*>(src + 16 * (m ^ ((lane >> 1) & 3)));
+                    bf16x2_to_float(u.x, v[8 * m + 0], v[8 * m + 1]);
+                    bf16x2_to_float(u.y, v[8 * m + 2], v[8 * m + 3]);
+                    bf16x2_to_float(u.z, v[8 * m + 4], v[8 * m + 5]);
+                    bf16x2_to_float(u.w, v[8 * m + 6], v[8 * m + 7]);
+                }
+                const bool row_stats = along_rows.stats.block_sumsq != nullptr || along_rows.stats.detector != nullptr;
+                const float sumsq = row_stats ? block_sum_squares32(v) : 0.0f;
+                const float amax = fwht32_and_amax(v);
+                const int64_t blk = row * cbs + tile;
+                if (row_stats) store_block_stats_any(along_rows.stats, blk, v[0], sumsq);
+                const MxBlockScale q = mx_block_scale<true, true>(amax, rb, MxElement::e2m1, rule, hs);
+                along_rows.scales[blk] = uint8_t(q.scale);
+                const int64_t off = blk * 32;  // = row · cols + tile · 32
+                mx_encode_block32<true, true, kRoundT>(v, q, hs, MxElement::e2m1, kRoundT, rs, uint64_t(off), 1, off, along_rows.codes);
+            }
         }
         fence_proxy_async_shared();            // this thread's staged codes → visible to the tensor store
         if (producer) bulk_wait_read_all();    // the store of two tiles ago (the same stage) has read it
@@ -842,21 +880,20 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
     if (producer) bulk_wait_all();  // shared memory stays until the last stores have read it
 }
 
-// Launches mx_cols_e2m1_tma_kernel when it applies (LOWBIT_MX_COLS_TMA, an sm_90 device, cols % 8 == 0);
-// returns false otherwise, for the caller to launch mx_cols_kernel.
-template <bool kHad, Rounding kRoundT, BlockStats kStats>
+// Launches mx_cols_e2m1_tma_kernel when it applies (LOWBIT_MX_COLS_TMA, cuda_tma_usable(), cols % 8 == 0, and
+// for kRows cols % 32 == 0); returns false otherwise, for the caller to launch its fallback kernel.
+template <bool kHad, Rounding kRoundT, BlockStats kStats, bool kRows = false>
 bool launch_mx_cols_e2m1_tma(const __nv_bfloat16* x, int64_t rows, int64_t cols, ScaleRule rule, const MxScaleRuleBits& rb, float hs,
                              uint64_t seed, uint8_t* codes, uint8_t* scales, const BlockStatsOut& stats, const ColsGrid& grid,
-                             cudaStream_t stream) {
-    if (!LOWBIT_MX_COLS_TMA || cols % 8 != 0 || !cuda_runs_sm90a()) return false;
+                             cudaStream_t stream, const RowsTmaOut& along_rows = {}) {
+    if (!LOWBIT_MX_COLS_TMA || cols % (kRows ? 32 : 8) != 0 || !cuda_tma_usable()) return false;
     const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(true, kHad, kRoundT), kRoundT, kStats, true);
-    const int64_t col_tiles = grid.col_tiles;
     const CUtensorMap in_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, uint64_t(cols), uint64_t(rows), uint64_t(cols) * 2,
-                                                  kColsTileCols, kColsTmaRows, CU_TENSOR_MAP_SWIZZLE_NONE);
+                                                  kColsTileCols, kColsTmaRows, kRows ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE);
     const CUtensorMap codes_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, codes, uint64_t(rows / 2), uint64_t(cols),
                                                      uint64_t(rows / 2), 16 * kColsWarps, kColsTileCols, CU_TENSOR_MAP_SWIZZLE_128B);
-    mx_cols_e2m1_tma_kernel<kHad, kRoundT, kStats>
-        <<<ctas, kColsThreads, 0, stream>>>(in_map, codes_map, rows, cols, col_tiles, rule, rb, hs, seed, scales, stats);
+    mx_cols_e2m1_tma_kernel<kHad, kRoundT, kStats, kRows><<<ctas, kColsThreads, 0, stream>>>(
+        in_map, codes_map, rows, cols, grid.col_tiles, rule, rb, hs, seed, scales, stats, along_rows);
     return true;
 }
 

@@ -22,9 +22,13 @@
 //            staged in shared memory (by one TMA tensor copy per CTA tile, or by the lanes' cp.async
 //            copies); the CTA's codes and scales are staged in shared memory and written as whole column
 //            runs (one TMA tensor store for the codes; mx_kernels.cuh).
-//   both   → hadamard_mxfp4_both_kernel below: the warp's 32×64 tile staged through shared memory (4 KB per
-//            warp), read as columns for the axis-0 work and as 8-element row chunks for the axis-1 work —
-//            one read of the input.
+//   both   → on sm_90 the TMA column kernel's both-orientations variant (one read of the input: each warp
+//            also quantizes the 32 rows of its tile along the rows); elsewhere the two passes above. H200,
+//            8192²: 118.5–118.8 µs against 118.0–119.3 for the earlier one-pass kernel (a warp tile of 32 × 64
+//            staged by the lanes' loads), and 113 µs for the two passes. All three are issue-bound on the sum
+//            of both orientations' arithmetic (ncu: 83.1 M warp instructions = 35.9 M along rows + 44.6 M down
+//            columns + the loads; issue 73 % busy), so one read of the input saves no time; stochastic
+//            rounding: 292 µs against 306 (bench/results/gpu_mx_lab_h200.txt, session 15).
 #include "hadamard/cuda/hadamard_mxfp4.cuh"
 
 #include <string>
@@ -38,113 +42,6 @@ namespace lowbit {
 using namespace cuda_detail;
 
 namespace {
-
-// A CTA owns a tile of 64 columns × kColsWarps row blocks (column tiles fastest, as mx_cols_kernel), warp w
-// the 32×64 warp tile of row block stripe·kColsWarps + w:
-//   load:   the warp reads its 32 rows × 128 bytes as 16-byte chunks (4 rows per warp instruction) into
-//           shared memory, row r's chunk k at chunk k ^ (r % 8) (word w at word w ^ 4·(r % 8));
-//   axis 0: lane l takes column cw + 2l, then cw + 2l + 1, reading its 32 values back (lane l reads word
-//           l ^ 4·(r % 8) of row r: 32 distinct banks) and does the mx_cols_kernel work, staging codes
-//           and scales for whole-column-run stores (one column at a time keeps ~60 registers);
-//   axis 1: lane l reads row l as eight 16-byte chunks (chunk m at chunk m ^ (l % 8); each quarter-warp
-//           reads 8 distinct chunks = 32 distinct banks) and quantizes the row's two blocks as
-//           mx_rows_kernel does, storing them directly (32 bytes = one sector). No shuffles anywhere.
-constexpr int kBothTileCols = 64;
-#ifndef LOWBIT_MX_BOTH_MIN_BLOCKS  // kernel-lab override (dev/kernel_lab/bench_variants.sh)
-// 3 CTAs per SM caps the kernel at 85 registers (8 bytes of spills) instead of 102 (2 CTAs).
-#define LOWBIT_MX_BOTH_MIN_BLOCKS 3
-#endif
-
-template <Rounding kRoundT>
-__global__ void __launch_bounds__(kColsThreads, LOWBIT_MX_BOTH_MIN_BLOCKS) hadamard_mxfp4_both_kernel(
-    const __nv_bfloat16* __restrict__ x, int64_t rows, int64_t cols, int64_t col_tiles, ScaleRule rule, MxScaleRuleBits rb, float hs,
-    uint64_t seed, uint8_t* __restrict__ codes_r, uint8_t* __restrict__ scales_r, BlockStatsOut stats_r, uint8_t* __restrict__ codes_c,
-    uint8_t* __restrict__ scales_c, BlockStatsOut stats_c) {
-    __shared__ __align__(16) uint32_t tile[kColsWarps][32][32];
-    __shared__ ColsTileStage<true, kBothTileCols> stage;
-    __shared__ float2 stage_stats[kColsWarps][kBothTileCols];  // (Σx, Σx²) per warp and column, for the stripe's groups
-    const bool col_stats = stats_c.block_sumsq != nullptr || stats_c.detector != nullptr;
-    const bool row_stats = stats_r.block_sumsq != nullptr || stats_r.detector != nullptr;
-    constexpr MxElement E = MxElement::e2m1;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const unsigned ctile = blockIdx.x % unsigned(col_tiles), stripe = blockIdx.x / unsigned(col_tiles);
-    int64_t rb_first;
-    const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
-    const int64_t cbs = cols >> 5;
-    const int64_t cw = ctile * kBothTileCols;
-    const int64_t c0 = cw + 2 * lane;
-    const bool col_ok = c0 < cols;            // cols % 32 == 0, so c0 + 1 < cols as well
-    const bool hi_block_ok = cw + 32 < cols;  // axis 1: the strip's second block exists
-    if (warp < nrb) {
-        const int64_t r0 = (rb_first + warp) * 32;
-        const RandomStream rs(seed);
-        uint32_t(&my_tile)[32][32] = tile[warp];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // 32 rows × 8 chunks of 16 bytes; chunk q = 32i + lane: row q / 8, chunk q % 8
-            const int q = 32 * i + lane, r = q >> 3, k = q & 7;
-            uint4 u = make_uint4(0u, 0u, 0u, 0u);
-            if (cw + 8 * k < cols) u = __ldg(reinterpret_cast<const uint4*>(x + (r0 + r) * cols + cw) + k);
-            reinterpret_cast<uint4*>(&my_tile[r][0])[k ^ (r & 7)] = u;
-        }
-        __syncwarp();
-
-        if (col_ok) {  // blocks down the columns: c0, then c0 + 1
-#pragma unroll 1
-            for (int half = 0; half < 2; ++half) {
-                float a[32];
-#pragma unroll
-                for (int r = 0; r < 32; ++r) {
-                    const uint32_t w = my_tile[r][lane ^ (4 * (r & 7))];
-                    a[r] = __uint_as_float(half ? (w & 0xFFFF0000u) : (w << 16));
-                }
-                const float sumsq = col_stats ? block_sum_squares32(a) : 0.0f;
-                const float dc = mx_encode_column<true, true, kRoundT>(a, rb, E, rule, kRoundT, hs, rs, r0, c0 + half, cols, stage,
-                                                                       2 * lane + half, warp);
-                if (col_stats) stage_stats[warp][2 * lane + half] = make_float2(dc, sumsq);
-            }
-        }
-
-        {  // blocks along the rows: lane l takes row r0 + l, blocks (cw, cw + 32)
-            const int64_t row = r0 + lane;
-            uint32_t sc = 0;  // scale of block 0 | scale of block 1 << 8
-#pragma unroll 1
-            for (int beta = 0; beta < 2; ++beta) {
-                float v[32];
-#pragma unroll
-                for (int m = 0; m < 4; ++m) {
-                    const int chunk16 = (4 * beta + m) ^ (lane & 7);
-                    const uint4 u = *reinterpret_cast<const uint4*>(&my_tile[lane][4 * chunk16]);
-                    bf16x2_to_float(u.x, v[8 * m + 0], v[8 * m + 1]);
-                    bf16x2_to_float(u.y, v[8 * m + 2], v[8 * m + 3]);
-                    bf16x2_to_float(u.z, v[8 * m + 4], v[8 * m + 5]);
-                    bf16x2_to_float(u.w, v[8 * m + 6], v[8 * m + 7]);
-                }
-                const bool block_ok = beta == 0 || hi_block_ok;
-                const float sumsq = row_stats ? block_sum_squares32(v) : 0.0f;
-                const float amax = fwht32_and_amax(v);
-                if (row_stats && block_ok) store_block_stats_any(stats_r, row * cbs + (cw >> 5) + beta, v[0], sumsq);
-                const MxBlockScale q = mx_block_scale<true, true>(amax, rb, E, rule, hs);
-                sc |= q.scale << (8 * beta);
-                const int64_t off = row * cols + cw + 32 * beta;
-                if (block_ok) mx_encode_block32<true, true, kRoundT>(v, q, hs, E, kRoundT, rs, uint64_t(off), 1, off, codes_r);
-            }
-            const int64_t si = row * cbs + (cw >> 5);
-            if (hi_block_ok && (si & 1) == 0) {
-                *reinterpret_cast<uint16_t*>(scales_r + si) = uint16_t(sc);
-            } else {
-                scales_r[si] = uint8_t(sc);
-                if (hi_block_ok) scales_r[si + 1] = uint8_t(sc >> 8);
-            }
-        }
-    }
-    __syncthreads();
-    if (col_stats && threadIdx.x < kBothTileCols && cw + threadIdx.x < cols) {
-        const int64_t at = int64_t(stripe) * cols + cw + threadIdx.x;
-        if (stats_c.block_sumsq != nullptr) store_stripe_stats<BlockStats::sumsq>(stage_stats, threadIdx.x, nrb, stats_c, at);
-        else store_stripe_stats<BlockStats::detector>(stage_stats, threadIdx.x, nrb, stats_c, at);
-    }
-    write_cols_tile(stage, cw, rb_first, nrb, rows, cols, codes_c, scales_c);
-}
 
 // Which statistics an output asks for (not both: checked by the caller), and where they go.
 BlockStats stats_kind(const Mxfp4DeviceOutput& o) {
@@ -164,11 +61,17 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     const float hs = hadamard_inv_sqrt(32);
     const MxScaleRuleBits rb = mx_scale_rule_bits(mx_spec(E), opt.rule);
     if (along_rows.requested() && along_cols.requested()) {
-        const ColsGrid grid(rows, cols, kBothTileCols);
-        hadamard_mxfp4_both_kernel<kRoundT><<<grid.blocks(), kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, opt.rule, rb, hs, opt.seed, along_rows.codes, along_rows.scales, stats_out(along_rows),
-            along_cols.codes, along_cols.scales, stats_out(along_cols));
-        CUDA_CHECK(cudaGetLastError());
+        const RowsTmaOut rows_out{along_rows.codes, along_rows.scales, stats_out(along_rows)};
+        auto tma = with_stats<BlockStats::none>(along_cols)    ? launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::none, true>
+                   : with_stats<BlockStats::sumsq>(along_cols) ? launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::sumsq, true>
+                                                               : launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::detector, true>;
+        if (tma(x, rows, cols, opt.rule, rb, hs, opt.seed, along_cols.codes, along_cols.scales, stats_out(along_cols),
+                ColsGrid(rows, cols, kColsTileCols), stream, rows_out)) {
+            CUDA_CHECK(cudaGetLastError());
+            return;
+        }
+        launch_hadamard_mxfp4<kRoundT>(x, rows, cols, opt, along_rows, Mxfp4DeviceOutput{}, stream);
+        launch_hadamard_mxfp4<kRoundT>(x, rows, cols, opt, Mxfp4DeviceOutput{}, along_cols, stream);
         return;
     }
     if (along_rows.requested()) {
@@ -187,7 +90,7 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
         auto tma = with_stats<BlockStats::none>(along_cols)    ? launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::none>
                    : with_stats<BlockStats::sumsq>(along_cols) ? launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::sumsq>
                                                                : launch_mx_cols_e2m1_tma<true, kRoundT, BlockStats::detector>;
-        if (tma(x, rows, cols, opt.rule, rb, hs, opt.seed, along_cols.codes, along_cols.scales, stats_out(along_cols), grid, stream)) {
+        if (tma(x, rows, cols, opt.rule, rb, hs, opt.seed, along_cols.codes, along_cols.scales, stats_out(along_cols), grid, stream, {})) {
             CUDA_CHECK(cudaGetLastError());
             return;
         }
