@@ -803,6 +803,7 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
     const unsigned tiles = ctiles * unsigned((rows / 32 + kColsWarps - 1) / kColsWarps);
     const unsigned step_stripes = gridDim.x / ctiles, step_tiles = gridDim.x % ctiles;
     unsigned tile = blockIdx.x % ctiles, stripe = blockIdx.x / ctiles;
+    const unsigned row_blocks = unsigned(rows >> 5), cols32 = unsigned(cols);
     auto load = [&](unsigned t_tile, unsigned t_stripe, int buf) {
         mbarrier_arrive_expect_tx(&loaded[buf], uint32_t(sizeof(in[0])));
         tma_load_2d(&in[buf][0][0], &in_map, int(t_tile) * kColsTileCols, int(t_stripe) * kColsTmaRows, &loaded[buf]);
@@ -824,11 +825,11 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
         // the other buffer was last read before the previous iteration's barrier
         if (producer && t + gridDim.x < tiles) load(next_tile, next_stripe, buf ^ 1);
         mbarrier_wait(&loaded[buf], (use >> 1) & 1);
-        int64_t rb_first;
-        const int nrb = cols_tile_row_blocks(rows, stripe, rb_first);
-        const int64_t c = int64_t(tile) * kColsTileCols + lane;
-        if (warp < nrb && c < cols) {
-            const int64_t r0 = (rb_first + warp) * 32;
+        // 32-bit tile indices (the launcher keeps rows and cols below 2^31)
+        const unsigned rb_first = stripe * kColsWarps, c = tile * kColsTileCols + lane;
+        const int nrb = int(row_blocks - rb_first < unsigned(kColsWarps) ? row_blocks - rb_first : unsigned(kColsWarps));
+        if (warp < nrb && c < cols32) {
+            const int64_t r0 = int64_t(rb_first + warp) * 32;
             float a[32];
 #pragma unroll
             for (int r = 0; r < 32; ++r) a[r] = to_float(in[buf][32 * warp + r][kRows ? lane ^ (8 * ((r >> 1) & 3)) : lane]);
@@ -840,7 +841,7 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
         }
         if constexpr (kRows) {
             if (warp < nrb) {
-                const int64_t row = (rb_first + warp) * 32 + lane, cbs = cols >> 5;
+                const int64_t row = int64_t(rb_first + warp) * 32 + lane, cbs = cols >> 5;
                 const char* src = reinterpret_cast<const char*>(&in[buf][32 * warp + lane][0]);
                 float v[32];
 #pragma unroll
@@ -872,7 +873,7 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
         if (warp == kColsWarps - 1)
             write_cols_scales(stage[buf].s, int64_t(tile) * kColsTileCols, rb_first, nrb, rows, cols, scales, lane, 32);
         if constexpr (kStats != BlockStats::none)
-            if (warp == kColsWarps - 2 && c < cols)
+            if (warp == kColsWarps - 2 && c < cols32)
                 store_stripe_stats<kStats>(stage_stats[buf], lane, nrb, stats, int64_t(stripe) * cols + c);
         tile = next_tile;
         stripe = next_stripe;
@@ -886,7 +887,8 @@ template <bool kHad, Rounding kRoundT, BlockStats kStats, bool kRows = false>
 bool launch_mx_cols_e2m1_tma(const __nv_bfloat16* x, int64_t rows, int64_t cols, ScaleRule rule, const MxScaleRuleBits& rb, float hs,
                              uint64_t seed, uint8_t* codes, uint8_t* scales, const BlockStatsOut& stats, const ColsGrid& grid,
                              cudaStream_t stream, const RowsTmaOut& along_rows = {}) {
-    if (!LOWBIT_MX_COLS_TMA || cols % (kRows ? 32 : 8) != 0 || !cuda_tma_usable()) return false;
+    if (!LOWBIT_MX_COLS_TMA || cols % (kRows ? 32 : 8) != 0 || rows >= (int64_t(1) << 31) || cols >= (int64_t(1) << 31) || !cuda_tma_usable())
+        return false;
     const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(true, kHad, kRoundT), kRoundT, kStats, true);
     const CUtensorMap in_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, uint64_t(cols), uint64_t(rows), uint64_t(cols) * 2,
                                                   kColsTileCols, kColsTmaRows, kRows ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE);
