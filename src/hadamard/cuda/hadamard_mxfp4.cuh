@@ -1,6 +1,6 @@
 // hadamard_mxfp4.cuh — the fused kernel AdaHOP's inner-Hadamard-transform GEMMs need: block-32 Hadamard
 // transform + MXFP4 quantization of a BF16 matrix in one pass, with blocks along rows (axis 1), along
-// columns (axis 0), or both orientations from a single read of the input.
+// columns (axis 0), or both orientations (from a single read of the input on sm_90; two passes elsewhere).
 //
 // Definition (bit for bit): for each requested axis,
 //     y   = hadamard_transform(float(x), rows, cols, {block 32, axis})     (hadamard/hadamard.h)
