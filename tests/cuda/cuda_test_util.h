@@ -1,5 +1,6 @@
 // cuda_test_util.h — what the GPU test suites share: the skip-without-GPU guard, host↔device copies of
-// std::vectors (whole buffers or their first n elements), and the check that a call throws a given Error.
+// std::vectors (whole buffers or their first n elements), the check that a call throws a given Error, and
+// running a check with the TMA kernels allowed and switched off.
 #pragma once
 
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
@@ -48,6 +49,18 @@ void expect_error(ErrorKind kind, F&& f) {
         EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
         EXPECT_GT(std::strlen(e.what()), 20u);
     }
+}
+
+// Runs f() with the TMA kernels allowed and then switched off (cuda_set_tma_allowed, process-wide), so a check
+// covers both the sm_90 kernels and the portable ones on the same GPU; leaves them allowed.
+template <typename F>
+void with_and_without_tma(F&& f) {
+    for (bool tma : {true, false}) {
+        SCOPED_TRACE(tma ? "TMA kernels allowed" : "TMA kernels off");
+        cuda_set_tma_allowed(tma);
+        f();
+    }
+    cuda_set_tma_allowed(true);
 }
 
 }  // namespace lowbit::testing_util

@@ -999,59 +999,63 @@ void expect_fused_extraction_matches(const std::vector<float>& x, int64_t r, int
 
 TEST(AdahopCuda, OutlierExtractionFusedIntoQuantizationEqualsSplitThenQuantize) {
     REQUIRE_GPU();
-    OutlierExtractionWorkspace ws;
-    uint64_t seed = 900;
-    const int64_t shapes[][2] = {{64, 96}, {96, 64}, {256, 320}, {32, 2048}, {2048, 32}};
-    for (auto sh : shapes)
-        for (int axis : {1, 0}) {
-            const int64_t r = sh[0], c = sh[1], n = axis == 1 ? r : c;
-            const auto x = synthetic_operand(r, c, axis == 1 ? Pattern::row : Pattern::col, ++seed, 0.05);
-            for (int64_t k : {int64_t(0), int64_t(1), int64_t(7), n - 1, n, n + 3}) {
-                HadamardMxfp4Options o;
-                expect_fused_extraction_matches(x, r, c, axis, k, o, ws, "synthetic");
-            }
-            for (ScaleRule rule : {ScaleRule::floor, ScaleRule::rceil, ScaleRule::midmax})
-                for (Rounding rnd : {Rounding::nearest_even, Rounding::stochastic}) {
+    with_and_without_tma([&] {  // the TMA column kernels and the portable ones
+        OutlierExtractionWorkspace ws;
+        uint64_t seed = 900;
+        const int64_t shapes[][2] = {{64, 96}, {96, 64}, {256, 320}, {32, 2048}, {2048, 32}};
+        for (auto sh : shapes)
+            for (int axis : {1, 0}) {
+                const int64_t r = sh[0], c = sh[1], n = axis == 1 ? r : c;
+                const auto x = synthetic_operand(r, c, axis == 1 ? Pattern::row : Pattern::col, ++seed, 0.05);
+                for (int64_t k : {int64_t(0), int64_t(1), int64_t(7), n - 1, n, n + 3}) {
                     HadamardMxfp4Options o;
-                    o.rule = rule;
-                    o.rounding = rnd;
-                    o.seed = seed;
-                    expect_fused_extraction_matches(x, r, c, axis, 5, o, ws, "rules");
+                    expect_fused_extraction_matches(x, r, c, axis, k, o, ws, "synthetic");
                 }
+                for (ScaleRule rule : {ScaleRule::floor, ScaleRule::rceil, ScaleRule::midmax})
+                    for (Rounding rnd : {Rounding::nearest_even, Rounding::stochastic}) {
+                        HadamardMxfp4Options o;
+                        o.rule = rule;
+                        o.rounding = rnd;
+                        o.seed = seed;
+                        expect_fused_extraction_matches(x, r, c, axis, 5, o, ws, "rules");
+                    }
+            }
+        // blocks along rows only, rows not a multiple of 32 (the row kernel's last warp partly empty)
+        for (int64_t c : {128, 96}) {
+            const auto x = synthetic_operand(37, c, Pattern::row, ++seed, 0.05);
+            for (int64_t k : {int64_t(1), int64_t(5), int64_t(36)})
+                expect_fused_extraction_matches(x, 37, c, 1, k, HadamardMxfp4Options{}, ws, "rows only");
         }
-    // blocks along rows only, rows not a multiple of 32 (the row kernel's last warp partly empty)
-    for (int64_t c : {128, 96}) {
-        const auto x = synthetic_operand(37, c, Pattern::row, ++seed, 0.05);
-        for (int64_t k : {int64_t(1), int64_t(5), int64_t(36)})
-            expect_fused_extraction_matches(x, 37, c, 1, k, HadamardMxfp4Options{}, ws, "rows only");
-    }
-    // exact ties (small integers: every sum is exact in any order) rank the lower index first; all zeros
-    const std::vector<int64_t> winners = {3, 40, 41, 150};
-    for (int axis : {1, 0}) {
-        const bool by_rows = axis == 1;
-        const int64_t r = by_rows ? 200 : 64, c = by_rows ? 64 : 200;
-        const auto x = tied_matrix(r, c, by_rows, winners, 17);
-        for (int64_t k : {2, 4, 5, 9, 64, 199}) expect_fused_extraction_matches(x, r, c, axis, k, HadamardMxfp4Options{}, ws, "ties");
-        expect_fused_extraction_matches(std::vector<float>(size_t(r * c), 0.0f), r, c, axis, 13, HadamardMxfp4Options{}, ws, "zeros");
-    }
+        // exact ties (small integers: every sum is exact in any order) rank the lower index first; all zeros
+        const std::vector<int64_t> winners = {3, 40, 41, 150};
+        for (int axis : {1, 0}) {
+            const bool by_rows = axis == 1;
+            const int64_t r = by_rows ? 200 : 64, c = by_rows ? 64 : 200;
+            const auto x = tied_matrix(r, c, by_rows, winners, 17);
+            for (int64_t k : {2, 4, 5, 9, 64, 199}) expect_fused_extraction_matches(x, r, c, axis, k, HadamardMxfp4Options{}, ws, "ties");
+            expect_fused_extraction_matches(std::vector<float>(size_t(r * c), 0.0f), r, c, axis, 13, HadamardMxfp4Options{}, ws, "zeros");
+        }
+    });
 }
 
 TEST(AdahopCuda, BlockSumsOfBothOrientationsEqualTheSingleOrientationOnes) {
     REQUIRE_GPU();
-    const int64_t r = 96, c = 128;
-    const auto xb = to_bf16(synthetic_operand(r, c, Pattern::col, 77, 0.05));
-    DeviceBuffer<__nv_bfloat16> dx(xb.size());
-    dx.upload(xb.data(), xb.size());
-    QuantizedDevice rows1(r, c, 1, true), cols1(r, c, 0, true), rows2(r, c, 1, true), cols2(r, c, 0, true);
-    HadamardMxfp4Options o;
-    quantize_axis(dx.data(), r, c, 1, o, rows1);
-    quantize_axis(dx.data(), r, c, 0, o, cols1);
-    hadamard_mxfp4_cuda(dx.data(), r, c, o, rows2.out(), cols2.out());
-    CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(float_bits(download_at(rows2.sumsq.data(), rows2.sumsq.size())), float_bits(download_at(rows1.sumsq.data(), rows1.sumsq.size())));
-    EXPECT_EQ(float_bits(download_at(cols2.sumsq.data(), cols2.sumsq.size())), float_bits(download_at(cols1.sumsq.data(), cols1.sumsq.size())));
-    EXPECT_EQ(download_at(rows2.codes.data(), rows2.codes.size()), download_at(rows1.codes.data(), rows1.codes.size()));
-    EXPECT_EQ(download_at(cols2.codes.data(), cols2.codes.size()), download_at(cols1.codes.data(), cols1.codes.size()));
+    with_and_without_tma([&] {  // the TMA column kernels and the portable ones
+        const int64_t r = 96, c = 128;
+        const auto xb = to_bf16(synthetic_operand(r, c, Pattern::col, 77, 0.05));
+        DeviceBuffer<__nv_bfloat16> dx(xb.size());
+        dx.upload(xb.data(), xb.size());
+        QuantizedDevice rows1(r, c, 1, true), cols1(r, c, 0, true), rows2(r, c, 1, true), cols2(r, c, 0, true);
+        HadamardMxfp4Options o;
+        quantize_axis(dx.data(), r, c, 1, o, rows1);
+        quantize_axis(dx.data(), r, c, 0, o, cols1);
+        hadamard_mxfp4_cuda(dx.data(), r, c, o, rows2.out(), cols2.out());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(float_bits(download_at(rows2.sumsq.data(), rows2.sumsq.size())), float_bits(download_at(rows1.sumsq.data(), rows1.sumsq.size())));
+        EXPECT_EQ(float_bits(download_at(cols2.sumsq.data(), cols2.sumsq.size())), float_bits(download_at(cols1.sumsq.data(), cols1.sumsq.size())));
+        EXPECT_EQ(download_at(rows2.codes.data(), rows2.codes.size()), download_at(rows1.codes.data(), rows1.codes.size()));
+        EXPECT_EQ(download_at(cols2.codes.data(), cols2.codes.size()), download_at(cols1.codes.data(), cols1.codes.size()));
+    });
 }
 
 // The detector from the partials of a quantization pass in each orientation (one both-orientations pass,
@@ -1059,76 +1063,78 @@ TEST(AdahopCuda, BlockSumsOfBothOrientationsEqualTheSingleOrientationOnes) {
 // column sums against FP64 sums; quantizing with the partials changes no code.
 TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
     REQUIRE_GPU();
-    OutlierStatsWorkspace ws;
-    const int64_t shapes[][2] = {{512, 768}, {64, 4096}, {4096, 64}, {32, 32}, {1024, 2048}};
-    for (auto sh : shapes)
-        for (Pattern pat : {Pattern::row, Pattern::col, Pattern::none}) {
-            const int64_t r = sh[0], c = sh[1];
-            const std::string w = shape_name(r, c) + " " + pattern_name(pat);
-            auto x = synthetic_operand(r, c, pat, 19);
-            for (float& v : x) v += 0.3f;  // non-zero mean exercises the one-pass variance
-            const auto xv = bf16_values(x);
-            const PatternStats cpu = detect_outlier_pattern(xv.data(), r, c);
-            auto dx = to_device(to_bf16(x));
-            QuantizedDevice rows(r, c, 1, false, true), cols(r, c, 0, false, true), plain_rows(r, c, 1, false), plain_cols(r, c, 0, false);
-            hadamard_mxfp4_cuda(dx.data(), r, c, {}, plain_rows.out(), plain_cols.out());
-            std::vector<double> first_rows, first_cols;
-            for (bool together : {true, false}) {
-                if (together) {
-                    hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows.out(), cols.out());
-                } else {
-                    hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows.out(), Mxfp4DeviceOutput{});
-                    hadamard_mxfp4_cuda(dx.data(), r, c, {}, Mxfp4DeviceOutput{}, cols.out());
-                }
-                const PatternStats gpu = detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), r, c, {}, ws);
-                const std::string ww = w + (together ? " together" : " separate");
-                EXPECT_EQ(gpu.pattern, cpu.pattern) << ww;
-                EXPECT_NEAR(gpu.cv_row, cpu.cv_row, 1e-6 * (1 + cpu.cv_row)) << ww;
-                EXPECT_NEAR(gpu.cv_col, cpu.cv_col, 1e-6 * (1 + cpu.cv_col)) << ww;
-                EXPECT_NEAR(gpu.kurtosis_row, cpu.kurtosis_row, 1e-5 * (1 + cpu.kurtosis_row)) << ww;
-                EXPECT_NEAR(gpu.kurtosis_col, cpu.kurtosis_col, 1e-5 * (1 + cpu.kurtosis_col)) << ww;
-                EXPECT_NEAR(gpu.mean_row_variance, cpu.mean_row_variance, 1e-6 * cpu.mean_row_variance) << ww;
-                EXPECT_NEAR(gpu.mean_col_variance, cpu.mean_col_variance, 1e-6 * cpu.mean_col_variance) << ww;
-                const auto grs = download(ws.row_sums, size_t(2 * r)), gcs = download(ws.col_sums, size_t(2 * c));
-                if (together) {
-                    first_rows = grs, first_cols = gcs;
-                    // vector v of a row (step 1, stride c) or a column (step c, stride 1): Σx and Σx² in FP64
-                    auto expect_sums = [&](const std::vector<double>& got, int64_t count, int64_t len, int64_t step, int64_t stride,
-                                           const char* what) {
-                        for (int64_t v = 0; v < count; ++v) {
-                            double s = 0, q = 0, a = 0;
-                            for (int64_t t = 0; t < len; ++t) {
-                                const double x_ = xv[size_t(v * stride + t * step)];
-                                s += x_, q += x_ * x_, a += std::fabs(x_);
+    with_and_without_tma([&] {  // the TMA column kernels and the portable ones
+        OutlierStatsWorkspace ws;
+        const int64_t shapes[][2] = {{512, 768}, {64, 4096}, {4096, 64}, {32, 32}, {1024, 2048}};
+        for (auto sh : shapes)
+            for (Pattern pat : {Pattern::row, Pattern::col, Pattern::none}) {
+                const int64_t r = sh[0], c = sh[1];
+                const std::string w = shape_name(r, c) + " " + pattern_name(pat);
+                auto x = synthetic_operand(r, c, pat, 19);
+                for (float& v : x) v += 0.3f;  // non-zero mean exercises the one-pass variance
+                const auto xv = bf16_values(x);
+                const PatternStats cpu = detect_outlier_pattern(xv.data(), r, c);
+                auto dx = to_device(to_bf16(x));
+                QuantizedDevice rows(r, c, 1, false, true), cols(r, c, 0, false, true), plain_rows(r, c, 1, false), plain_cols(r, c, 0, false);
+                hadamard_mxfp4_cuda(dx.data(), r, c, {}, plain_rows.out(), plain_cols.out());
+                std::vector<double> first_rows, first_cols;
+                for (bool together : {true, false}) {
+                    if (together) {
+                        hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows.out(), cols.out());
+                    } else {
+                        hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows.out(), Mxfp4DeviceOutput{});
+                        hadamard_mxfp4_cuda(dx.data(), r, c, {}, Mxfp4DeviceOutput{}, cols.out());
+                    }
+                    const PatternStats gpu = detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), r, c, {}, ws);
+                    const std::string ww = w + (together ? " together" : " separate");
+                    EXPECT_EQ(gpu.pattern, cpu.pattern) << ww;
+                    EXPECT_NEAR(gpu.cv_row, cpu.cv_row, 1e-6 * (1 + cpu.cv_row)) << ww;
+                    EXPECT_NEAR(gpu.cv_col, cpu.cv_col, 1e-6 * (1 + cpu.cv_col)) << ww;
+                    EXPECT_NEAR(gpu.kurtosis_row, cpu.kurtosis_row, 1e-5 * (1 + cpu.kurtosis_row)) << ww;
+                    EXPECT_NEAR(gpu.kurtosis_col, cpu.kurtosis_col, 1e-5 * (1 + cpu.kurtosis_col)) << ww;
+                    EXPECT_NEAR(gpu.mean_row_variance, cpu.mean_row_variance, 1e-6 * cpu.mean_row_variance) << ww;
+                    EXPECT_NEAR(gpu.mean_col_variance, cpu.mean_col_variance, 1e-6 * cpu.mean_col_variance) << ww;
+                    const auto grs = download(ws.row_sums, size_t(2 * r)), gcs = download(ws.col_sums, size_t(2 * c));
+                    if (together) {
+                        first_rows = grs, first_cols = gcs;
+                        // vector v of a row (step 1, stride c) or a column (step c, stride 1): Σx and Σx² in FP64
+                        auto expect_sums = [&](const std::vector<double>& got, int64_t count, int64_t len, int64_t step, int64_t stride,
+                                               const char* what) {
+                            for (int64_t v = 0; v < count; ++v) {
+                                double s = 0, q = 0, a = 0;
+                                for (int64_t t = 0; t < len; ++t) {
+                                    const double x_ = xv[size_t(v * stride + t * step)];
+                                    s += x_, q += x_ * x_, a += std::fabs(x_);
+                                }
+                                ASSERT_NEAR(got[size_t(2 * v)], s, 1e-6 * a) << ww << " " << what << " " << v;
+                                ASSERT_NEAR(got[size_t(2 * v + 1)], q, 1e-6 * q) << ww << " " << what << " " << v;
                             }
-                            ASSERT_NEAR(got[size_t(2 * v)], s, 1e-6 * a) << ww << " " << what << " " << v;
-                            ASSERT_NEAR(got[size_t(2 * v + 1)], q, 1e-6 * q) << ww << " " << what << " " << v;
-                        }
-                    };
-                    expect_sums(grs, r, c, 1, c, "row");
-                    expect_sums(gcs, c, r, c, 1, "col");
-                } else {
-                    EXPECT_EQ(grs, first_rows) << ww;
-                    EXPECT_EQ(gcs, first_cols) << ww;
+                        };
+                        expect_sums(grs, r, c, 1, c, "row");
+                        expect_sums(gcs, c, r, c, 1, "col");
+                    } else {
+                        EXPECT_EQ(grs, first_rows) << ww;
+                        EXPECT_EQ(gcs, first_cols) << ww;
+                    }
+                    EXPECT_EQ(download_at(rows.codes.data(), rows.codes.size()), download_at(plain_rows.codes.data(), plain_rows.codes.size())) << ww;
+                    EXPECT_EQ(download_at(cols.codes.data(), cols.codes.size()), download_at(plain_cols.codes.data(), plain_cols.codes.size())) << ww;
                 }
-                EXPECT_EQ(download_at(rows.codes.data(), rows.codes.size()), download_at(plain_rows.codes.data(), plain_rows.codes.size())) << ww;
-                EXPECT_EQ(download_at(cols.codes.data(), cols.codes.size()), download_at(plain_cols.codes.data(), plain_cols.codes.size())) << ww;
             }
-        }
-    // NaN → an input error, as the CPU detector; missing partials, a missing orientation, partials and Σx² in one pass
-    std::vector<float> bad(64 * 64, 1.0f);
-    bad[100] = NAN;
-    auto db = to_device(to_bf16(bad));
-    QuantizedDevice rows(64, 64, 1, false, true), cols(64, 64, 0, false, true), no_sum(64, 64, 0, true);
-    hadamard_mxfp4_cuda(db.data(), 64, 64, {}, rows.out(), cols.out());
-    expect_error(ErrorKind::input, [&] { detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), 64, 64, {}, ws); });
-    expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), no_sum.out(), 64, 64, ws); });
-    expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), Mxfp4DeviceOutput{}, 64, 64, ws); });
-    expect_error(ErrorKind::input, [&] { detector_stats_from_blocks_cuda(rows.out(), cols.out(), 64, 40, ws); });
-    Mxfp4DeviceOutput both_stats = rows.out();
-    both_stats.block_sumsq = no_sum.sumsq.data();
-    expect_error(ErrorKind::usage, [&] { hadamard_mxfp4_cuda(db.data(), 64, 64, {}, both_stats, Mxfp4DeviceOutput{}); });
-    CUDA_CHECK(cudaDeviceSynchronize());
+        // NaN → an input error, as the CPU detector; missing partials, a missing orientation, partials and Σx² in one pass
+        std::vector<float> bad(64 * 64, 1.0f);
+        bad[100] = NAN;
+        auto db = to_device(to_bf16(bad));
+        QuantizedDevice rows(64, 64, 1, false, true), cols(64, 64, 0, false, true), no_sum(64, 64, 0, true);
+        hadamard_mxfp4_cuda(db.data(), 64, 64, {}, rows.out(), cols.out());
+        expect_error(ErrorKind::input, [&] { detect_outlier_pattern_from_blocks_cuda(rows.out(), cols.out(), 64, 64, {}, ws); });
+        expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), no_sum.out(), 64, 64, ws); });
+        expect_error(ErrorKind::usage, [&] { detector_stats_from_blocks_cuda(rows.out(), Mxfp4DeviceOutput{}, 64, 64, ws); });
+        expect_error(ErrorKind::input, [&] { detector_stats_from_blocks_cuda(rows.out(), cols.out(), 64, 40, ws); });
+        Mxfp4DeviceOutput both_stats = rows.out();
+        both_stats.block_sumsq = no_sum.sumsq.data();
+        expect_error(ErrorKind::usage, [&] { hadamard_mxfp4_cuda(db.data(), 64, 64, {}, both_stats, Mxfp4DeviceOutput{}); });
+        CUDA_CHECK(cudaDeviceSynchronize());
+    });
 }
 
 // The detector partials themselves: every group's (Σx, Σx²) pair against FP64 sums of its BF16 values, in
@@ -1136,123 +1142,127 @@ TEST(AdahopCuda, DetectorFromQuantizationBlockSumsMatchesCpu) {
 // both-orientations pass bit for bit equal to them; Σx² equal to the outlier-extraction pass's block_sumsq.
 TEST(AdahopCuda, DetectorPartialsHoldTheSumsOfTheirGroups) {
     REQUIRE_GPU();
-    const int64_t shapes[][2] = {{96, 96}, {288, 64}, {512, 2048}, {32, 32}, {64, 160}, {800, 128}};
-    for (auto sh : shapes) {
-        const int64_t r = sh[0], c = sh[1];
-        auto x = synthetic_operand(r, c, Pattern::row, 5 + uint64_t(r + c));
-        for (float& v : x) v -= 0.2f;
-        const auto xv = bf16_values(x);
-        auto dx = to_device(to_bf16(x));
-        QuantizedDevice rows(r, c, 1, false, true), cols(r, c, 0, false, true), rows2(r, c, 1, false, true), cols2(r, c, 0, false, true),
-            sq_rows(r, c, 1, true), sq_cols(r, c, 0, true);
-        quantize_axis(dx.data(), r, c, 1, {}, rows);
-        quantize_axis(dx.data(), r, c, 0, {}, cols);
-        quantize_axis(dx.data(), r, c, 1, {}, sq_rows);
-        quantize_axis(dx.data(), r, c, 0, {}, sq_cols);
-        hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows2.out(), cols2.out());
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const std::string w = shape_name(r, c);
-        ASSERT_EQ(block_stats_count(r, c, 1), r * (c / 32)) << w;
-        ASSERT_EQ(block_stats_count(r, c, 0), c * ((r / 32 + kBlockStatsStripe - 1) / kBlockStatsStripe)) << w;
-        const auto pr = download_at(rows.partials.data(), rows.partials.size()), pc = download_at(cols.partials.data(), cols.partials.size());
-        for (int axis : {1, 0}) {
-            const std::vector<float2>& got = axis == 1 ? pr : pc;
-            for (int64_t o = 0; o < (axis == 1 ? r : c); ++o)
-                for (int64_t g = 0; g < block_stats_groups(r, c, axis); ++g) {
-                    const GroupSums want = group_sums(xv, r, c, axis, o, g);
-                    const float2 p = got[size_t(want.at)];
-                    ASSERT_NEAR(p.x, want.s, 1e-6 * want.a + 1e-30) << w << " axis " << axis << " vector " << o << " group " << g;
-                    ASSERT_NEAR(p.y, want.q, 1e-6 * want.q + 1e-30) << w << " axis " << axis << " vector " << o << " group " << g;
-                }
+    with_and_without_tma([&] {  // the TMA column kernels and the portable ones
+        const int64_t shapes[][2] = {{96, 96}, {288, 64}, {512, 2048}, {32, 32}, {64, 160}, {800, 128}};
+        for (auto sh : shapes) {
+            const int64_t r = sh[0], c = sh[1];
+            auto x = synthetic_operand(r, c, Pattern::row, 5 + uint64_t(r + c));
+            for (float& v : x) v -= 0.2f;
+            const auto xv = bf16_values(x);
+            auto dx = to_device(to_bf16(x));
+            QuantizedDevice rows(r, c, 1, false, true), cols(r, c, 0, false, true), rows2(r, c, 1, false, true), cols2(r, c, 0, false, true),
+                sq_rows(r, c, 1, true), sq_cols(r, c, 0, true);
+            quantize_axis(dx.data(), r, c, 1, {}, rows);
+            quantize_axis(dx.data(), r, c, 0, {}, cols);
+            quantize_axis(dx.data(), r, c, 1, {}, sq_rows);
+            quantize_axis(dx.data(), r, c, 0, {}, sq_cols);
+            hadamard_mxfp4_cuda(dx.data(), r, c, {}, rows2.out(), cols2.out());
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const std::string w = shape_name(r, c);
+            ASSERT_EQ(block_stats_count(r, c, 1), r * (c / 32)) << w;
+            ASSERT_EQ(block_stats_count(r, c, 0), c * ((r / 32 + kBlockStatsStripe - 1) / kBlockStatsStripe)) << w;
+            const auto pr = download_at(rows.partials.data(), rows.partials.size()), pc = download_at(cols.partials.data(), cols.partials.size());
+            for (int axis : {1, 0}) {
+                const std::vector<float2>& got = axis == 1 ? pr : pc;
+                for (int64_t o = 0; o < (axis == 1 ? r : c); ++o)
+                    for (int64_t g = 0; g < block_stats_groups(r, c, axis); ++g) {
+                        const GroupSums want = group_sums(xv, r, c, axis, o, g);
+                        const float2 p = got[size_t(want.at)];
+                        ASSERT_NEAR(p.x, want.s, 1e-6 * want.a + 1e-30) << w << " axis " << axis << " vector " << o << " group " << g;
+                        ASSERT_NEAR(p.y, want.q, 1e-6 * want.q + 1e-30) << w << " axis " << axis << " vector " << o << " group " << g;
+                    }
+            }
+            const auto sumsq_of = [](const std::vector<float2>& v) {
+                std::vector<float> q;
+                for (const float2& p : v) q.push_back(p.y);
+                return float_bits(q);
+            };
+            EXPECT_EQ(sumsq_of(pr), float_bits(download_at(sq_rows.sumsq.data(), sq_rows.sumsq.size()))) << w << " Σx² along rows";
+            EXPECT_EQ(sumsq_of(pc), float_bits(download_at(sq_cols.sumsq.data(), sq_cols.sumsq.size()))) << w << " Σx² down columns";
+            const auto bits = [](const std::vector<float2>& v) {
+                std::vector<uint32_t> u(2 * v.size());
+                std::memcpy(u.data(), v.data(), v.size() * sizeof(float2));
+                return u;
+            };
+            EXPECT_EQ(bits(download_at(rows2.partials.data(), rows2.partials.size())), bits(pr)) << w << " both, along rows";
+            EXPECT_EQ(bits(download_at(cols2.partials.data(), cols2.partials.size())), bits(pc)) << w << " both, along columns";
         }
-        const auto sumsq_of = [](const std::vector<float2>& v) {
-            std::vector<float> q;
-            for (const float2& p : v) q.push_back(p.y);
-            return float_bits(q);
-        };
-        EXPECT_EQ(sumsq_of(pr), float_bits(download_at(sq_rows.sumsq.data(), sq_rows.sumsq.size()))) << w << " Σx² along rows";
-        EXPECT_EQ(sumsq_of(pc), float_bits(download_at(sq_cols.sumsq.data(), sq_cols.sumsq.size()))) << w << " Σx² down columns";
-        const auto bits = [](const std::vector<float2>& v) {
-            std::vector<uint32_t> u(2 * v.size());
-            std::memcpy(u.data(), v.data(), v.size() * sizeof(float2));
-            return u;
-        };
-        EXPECT_EQ(bits(download_at(rows2.partials.data(), rows2.partials.size())), bits(pr)) << w << " both, along rows";
-        EXPECT_EQ(bits(download_at(cols2.partials.data(), cols2.partials.size())), bits(pc)) << w << " both, along columns";
-    }
+    });
 }
 
 // A batch of operands in one call (more than one launch's worth: 35 > 32) gives each operand the moments of
 // the single-operand call bit for bit, and the CPU detector's label.
 TEST(AdahopCuda, DetectorBatchEqualsSingleOperandCalls) {
     REQUIRE_GPU();
-    OutlierStatsWorkspace single_ws, batch_ws;
-    const int64_t shapes[][2] = {{64, 96}, {256, 64}, {96, 512}, {32, 32}, {320, 160}};
-    const Pattern pats[] = {Pattern::row, Pattern::col, Pattern::none};
-    constexpr int kN = 35;
-    std::vector<DeviceBuffer<__nv_bfloat16>> inputs;
-    std::vector<QuantizedDevice> along_rows, along_cols;
-    std::vector<DetectorPartialsOf> ops;
-    std::vector<PatternStats> cpu;
-    for (int i = 0; i < kN; ++i) {
-        const int64_t r = shapes[i % 5][0], c = shapes[i % 5][1];
-        auto x = synthetic_operand(r, c, pats[i % 3], 300 + uint64_t(i));
-        const auto xv = bf16_values(x);
-        cpu.push_back(detect_outlier_pattern(xv.data(), r, c));
-        inputs.push_back(to_device(to_bf16(x)));
-        along_rows.emplace_back(r, c, 1, false, true);
-        along_cols.emplace_back(r, c, 0, false, true);
-    }
-    for (int i = 0; i < kN; ++i) {
-        const int64_t r = shapes[i % 5][0], c = shapes[i % 5][1];
-        hadamard_mxfp4_cuda(inputs[size_t(i)].data(), r, c, {}, along_rows[size_t(i)].out(), along_cols[size_t(i)].out());
-        ops.push_back({along_rows[size_t(i)].partials.data(), along_cols[size_t(i)].partials.data(), r, c});
-    }
-    const auto bits64 = [](double d) {
-        uint64_t u;
-        std::memcpy(&u, &d, 8);
-        return u;
-    };
-    DeviceBuffer<double> moments(6 * kN);
-    detector_moments_from_partials_cuda(ops.data(), kN, moments.data(), batch_ws);
-    const auto got = download(moments, 6 * kN);
-    for (int i = 0; i < kN; ++i) {
-        const int64_t r = ops[size_t(i)].rows, c = ops[size_t(i)].cols;
-        const PatternStats one = detect_outlier_pattern_from_blocks_cuda(along_rows[size_t(i)].out(), along_cols[size_t(i)].out(), r, c, {}, single_ws);
-        const auto want = download(single_ws.moments, 6);
-        for (int k = 0; k < 6; ++k) EXPECT_EQ(bits64(got[size_t(6 * i + k)]), bits64(want[size_t(k)])) << "operand " << i << " moment " << k;
-        const PatternStats batch = pattern_from_moments({got[size_t(6 * i)], got[size_t(6 * i + 1)], got[size_t(6 * i + 2)]}, r,
-                                                        {got[size_t(6 * i + 3)], got[size_t(6 * i + 4)], got[size_t(6 * i + 5)]}, c, {});
-        EXPECT_EQ(batch.pattern, one.pattern) << "operand " << i;
-        EXPECT_EQ(batch.pattern, cpu[size_t(i)].pattern) << "operand " << i;
-    }
-    // an operand without partials or with bad rows → errors naming it; an empty batch does nothing
-    std::vector<DetectorPartialsOf> bad = {ops[0], ops[1]};
-    bad[1].along_cols = nullptr;
-    expect_error(ErrorKind::usage, [&] { detector_moments_from_partials_cuda(bad.data(), 2, moments.data(), batch_ws); });
-    bad[1] = ops[1];
-    bad[1].rows = 48;
-    expect_error(ErrorKind::input, [&] { detector_moments_from_partials_cuda(bad.data(), 2, moments.data(), batch_ws); });
-    expect_error(ErrorKind::usage, [&] { detector_moments_from_partials_cuda(ops.data(), 2, nullptr, batch_ws); });
-    detector_moments_from_partials_cuda(nullptr, 0, moments.data(), batch_ws);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    // a launch with enough tiles for several per CTA (12 × 320 tiles of 32 rows or columns) gives each operand
-    // the bits of the single-operand call (one tile per CTA)
-    {
-        const int64_t r = 2048, c = 8192;
-        auto dx = to_device(to_bf16(synthetic_operand(r, c, Pattern::col, 41)));
-        QuantizedDevice big_rows(r, c, 1, false, true), big_cols(r, c, 0, false, true);
-        hadamard_mxfp4_cuda(dx.data(), r, c, {}, big_rows.out(), big_cols.out());
-        detect_outlier_pattern_from_blocks_cuda(big_rows.out(), big_cols.out(), r, c, {}, single_ws);
-        const auto want = download(single_ws.moments, 6);
-        const std::vector<DetectorPartialsOf> many(12, DetectorPartialsOf{big_rows.partials.data(), big_cols.partials.data(), r, c});
-        DeviceBuffer<double> big_moments(6 * many.size());
-        detector_moments_from_partials_cuda(many.data(), int(many.size()), big_moments.data(), batch_ws);
-        const auto got_big = download(big_moments, 6 * many.size());
-        for (size_t i = 0; i < many.size(); ++i)
-            for (int k = 0; k < 6; ++k)
-                EXPECT_EQ(bits64(got_big[6 * i + size_t(k)]), bits64(want[size_t(k)])) << "large batch, operand " << i << " moment " << k;
-    }
+    with_and_without_tma([&] {  // the TMA column kernels and the portable ones
+        OutlierStatsWorkspace single_ws, batch_ws;
+        const int64_t shapes[][2] = {{64, 96}, {256, 64}, {96, 512}, {32, 32}, {320, 160}};
+        const Pattern pats[] = {Pattern::row, Pattern::col, Pattern::none};
+        constexpr int kN = 35;
+        std::vector<DeviceBuffer<__nv_bfloat16>> inputs;
+        std::vector<QuantizedDevice> along_rows, along_cols;
+        std::vector<DetectorPartialsOf> ops;
+        std::vector<PatternStats> cpu;
+        for (int i = 0; i < kN; ++i) {
+            const int64_t r = shapes[i % 5][0], c = shapes[i % 5][1];
+            auto x = synthetic_operand(r, c, pats[i % 3], 300 + uint64_t(i));
+            const auto xv = bf16_values(x);
+            cpu.push_back(detect_outlier_pattern(xv.data(), r, c));
+            inputs.push_back(to_device(to_bf16(x)));
+            along_rows.emplace_back(r, c, 1, false, true);
+            along_cols.emplace_back(r, c, 0, false, true);
+        }
+        for (int i = 0; i < kN; ++i) {
+            const int64_t r = shapes[i % 5][0], c = shapes[i % 5][1];
+            hadamard_mxfp4_cuda(inputs[size_t(i)].data(), r, c, {}, along_rows[size_t(i)].out(), along_cols[size_t(i)].out());
+            ops.push_back({along_rows[size_t(i)].partials.data(), along_cols[size_t(i)].partials.data(), r, c});
+        }
+        const auto bits64 = [](double d) {
+            uint64_t u;
+            std::memcpy(&u, &d, 8);
+            return u;
+        };
+        DeviceBuffer<double> moments(6 * kN);
+        detector_moments_from_partials_cuda(ops.data(), kN, moments.data(), batch_ws);
+        const auto got = download(moments, 6 * kN);
+        for (int i = 0; i < kN; ++i) {
+            const int64_t r = ops[size_t(i)].rows, c = ops[size_t(i)].cols;
+            const PatternStats one = detect_outlier_pattern_from_blocks_cuda(along_rows[size_t(i)].out(), along_cols[size_t(i)].out(), r, c, {}, single_ws);
+            const auto want = download(single_ws.moments, 6);
+            for (int k = 0; k < 6; ++k) EXPECT_EQ(bits64(got[size_t(6 * i + k)]), bits64(want[size_t(k)])) << "operand " << i << " moment " << k;
+            const PatternStats batch = pattern_from_moments({got[size_t(6 * i)], got[size_t(6 * i + 1)], got[size_t(6 * i + 2)]}, r,
+                                                            {got[size_t(6 * i + 3)], got[size_t(6 * i + 4)], got[size_t(6 * i + 5)]}, c, {});
+            EXPECT_EQ(batch.pattern, one.pattern) << "operand " << i;
+            EXPECT_EQ(batch.pattern, cpu[size_t(i)].pattern) << "operand " << i;
+        }
+        // an operand without partials or with bad rows → errors naming it; an empty batch does nothing
+        std::vector<DetectorPartialsOf> bad = {ops[0], ops[1]};
+        bad[1].along_cols = nullptr;
+        expect_error(ErrorKind::usage, [&] { detector_moments_from_partials_cuda(bad.data(), 2, moments.data(), batch_ws); });
+        bad[1] = ops[1];
+        bad[1].rows = 48;
+        expect_error(ErrorKind::input, [&] { detector_moments_from_partials_cuda(bad.data(), 2, moments.data(), batch_ws); });
+        expect_error(ErrorKind::usage, [&] { detector_moments_from_partials_cuda(ops.data(), 2, nullptr, batch_ws); });
+        detector_moments_from_partials_cuda(nullptr, 0, moments.data(), batch_ws);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        // a launch with enough tiles for several per CTA (12 × 320 tiles of 32 rows or columns) gives each operand
+        // the bits of the single-operand call (one tile per CTA)
+        {
+            const int64_t r = 2048, c = 8192;
+            auto dx = to_device(to_bf16(synthetic_operand(r, c, Pattern::col, 41)));
+            QuantizedDevice big_rows(r, c, 1, false, true), big_cols(r, c, 0, false, true);
+            hadamard_mxfp4_cuda(dx.data(), r, c, {}, big_rows.out(), big_cols.out());
+            detect_outlier_pattern_from_blocks_cuda(big_rows.out(), big_cols.out(), r, c, {}, single_ws);
+            const auto want = download(single_ws.moments, 6);
+            const std::vector<DetectorPartialsOf> many(12, DetectorPartialsOf{big_rows.partials.data(), big_cols.partials.data(), r, c});
+            DeviceBuffer<double> big_moments(6 * many.size());
+            detector_moments_from_partials_cuda(many.data(), int(many.size()), big_moments.data(), batch_ws);
+            const auto got_big = download(big_moments, 6 * many.size());
+            for (size_t i = 0; i < many.size(); ++i)
+                for (int k = 0; k < 6; ++k)
+                    EXPECT_EQ(bits64(got_big[6 * i + size_t(k)]), bits64(want[size_t(k)])) << "large batch, operand " << i << " moment " << k;
+        }
+    });
 }
 
 TEST(AdahopCuda, FusedExtractionRejectsMissingBuffersAndBadAxes) {

@@ -387,15 +387,10 @@ void check_mx_case_once(const std::vector<float>& x, Shape s, MxElement e, Scale
     }
 }
 
-// The case with and without the TMA kernels (sm_90), so the portable column kernels are checked on the H200 too.
+// The case with and without the TMA kernels, so the portable column kernels are checked on the H200 too.
 void check_mx_case(const std::vector<float>& x, Shape s, MxElement e, ScaleRule rule, const QuantizeOptions& opt, bool bf16,
                    bool with_dequant) {
-    for (bool tma : {true, false}) {
-        SCOPED_TRACE(tma ? "TMA kernels allowed" : "TMA kernels off");
-        cuda_set_tma_allowed(tma);
-        check_mx_case_once(x, s, e, rule, opt, bf16, with_dequant);
-    }
-    cuda_set_tma_allowed(true);
+    with_and_without_tma([&] { check_mx_case_once(x, s, e, rule, opt, bf16, with_dequant); });
 }
 
 TEST(MxQuantizeCuda, EveryElementRuleRoundingAxisMatchesCpu) {
@@ -661,14 +656,9 @@ void check_fused_case_once(const std::vector<float>& x, Shape s, int which, cons
     }
 }
 
-// The case with and without the TMA kernels (sm_90), so the portable column kernels are checked on the H200 too.
+// The case with and without the TMA kernels.
 void check_fused_case(const std::vector<float>& x, Shape s, int which, const HadamardMxfp4Options& o) {
-    for (bool tma : {true, false}) {
-        SCOPED_TRACE(tma ? "TMA kernels allowed" : "TMA kernels off");
-        cuda_set_tma_allowed(tma);
-        check_fused_case_once(x, s, which, o);
-    }
-    cuda_set_tma_allowed(true);
+    with_and_without_tma([&] { check_fused_case_once(x, s, which, o); });
 }
 
 TEST(HadamardMxfp4Cuda, RowsColumnsBothMatchCpu) {
