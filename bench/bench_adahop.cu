@@ -43,6 +43,7 @@
 #include "hadamard/cuda/hadamard_mxfp4.cuh"
 #include "adahop/cuda/outlier_stats.cuh"
 #include "adahop/pair_analysis.h"
+#include "cuda_event_timing.h"
 
 using namespace lowbit;
 
@@ -55,27 +56,11 @@ void cublas_ok(cublasStatus_t s) {
 // Written between timed runs with --flush-l2 (larger than the H200's 60 MB L2).
 DeviceBuffer<uint8_t>* g_flush = nullptr;
 
-// Median of `reps` timed runs (CUDA events around each) after 3 warm-ups, in microseconds.
+// Median of `reps` timed runs (CUDA events around each) after 3 warm-ups, in microseconds; with --flush-l2
+// the L2 is flushed before each.
 double median_us(const std::function<void()>& f, int reps) {
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; ++i) f();
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-        if (g_flush) CUDA_CHECK(cudaMemsetAsync(g_flush->data(), i & 0xFF, g_flush->bytes()));
-        CUDA_CHECK(cudaEventRecord(a));
-        f();
-        CUDA_CHECK(cudaEventRecord(b));
-        CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1000.0);
-    }
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    if (!g_flush) return median_event_us(f, reps);
+    return median_event_us(f, reps, [](int i) { CUDA_CHECK(cudaMemsetAsync(g_flush->data(), i & 0xFF, g_flush->bytes())); });
 }
 
 // Row-major C (m × n, FP32) = A (m × k, BF16, row-major) · Bᵀ with B (n × k, BF16, row-major) — the layout of

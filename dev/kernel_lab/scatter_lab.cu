@@ -2,7 +2,7 @@
 // row-major FP32 C (AdaHOP's 8192×4096 shape, 64 columns), production kernel against variants, each checked
 // byte for byte against the production result and timed (a) right after C was rewritten by a full-size
 // copy (the GEMM's output, as in training) and (b) batched on an L2-warm C. Build and run on the GPU
-// machine after gpu_check.sh:  bash dev/kernel_lab/scatter_lab.sh
+// machine after gpu_check.sh:  bash dev/kernel_lab/run_lab.sh scatter_lab
 //
 // Measured (H200, session 15, bench/results/gpu_oe_lab_h200.txt): every variant writes the same bytes and takes
 // 25–33 µs either way (production 27.2 / 27.4, reverse rows 24.9 / 27.6, lane per row 32.6 / 28.8, flat 25.6 /
@@ -19,6 +19,7 @@
 
 #include "adahop/cuda/outlier_extraction.cuh"
 #include "core/cuda_device.h"
+#include "../../bench/cuda_event_timing.h"
 
 using namespace lowbit;
 
@@ -55,25 +56,6 @@ __global__ void scatter_flat_kernel(const float* __restrict__ src, int k, const 
     c[j * cols + __ldg(idx + i)] = __ldg(src + t);
 }
 
-template <typename F>
-float time_us(F f, int reps, const std::function<void()>& before = {}) {
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    std::vector<float> v;
-    for (int r = 0; r < reps; ++r) {
-        if (before) before();
-        CUDA_CHECK(cudaEventRecord(a));
-        f();
-        CUDA_CHECK(cudaEventRecord(b));
-        CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        v.push_back(ms * 1000.0f);
-    }
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -111,7 +93,7 @@ int main() {
     CUDA_CHECK(cudaMemcpy(d_ref.data(), d_c.data(), size_t(M * N) * 4, cudaMemcpyDeviceToDevice));
     std::vector<float> ref(size_t(M * N)), got(size_t(M * N));
     CUDA_CHECK(cudaMemcpy(ref.data(), d_ref.data(), ref.size() * 4, cudaMemcpyDeviceToHost));
-    const float copy_us = time_us([&] { refill(); }, 20);
+    const double copy_us = median_event_us(refill, 20);
     std::printf("device %s\nC %lldx%lld FP32, %d columns; the refill copy (512 MB moved) %.1f us\n", cuda_device_description().c_str(),
                 (long long)M, (long long)N, k, copy_us);
     for (auto& v : vs) {
@@ -120,8 +102,8 @@ int main() {
         CUDA_CHECK(cudaDeviceSynchronize());
         CUDA_CHECK(cudaMemcpy(got.data(), d_c.data(), got.size() * 4, cudaMemcpyDeviceToHost));
         const bool same = got == ref;
-        const float after_fill = time_us(v.run, 30, refill);
-        const float warm = time_us([&] { for (int i = 0; i < 20; ++i) v.run(); }, 10) / 20.0f;
+        const double after_fill = median_event_us(v.run, 30, [&](int) { refill(); });
+        const double warm = median_event_us([&] { for (int i = 0; i < 20; ++i) v.run(); }, 10) / 20.0;
         std::printf("%-28s %s  after a full rewrite of C: %6.1f us   batched on a warm C: %6.1f us\n", v.name, same ? "same bytes" : "DIFFERENT",
                     after_fill, warm);
     }

@@ -2,7 +2,7 @@
 // into a shared-memory ring, one producer thread, mbarriers) instead of per-thread global loads. Checks every
 // variant byte for byte against hadamard_mxfp4_cuda (itself tested against the CPU reference) and times it
 // next to cudaMemcpy D2D and the production kernel. Build and run on the GPU machine after gpu_check.sh:
-//   bash dev/kernel_lab/tma_rows_lab.sh
+//   bash dev/kernel_lab/run_lab.sh tma_rows_lab
 //
 // Shared-memory reads: thread t owns block t of a stage (64 bytes). Reading chunk m of every block at once
 // would be a 4-way bank conflict (8 lanes of a phase hit 2 distinct 16-byte slots), so thread t reads chunk

@@ -73,16 +73,13 @@ __device__ __forceinline__ void bulk_commit_group() {
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 #endif
 }
-// Returns once this thread's committed bulk stores have finished reading their shared memory.
-__device__ __forceinline__ void bulk_wait_read_all() {
-#if LOWBIT_TMA_DEVICE
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-#endif
-}
-// Returns once this thread's committed bulk stores are complete.
+// Returns once this thread's committed bulk stores have finished reading their shared memory (kReadOnly) or
+// are complete.
+template <bool kReadOnly>
 __device__ __forceinline__ void bulk_wait_all() {
 #if LOWBIT_TMA_DEVICE
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    if constexpr (kReadOnly) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
 }
 

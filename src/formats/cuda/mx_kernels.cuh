@@ -866,7 +866,7 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
             }
         }
         fence_proxy_async_shared();            // this thread's staged codes → visible to the tensor store
-        if (producer) bulk_wait_read_all();    // the store of two tiles ago (the same stage) has read it
+        if (producer) bulk_wait_all<true>();    // the store of two tiles ago (the same stage) has read it
         __syncthreads();
         if (producer) {
             tma_store_2d(&codes_map, int(rb_first) * 16, int(tile) * kColsTileCols, &stage[buf].s.codes[0][0]);
@@ -880,7 +880,7 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
         tile = next_tile;
         stripe = next_stripe;
     }
-    if (producer) bulk_wait_all();  // shared memory stays until the last stores have read it
+    if (producer) bulk_wait_all<false>();  // shared memory stays until the last stores are complete
 }
 
 // Launches mx_cols_e2m1_tma_kernel when it applies (LOWBIT_MX_COLS_TMA, cuda_tma_usable(), cols % 8 == 0, and
