@@ -25,10 +25,11 @@
 //   both   → on sm_90 the TMA column kernel's both-orientations variant (one read of the input: each warp
 //            also quantizes the 32 rows of its tile along the rows); elsewhere the two passes above. H200,
 //            8192²: 118.5–118.8 µs against 118.0–119.3 for the earlier one-pass kernel (a warp tile of 32 × 64
-//            staged by the lanes' loads), and 113 µs for the two passes. All three are issue-bound on the sum
-//            of both orientations' arithmetic (ncu: 83.1 M warp instructions = 35.9 M along rows + 44.6 M down
-//            columns + the loads; issue 73 % busy), so one read of the input saves no time; stochastic
-//            rounding: 292 µs against 306 (bench/results/gpu_mx_lab_h200.txt, session 15).
+//            staged by the lanes' loads); the two single passes, each timed alone, add up to 113 µs (52 + 61).
+//            All are issue-bound on the sum of both orientations' arithmetic (ncu: 83.1 M warp instructions =
+//            35.9 M along rows + 44.6 M down columns + the loads; issue 73 % busy), so one read of the input
+//            saves no time; stochastic rounding: 292 µs against 306 (bench/results/gpu_mx_lab_h200.txt,
+//            session 15).
 #include "hadamard/cuda/hadamard_mxfp4.cuh"
 
 #include <string>
