@@ -767,35 +767,6 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(kFp4, kHad, k
 #define LOWBIT_MX_COLS_TMA 1
 #endif
 constexpr int kColsTmaRows = 32 * kColsWarps;  // rows of a CTA tile
-#ifndef LOWBIT_MX_COLS_LDSM  // kernel-lab switch: 1 = the column reads by ldmatrix (below), 0 = one 2-byte read per element
-#define LOWBIT_MX_COLS_LDSM 1
-#endif
-
-// Column reads by ldmatrix.trans from a tile of 32 BF16 columns (64-byte rows): one m8n8.x4.trans read gives
-// lane t = 4q + p elements (row 2p + s, column t / 4) of each of 4 matrices whose 8 rows are 16-byte chunks
-// addressed by lanes 8i..8i+7. With matrix i of read k made of rows 32w + 8k + 2i + s (s = 0, 1) at chunk p
-// (columns 8p..8p+7), lane 4q + p receives rows 8k + 2i and 8k + 2i + 1 of the warp's row block in column
-// 8p + q: 4 reads for the 32 values of its column instead of 32 two-byte reads. A matrix's 8 chunks sit at
-// byte offsets 64s + 16p of 128-byte lines: 8 distinct bank groups, conflict-free (and with the 64-byte TMA
-// swizzle of the both-orientations tile, 16-byte chunk p of row R at p ^ ((R / 2) % 4) = p ^ i, too).
-__device__ __forceinline__ uint32_t ldsm_col32_lane_offset(int warp, int lane, bool swizzle64) {
-    const int i = lane >> 3, j = lane & 7, p = j >> 1, s = j & 1;
-    const int row = 32 * warp + 2 * i + s;
-    return uint32_t(64 * row + 16 * (swizzle64 ? p ^ i : p));
-}
-// The lane's 32 values as 16 BF16 pairs: pairs[4k + i] holds rows 8k + 2i (low half) and 8k + 2i + 1.
-__device__ __forceinline__ void ldmatrix_col32(uint32_t addr, uint32_t (&pairs)[16]) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-#if defined(__CUDA_ARCH__)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(pairs[4 * k]), "=r"(pairs[4 * k + 1]), "=r"(pairs[4 * k + 2]), "=r"(pairs[4 * k + 3])
-                     : "r"(addr + 512u * unsigned(k)));
-#else
-        pairs[4 * k] = pairs[4 * k + 1] = pairs[4 * k + 2] = pairs[4 * k + 3] = 0;
-#endif
-    }
-}
 
 // A stage aligned as the TMA's 128-byte swizzle needs (1024 bytes).
 struct alignas(1024) ColsTmaStage {
@@ -857,34 +828,18 @@ __global__ void __launch_bounds__(kColsThreads, mx_min_ctas_per_sm(true, kHad, k
         if (producer && t + gridDim.x < tiles) load(next_tile, next_stripe, buf ^ 1);
         mbarrier_wait(&loaded[buf], (use >> 1) & 1);
         // 32-bit tile indices (the launcher keeps rows and cols below 2^31)
-#if LOWBIT_MX_COLS_LDSM
-        const int col = 8 * (lane & 3) + (lane >> 2);  // lane 4q + p owns column 8p + q of the tile (ldmatrix_col32)
-#else
-        const int col = lane;
-#endif
-        const unsigned rb_first = stripe * kColsWarps, c = tile * kColsTileCols + col;
+        const unsigned rb_first = stripe * kColsWarps, c = tile * kColsTileCols + lane;
         const int nrb = int(row_blocks - rb_first < unsigned(kColsWarps) ? row_blocks - rb_first : unsigned(kColsWarps));
-#if LOWBIT_MX_COLS_LDSM
-        // ldmatrix is warp-wide, so every lane of the warp takes part: lanes past the last column work on the
-        // TMA's zeros, and the tensor store, the scale writer and the stripe statistics drop their results
-        if (warp < nrb) {
-            uint32_t pairs[16];
-            ldmatrix_col32(smem_address(&in[buf][0][0]) + ldsm_col32_lane_offset(warp, lane, kRows), pairs);
-            float a[32];
-#pragma unroll
-            for (int j = 0; j < 16; ++j) bf16x2_to_float(pairs[j], a[2 * j], a[2 * j + 1]);
-#else
         if (warp < nrb && c < cols32) {
+            const int64_t r0 = int64_t(rb_first + warp) * 32;
             float a[32];
 #pragma unroll
             for (int r = 0; r < 32; ++r) a[r] = to_float(in[buf][32 * warp + r][kRows ? lane ^ (8 * ((r >> 1) & 3)) : lane]);
-#endif
-            const int64_t r0 = int64_t(rb_first + warp) * 32;
             float sumsq = 0.0f;
             if constexpr (kStats != BlockStats::none) sumsq = block_sum_squares32(a);
             const float dc = mx_encode_column<true, kHad, kRoundT>(a, rb, MxElement::e2m1, rule, kRoundT, hs, rs, r0, c, cols,
-                                                                   stage[buf].s, col, warp);
-            if constexpr (kStats != BlockStats::none) stage_stats[buf][warp][col] = make_float2(dc, sumsq);
+                                                                   stage[buf].s, lane, warp);
+            if constexpr (kStats != BlockStats::none) stage_stats[buf][warp][lane] = make_float2(dc, sumsq);
         }
         if constexpr (kRows) {
             if (warp < nrb) {
