@@ -15,7 +15,7 @@
 
 #include "core/random_fill.h"
 #include "core/thread_pool.h"
-#include "formats/gguf_blocks.h"
+#include "formats/gguf_types.h"
 #include "formats/int_grid.h"
 #include "formats/mx_block.h"
 #include "formats/nvfp4.h"
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     }
     // GGUF Q4_0: reads x, writes 18 bytes per 32 elements.
     res.push_back(time_it("gguf q4_0", in_bytes + double(n) / 32 * 18, reps,
-                          [&] { volatile auto m = gguf_quantize_matrix(GgufBlockType::q4_0, x.data(), rows, cols)[0]; (void)m; }));
+                          [&] { volatile auto m = gguf_quantize_matrix(GgufType::Q4_0, x.data(), rows, cols)[0]; (void)m; }));
 
     const double base_gbps = res[0].bytes / (res[0].median_ms * 1e6);
     std::printf("\n%-30s %12s %12s %10s %10s\n", "kernel", "median ms", "min ms", "GB/s", "vs memcpy");

@@ -11,7 +11,7 @@ targets=("$@")
 
 common=(src/core/error.cpp src/formats/element_codec.cpp src/io/npy.cpp)
 sources_npy=()
-sources_gguf=(src/io/gguf_file.cpp src/io/mapped_file.cpp src/formats/gguf_blocks.cpp src/formats/gguf_decode_only.cpp
+sources_gguf=(src/io/gguf_file.cpp src/io/mapped_file.cpp src/formats/gguf_blocks.cpp src/formats/gguf_types.cpp
               src/formats/mx_block.cpp src/core/thread_pool.cpp)
 sources_safetensors=(src/io/safetensors.cpp src/io/mapped_file.cpp)
 max_len_npy=4096

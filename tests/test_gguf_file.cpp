@@ -14,7 +14,6 @@
 #include "core/counter_rng.h"
 #include "core/error.h"
 #include "formats/element_codec.h"
-#include "formats/gguf_blocks.h"
 #include "io/gguf_file.h"
 #include "io/model_registry.h"
 
@@ -243,7 +242,6 @@ TEST(GgufFile, RoundTripsTensorsOfEverySupportedType) {
     w.add_tensor("bf16", {cols, rows}, GgufType::BF16, exact.data());
     w.add_tensor("bf16_rounded", {cols, rows}, GgufType::BF16, x.data());
     const GgufType block_types[] = {GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0, GgufType::MXFP4};
-    const GgufBlockType block_ids[] = {GgufBlockType::q4_0, GgufBlockType::q4_1, GgufBlockType::q8_0, GgufBlockType::mxfp4};
     for (int k = 0; k < 4; ++k) w.add_tensor(gguf_type_name(block_types[k]), {cols, rows}, block_types[k], x.data());
     w.add_tensor("scalar", {}, GgufType::F32, x.data());
     w.add_tensor("four_d", {32, 1, 2, 3}, GgufType::Q8_0, x.data());
@@ -264,12 +262,12 @@ TEST(GgufFile, RoundTripsTensorsOfEverySupportedType) {
     for (int k = 0; k < 4; ++k) {
         const GgufTensorInfo& t = g.tensor(gguf_type_name(block_types[k]));
         EXPECT_EQ(t.type, block_types[k]);
-        EXPECT_EQ(t.n_bytes, uint64_t(rows * cols / 32 * gguf_block_bytes(block_ids[k])));
-        const auto packed = gguf_quantize_matrix(block_ids[k], x.data(), rows, cols);
+        EXPECT_EQ(t.n_bytes, uint64_t(rows * cols / 32 * gguf_type_info(block_types[k])->block_bytes));
+        const auto packed = gguf_quantize_matrix(block_types[k], x.data(), rows, cols);
         const auto span = g.tensor_bytes(t);
         EXPECT_EQ(std::vector<uint8_t>(span.begin(), span.end()), packed) << t.name;
         std::vector<float> want(static_cast<size_t>(rows * cols));
-        gguf_dequantize_matrix(block_ids[k], packed.data(), rows, cols, want.data());
+        gguf_dequantize_matrix(block_types[k], packed.data(), rows, cols, want.data());
         EXPECT_EQ(g.tensor_to_f32(t), want) << t.name;
     }
     EXPECT_EQ(g.tensor("scalar").ne.size(), 0u);

@@ -4,8 +4,8 @@
 //                                                a position-sensitive checksum of their bytes
 //   tool_gguf_dump FILE --npy-dir DIR NAME...    each named tensor dequantized to DIR/<k>.npy (numpy order)
 //   tool_gguf_dump --copy IN OUT                 IN read by our reader, written again by our writer (raw)
-//   tool_gguf_dump --copy IN OUT --encode        as --copy, but a tensor "X:TYPE" (TYPE F16, BF16, Q4_0, Q4_1,
-//                                                Q8_0, MXFP4) is encoded by our writer from the floats of "X:F32"
+//   tool_gguf_dump --copy IN OUT --encode        as --copy, but a tensor "X:TYPE" of a type our writer encodes
+//                                                (formats/gguf_types.h) is encoded from the floats of "X:F32"
 // Floats in the JSON are their IEEE bit patterns (u32 for f32, u64 for f64), so comparisons are exact.
 #include <algorithm>
 #include <cstdio>
@@ -92,23 +92,14 @@ int dequantize_to_npy(const std::string& path, const std::string& dir, const std
     return 0;
 }
 
-bool encodable(const std::string& type_name, GgufType* out) {
-    for (GgufType t : {GgufType::F16, GgufType::BF16, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q8_0, GgufType::MXFP4})
-        if (type_name == gguf_type_name(t)) {
-            *out = t;
-            return true;
-        }
-    return false;
-}
-
 int copy(const std::string& in, const std::string& out, bool encode) {
     GgufFile g = GgufFile::open(in);
     GgufWriter w(uint32_t(g.alignment()));
     for (const auto& [key, value] : g.metadata()) w.set(key, value);
     for (const auto& t : g.tensors()) {
         const auto colon = t.name.rfind(':');
-        GgufType type;
-        if (encode && colon != std::string::npos && encodable(t.name.substr(colon + 1), &type) && type == t.type) {
+        const GgufTypeInfo* named = colon == std::string::npos ? nullptr : gguf_type_by_name(t.name.substr(colon + 1));
+        if (encode && named && named->encode && named->type == t.type) {
             const std::vector<float> src = g.tensor_to_f32(t.name.substr(0, colon) + ":F32");
             w.add_tensor(t.name, t.ne, t.type, src.data());
         } else {

@@ -1,5 +1,6 @@
-// cmd_formats.cpp — `lowbit formats {list, roundtrip, pack, cast, codes}`: the number formats from the
-// command line, on .npy files. `pack`, `cast` and `codes` expose raw codes and bytes for cross-checks.
+// cmd_formats.cpp — `lowbit formats {list, gguf-types, roundtrip, pack, cast, codes}`: the number formats
+// from the command line, on .npy files. `pack`, `cast` and `codes` expose raw codes and bytes for
+// cross-checks; `gguf-types` prints the GGUF type table (what lowbit reads and writes in GGUF files).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "core/counter_rng.h"
 #include "core/error.h"
 #include "formats/format_registry.h"
+#include "formats/gguf_types.h"
 #include "io/npy.h"
 
 namespace lowbit {
@@ -72,6 +74,33 @@ void run_list(bool json) {
     for (const auto& f : all_formats())
         std::printf("%-12s %9.3f  %s\n", f.name, bits_per_element(f, opt, 128), f.description);
     std::printf("(int grids: bits/elem shown per row of 128 with an fp16 scale and packed zero point)\n");
+}
+
+void run_gguf_types(bool json) {
+    if (json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const GgufTypeInfo& t : kGgufTypes)
+            j.push_back({{"id", uint32_t(t.type)},
+                         {"name", t.name},
+                         {"block_elements", t.block_elements},
+                         {"block_bytes", t.block_bytes},
+                         {"decode", t.decode != nullptr},
+                         {"encode", t.encode != nullptr},
+                         {"format", t.format_name && t.encode ? nlohmann::json(t.format_name) : nlohmann::json(nullptr)}});
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("%3s %-8s %6s %6s %9s  %-6s %-6s %s\n", "id", "type", "block", "bytes", "bits/elem", "decode", "encode",
+                "format");
+    for (const GgufTypeInfo& t : kGgufTypes) {
+        const std::string row = fmt::format("{:>3} {:<8} {:>6} {:>6} {:>9.3f}  {:<6} {:<6} {}", uint32_t(t.type), t.name,
+                                            t.block_elements, t.block_bytes,
+                                            8.0 * double(t.block_bytes) / double(t.block_elements),
+                                            t.decode ? "yes" : "no", t.encode ? "yes" : "no",
+                                            t.format_name && t.encode ? t.format_name : "");
+        std::printf("%s\n", row.substr(0, row.find_last_not_of(' ') + 1).c_str());
+    }
+    std::printf("(%s)\n", gguf_type_support().c_str());
 }
 
 void run_roundtrip(const FormatArgs& a) {
@@ -167,6 +196,11 @@ void register_formats_command(CLI::App& app) {
     auto* list = formats->add_subcommand("list", "list every block format with its storage cost");
     list->add_flag("--json", *list_json, "machine-readable output");
     list->callback([list_json] { run_list(*list_json); });
+
+    auto types_json = std::make_shared<bool>(false);
+    auto* types = formats->add_subcommand("gguf-types", "list the GGUF tensor types: block shapes, which lowbit reads and writes");
+    types->add_flag("--json", *types_json, "machine-readable output");
+    types->callback([types_json] { run_gguf_types(*types_json); });
 
     auto rt = std::make_shared<FormatArgs>();
     auto* roundtrip = formats->add_subcommand("roundtrip", "quantize a 2-D .npy, write the dequantized float32 .npy, print errors");

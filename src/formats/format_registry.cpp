@@ -10,26 +10,28 @@
 namespace lowbit {
 
 const std::vector<FormatInfo>& all_formats() {
-    static const std::vector<FormatInfo> formats = {
-        {"mxfp4", FormatKind::mx, MxElement::e2m1, 0, {}, "OCP MX: E2M1 elements, E8M0 scale per 32"},
-        {"mxfp6_e2m3", FormatKind::mx, MxElement::e2m3, 0, {}, "OCP MX: E2M3 elements, E8M0 scale per 32"},
-        {"mxfp6_e3m2", FormatKind::mx, MxElement::e3m2, 0, {}, "OCP MX: E3M2 elements, E8M0 scale per 32"},
-        {"mxfp8_e4m3", FormatKind::mx, MxElement::e4m3, 0, {}, "OCP MX: E4M3 elements, E8M0 scale per 32"},
-        {"mxfp8_e5m2", FormatKind::mx, MxElement::e5m2, 0, {}, "OCP MX: E5M2 elements, E8M0 scale per 32"},
-        {"mxint8", FormatKind::mx, MxElement::int8, 0, {}, "OCP MX: INT8 elements (k/64), E8M0 scale per 32"},
-        {"nvfp4", FormatKind::nvfp4, {}, 0, {}, "NVIDIA: E2M1 elements, E4M3 scale per 16, FP32 tensor scale"},
-        {"int2", FormatKind::int_grid, {}, 2, {}, "GPTQ integer grid, 2 bits, per row or --group G"},
-        {"int3", FormatKind::int_grid, {}, 3, {}, "GPTQ integer grid, 3 bits, per row or --group G"},
-        {"int4", FormatKind::int_grid, {}, 4, {}, "GPTQ integer grid, 4 bits, per row or --group G"},
-        {"int5", FormatKind::int_grid, {}, 5, {}, "GPTQ integer grid, 5 bits, per row or --group G"},
-        {"int6", FormatKind::int_grid, {}, 6, {}, "GPTQ integer grid, 6 bits, per row or --group G"},
-        {"int7", FormatKind::int_grid, {}, 7, {}, "GPTQ integer grid, 7 bits, per row or --group G"},
-        {"int8", FormatKind::int_grid, {}, 8, {}, "GPTQ integer grid, 8 bits, per row or --group G"},
-        {"q4_0", FormatKind::gguf, {}, 0, GgufBlockType::q4_0, "GGUF Q4_0: 4-bit, fp16 scale per 32 (ggml reference)"},
-        {"q4_1", FormatKind::gguf, {}, 0, GgufBlockType::q4_1, "GGUF Q4_1: 4-bit, fp16 scale + min per 32 (ggml reference)"},
-        {"q8_0", FormatKind::gguf, {}, 0, GgufBlockType::q8_0, "GGUF Q8_0: 8-bit, fp16 scale per 32 (ggml reference)"},
-        {"gguf_mxfp4", FormatKind::gguf, {}, 0, GgufBlockType::mxfp4, "GGUF MXFP4 block (ggml reference: floor rule, nearest)"},
-    };
+    static const std::vector<FormatInfo> formats = [] {
+        std::vector<FormatInfo> f = {
+            {"mxfp4", FormatKind::mx, MxElement::e2m1, 0, {}, "OCP MX: E2M1 elements, E8M0 scale per 32"},
+            {"mxfp6_e2m3", FormatKind::mx, MxElement::e2m3, 0, {}, "OCP MX: E2M3 elements, E8M0 scale per 32"},
+            {"mxfp6_e3m2", FormatKind::mx, MxElement::e3m2, 0, {}, "OCP MX: E3M2 elements, E8M0 scale per 32"},
+            {"mxfp8_e4m3", FormatKind::mx, MxElement::e4m3, 0, {}, "OCP MX: E4M3 elements, E8M0 scale per 32"},
+            {"mxfp8_e5m2", FormatKind::mx, MxElement::e5m2, 0, {}, "OCP MX: E5M2 elements, E8M0 scale per 32"},
+            {"mxint8", FormatKind::mx, MxElement::int8, 0, {}, "OCP MX: INT8 elements (k/64), E8M0 scale per 32"},
+            {"nvfp4", FormatKind::nvfp4, {}, 0, {}, "NVIDIA: E2M1 elements, E4M3 scale per 16, FP32 tensor scale"},
+            {"int2", FormatKind::int_grid, {}, 2, {}, "GPTQ integer grid, 2 bits, per row or --group G"},
+            {"int3", FormatKind::int_grid, {}, 3, {}, "GPTQ integer grid, 3 bits, per row or --group G"},
+            {"int4", FormatKind::int_grid, {}, 4, {}, "GPTQ integer grid, 4 bits, per row or --group G"},
+            {"int5", FormatKind::int_grid, {}, 5, {}, "GPTQ integer grid, 5 bits, per row or --group G"},
+            {"int6", FormatKind::int_grid, {}, 6, {}, "GPTQ integer grid, 6 bits, per row or --group G"},
+            {"int7", FormatKind::int_grid, {}, 7, {}, "GPTQ integer grid, 7 bits, per row or --group G"},
+            {"int8", FormatKind::int_grid, {}, 8, {}, "GPTQ integer grid, 8 bits, per row or --group G"},
+        };
+        // The GGUF weight formats lowbit can write, from the type table.
+        for (const GgufTypeInfo& t : kGgufTypes)
+            if (t.format_name && t.encode) f.push_back({t.format_name, FormatKind::gguf, {}, 0, t.type, t.description});
+        return f;
+    }();
     return formats;
 }
 
@@ -49,7 +51,10 @@ double bits_per_element(const FormatInfo& f, const FormatOptions& opt, int64_t i
             const double g = double(opt.group > 0 ? opt.group : inner);
             return f.int_bits + (16.0 + (opt.sym ? 0.0 : f.int_bits)) / g;  // fp16 scale + packed zero (GPTQ)
         }
-        case FormatKind::gguf: return 8.0 * gguf_block_bytes(f.gguf) / kGgufBlock;
+        case FormatKind::gguf: {
+            const GgufTypeInfo& t = *gguf_type_info(f.gguf);
+            return 8.0 * double(t.block_bytes) / double(t.block_elements);
+        }
     }
     return 0;
 }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/gguf_blocks.h"
+#include "formats/gguf_types.h"
 #include "formats/int_grid.h"
 #include "formats/mx_block.h"
 
@@ -19,7 +19,7 @@ struct FormatInfo {
     FormatKind kind;
     MxElement mx_element;   // kind == mx
     int int_bits;           // kind == int_grid
-    GgufBlockType gguf;     // kind == gguf
+    GgufType gguf;          // kind == gguf
     const char* description;
 };
 

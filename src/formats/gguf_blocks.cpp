@@ -1,18 +1,19 @@
-// gguf_blocks.cpp — reference quantizers/dequantizers of the GGUF blocks, mirroring ggml's `*_ref` code
-// step by step in FP32 (interop.md §3.4–3.7).
+// gguf_blocks.cpp — the GGUF block codecs, mirroring ggml's `*_ref` quantizers and dequantize_row_* step by
+// step in FP32 (interop.md §3.4–3.7), and the F32/F16/BF16 element codecs of GGUF tensors.
 #include "formats/gguf_blocks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/thread_pool.h"
+#include "core/bits.h"
 #include "formats/element_codec.h"
-#include "formats/mx_block.h"
 
 namespace lowbit {
 
 namespace {
+
+constexpr int kQk = 32;  // elements of the 32-element blocks (ggml's QK4_0, QK8_0, QK_MXFP4, ...)
 
 uint16_t to_fp16(float x) {
     return uint16_t(encode_element(element_spec(ElementType::fp16), x, Rounding::nearest_even, Overflow::special));
@@ -28,9 +29,25 @@ float e8m0_half(uint8_t e) {
     return bits_float(bits);
 }
 
+uint32_t load_u32_le(const uint8_t* p) {
+    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// Runs `codec(src_block, dst_block)` over n consecutive blocks of the packed type Block.
+template <typename Block, typename Codec>
+void each_encoded_block(const float* x, int64_t n_blocks, uint8_t* out, Codec codec) {
+    for (int64_t b = 0; b < n_blocks; ++b)
+        codec(x + b * kQk, reinterpret_cast<Block*>(out + b * int64_t(sizeof(Block))));
+}
+template <typename Block, int kElements = kQk, typename Codec>
+void each_decoded_block(const uint8_t* blocks, int64_t n_blocks, float* out, Codec codec) {
+    for (int64_t b = 0; b < n_blocks; ++b)
+        codec(*reinterpret_cast<const Block*>(blocks + b * int64_t(sizeof(Block))), out + b * kElements);
+}
+
 void quantize_q4_0(const float* x, BlockQ4_0* y) {
     float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kGgufBlock; ++j)
+    for (int j = 0; j < kQk; ++j)
         if (amax < std::fabs(x[j])) {  // first element of largest |x| wins (signed value kept)
             amax = std::fabs(x[j]);
             max = x[j];
@@ -48,7 +65,7 @@ void quantize_q4_0(const float* x, BlockQ4_0* y) {
 
 void quantize_q4_1(const float* x, BlockQ4_1* y) {
     float min = x[0], max = x[0];
-    for (int j = 1; j < kGgufBlock; ++j) {
+    for (int j = 1; j < kQk; ++j) {
         if (x[j] < min) min = x[j];
         if (x[j] > max) max = x[j];
     }
@@ -66,16 +83,16 @@ void quantize_q4_1(const float* x, BlockQ4_1* y) {
 
 void quantize_q8_0(const float* x, BlockQ8_0* y) {
     float amax = 0.0f;
-    for (int j = 0; j < kGgufBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int j = 0; j < kQk; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y->d = to_fp16(d);
-    for (int j = 0; j < kGgufBlock; ++j) y->qs[j] = int8_t(std::round(x[j] * id));  // half away from zero
+    for (int j = 0; j < kQk; ++j) y->qs[j] = int8_t(std::round(x[j] * id));  // half away from zero
 }
 
 void quantize_mxfp4(const float* x, BlockMxfp4* y) {
     float amax = 0.0f;
-    for (int j = 0; j < kGgufBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int j = 0; j < kQk; ++j) amax = std::max(amax, std::fabs(x[j]));
     // ggml: floorf(log2f(amax)) − 2 + 127 (note: log2f can round up just below a power of two; that is
     // ggml's definition and we keep it).
     // Below 2^-125 ggml's cast to uint8 is undefined; we clamp the byte to 0 there.
@@ -83,8 +100,8 @@ void quantize_mxfp4(const float* x, BlockMxfp4* y) {
     const uint8_t e = uint8_t(e_int < 0 ? 0 : e_int);
     const float d = e8m0_half(e);
     y->e = e;
-    uint8_t q[kGgufBlock];
-    for (int j = 0; j < kGgufBlock; ++j) {
+    uint8_t q[kQk];
+    for (int j = 0; j < kQk; ++j) {
         int best = 0;
         float best_err = std::fabs(d * float(kMxfp4Doubled[0]) - x[j]);
         for (int k = 1; k < 16; ++k) {  // nearest table entry; ties keep the first
@@ -99,108 +116,136 @@ void quantize_mxfp4(const float* x, BlockMxfp4* y) {
     for (int j = 0; j < 16; ++j) y->qs[j] = uint8_t(q[j] | q[16 + j] << 4);
 }
 
+// The 5-bit codes of a Q5 block: low nibbles from qs, the 5th bit from the qh mask.
+void q5_codes(const uint8_t* qh_bytes, const uint8_t* qs, int q[kQk]) {
+    const uint32_t qh = load_u32_le(qh_bytes);
+    for (int j = 0; j < 16; ++j) {
+        q[j] = int(qs[j] & 0xF) | int((qh >> j) & 1u) << 4;
+        q[j + 16] = int(qs[j] >> 4) | int((qh >> (j + 16)) & 1u) << 4;
+    }
+}
+
+void dequantize_q6_k(const BlockQ6_K& b, float* y) {
+    const float d = from_fp16(b.d);
+    // Two halves of 128 elements; in half h, element i takes its low nibble from ql[64h + i%64]
+    // (shifted by 4 for i ≥ 64) and its top 2 bits from qh[32h + i%32] (shifted by 2·(i/32)).
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = b.ql + 64 * h;
+        const uint8_t* qh = b.qh + 32 * h;
+        for (int i = 0; i < 128; ++i) {
+            const int lo = (ql[i % 64] >> (4 * (i / 64))) & 0xF;
+            const int hi = (qh[i % 32] >> (2 * (i / 32))) & 0x3;
+            const int e = 128 * h + i;
+            const float group_scale = d * float(b.scales[e / 16]);  // ggml: (d·sc)·q, in that order
+            y[e] = group_scale * float((lo | hi << 4) - 32);
+        }
+    }
+}
+
+// F16/BF16 by the element codec: round to nearest even, Inf/NaN kept (Overflow::special).
+void encode_16bit(ElementType t, const float* x, int64_t n, uint8_t* out) {
+    const ElementSpec spec = element_spec(t);
+    for (int64_t k = 0; k < n; ++k) {
+        const uint16_t h = uint16_t(encode_element(spec, x[k], Rounding::nearest_even, Overflow::special));
+        std::memcpy(out + 2 * k, &h, 2);
+    }
+}
+
 }  // namespace
 
-int gguf_block_bytes(GgufBlockType t) {
-    switch (t) {
-        case GgufBlockType::q4_0: return sizeof(BlockQ4_0);
-        case GgufBlockType::q4_1: return sizeof(BlockQ4_1);
-        case GgufBlockType::q8_0: return sizeof(BlockQ8_0);
-        case GgufBlockType::mxfp4: return sizeof(BlockMxfp4);
-    }
-    return 0;
+void gguf_encode_q4_0(const float* x, int64_t n_blocks, uint8_t* out) {
+    each_encoded_block<BlockQ4_0>(x, n_blocks, out, quantize_q4_0);
+}
+void gguf_encode_q4_1(const float* x, int64_t n_blocks, uint8_t* out) {
+    each_encoded_block<BlockQ4_1>(x, n_blocks, out, quantize_q4_1);
+}
+void gguf_encode_q8_0(const float* x, int64_t n_blocks, uint8_t* out) {
+    each_encoded_block<BlockQ8_0>(x, n_blocks, out, quantize_q8_0);
+}
+void gguf_encode_mxfp4(const float* x, int64_t n_blocks, uint8_t* out) {
+    each_encoded_block<BlockMxfp4>(x, n_blocks, out, quantize_mxfp4);
 }
 
-const char* gguf_block_name(GgufBlockType t) {
-    switch (t) {
-        case GgufBlockType::q4_0: return "q4_0";
-        case GgufBlockType::q4_1: return "q4_1";
-        case GgufBlockType::q8_0: return "q8_0";
-        case GgufBlockType::mxfp4: return "gguf_mxfp4";
-    }
-    return "?";
-}
-
-std::vector<uint8_t> gguf_quantize_row(GgufBlockType t, const float* x, int64_t n) {
-    check_block_divisible(n, kGgufBlock, "row length", gguf_block_name(t));
-    const int64_t nb = n / kGgufBlock, bb = gguf_block_bytes(t);
-    std::vector<uint8_t> out(size_t(nb * bb));
-    for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* dst = out.data() + b * bb;
-        const float* src = x + b * kGgufBlock;
-        switch (t) {
-            case GgufBlockType::q4_0: quantize_q4_0(src, reinterpret_cast<BlockQ4_0*>(dst)); break;
-            case GgufBlockType::q4_1: quantize_q4_1(src, reinterpret_cast<BlockQ4_1*>(dst)); break;
-            case GgufBlockType::q8_0: quantize_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst)); break;
-            case GgufBlockType::mxfp4: quantize_mxfp4(src, reinterpret_cast<BlockMxfp4*>(dst)); break;
-        }
-    }
-    return out;
-}
-
-void gguf_dequantize_row(GgufBlockType t, const uint8_t* blocks, int64_t n, float* out) {
-    check_block_divisible(n, kGgufBlock, "row length", gguf_block_name(t));
-    const int64_t nb = n / kGgufBlock, bb = gguf_block_bytes(t);
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* src = blocks + b * bb;
-        float* y = out + b * kGgufBlock;
-        switch (t) {
-            case GgufBlockType::q4_0: {
-                const auto* blk = reinterpret_cast<const BlockQ4_0*>(src);
-                const float d = from_fp16(blk->d);
-                for (int j = 0; j < 16; ++j) {
-                    y[j] = float(int(blk->qs[j] & 0xF) - 8) * d;
-                    y[j + 16] = float(int(blk->qs[j] >> 4) - 8) * d;
-                }
-                break;
-            }
-            case GgufBlockType::q4_1: {
-                const auto* blk = reinterpret_cast<const BlockQ4_1*>(src);
-                const float d = from_fp16(blk->d), m = from_fp16(blk->m);
-                for (int j = 0; j < 16; ++j) {
-                    y[j] = float(blk->qs[j] & 0xF) * d + m;
-                    y[j + 16] = float(blk->qs[j] >> 4) * d + m;
-                }
-                break;
-            }
-            case GgufBlockType::q8_0: {
-                const auto* blk = reinterpret_cast<const BlockQ8_0*>(src);
-                const float d = from_fp16(blk->d);
-                for (int j = 0; j < 32; ++j) y[j] = float(blk->qs[j]) * d;
-                break;
-            }
-            case GgufBlockType::mxfp4: {
-                const auto* blk = reinterpret_cast<const BlockMxfp4*>(src);
-                const float d = e8m0_half(blk->e);
-                for (int j = 0; j < 16; ++j) {
-                    y[j] = float(kMxfp4Doubled[blk->qs[j] & 0xF]) * d;
-                    y[j + 16] = float(kMxfp4Doubled[blk->qs[j] >> 4]) * d;
-                }
-                break;
-            }
-        }
-    }
-}
-
-std::vector<uint8_t> gguf_quantize_matrix(GgufBlockType t, const float* x, int64_t rows, int64_t cols) {
-    check_block_divisible(cols, kGgufBlock, "columns", gguf_block_name(t));
-    const int64_t row_bytes = cols / kGgufBlock * gguf_block_bytes(t);
-    std::vector<uint8_t> out(size_t(rows * row_bytes));
-    parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-            auto row = gguf_quantize_row(t, x + r * cols, cols);
-            std::memcpy(out.data() + r * row_bytes, row.data(), row.size());
+void gguf_decode_q4_0(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockQ4_0>(blocks, n_blocks, out, [](const BlockQ4_0& b, float* y) {
+        const float d = from_fp16(b.d);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = float(int(b.qs[j] & 0xF) - 8) * d;
+            y[j + 16] = float(int(b.qs[j] >> 4) - 8) * d;
         }
     });
-    return out;
 }
 
-void gguf_dequantize_matrix(GgufBlockType t, const uint8_t* blocks, int64_t rows, int64_t cols, float* out) {
-    check_block_divisible(cols, kGgufBlock, "columns", gguf_block_name(t));
-    const int64_t row_bytes = cols / kGgufBlock * gguf_block_bytes(t);
-    parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) gguf_dequantize_row(t, blocks + r * row_bytes, cols, out + r * cols);
+void gguf_decode_q4_1(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockQ4_1>(blocks, n_blocks, out, [](const BlockQ4_1& b, float* y) {
+        const float d = from_fp16(b.d), m = from_fp16(b.m);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = float(b.qs[j] & 0xF) * d + m;
+            y[j + 16] = float(b.qs[j] >> 4) * d + m;
+        }
     });
+}
+
+void gguf_decode_q5_0(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockQ5_0>(blocks, n_blocks, out, [](const BlockQ5_0& b, float* y) {
+        const float d = from_fp16(b.d);
+        int q[kQk];
+        q5_codes(b.qh, b.qs, q);
+        for (int j = 0; j < kQk; ++j) y[j] = d * float(q[j] - 16);
+    });
+}
+
+void gguf_decode_q5_1(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockQ5_1>(blocks, n_blocks, out, [](const BlockQ5_1& b, float* y) {
+        const float d = from_fp16(b.d), m = from_fp16(b.m);
+        int q[kQk];
+        q5_codes(b.qh, b.qs, q);
+        for (int j = 0; j < kQk; ++j) y[j] = d * float(q[j]) + m;
+    });
+}
+
+void gguf_decode_q8_0(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockQ8_0>(blocks, n_blocks, out, [](const BlockQ8_0& b, float* y) {
+        const float d = from_fp16(b.d);
+        for (int j = 0; j < kQk; ++j) y[j] = float(b.qs[j]) * d;
+    });
+}
+
+void gguf_decode_q6_k(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockQ6_K, 256>(blocks, n_blocks, out, dequantize_q6_k);
+}
+
+void gguf_decode_mxfp4(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockMxfp4>(blocks, n_blocks, out, [](const BlockMxfp4& b, float* y) {
+        const float d = e8m0_half(b.e);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = float(kMxfp4Doubled[b.qs[j] & 0xF]) * d;
+            y[j + 16] = float(kMxfp4Doubled[b.qs[j] >> 4]) * d;
+        }
+    });
+}
+
+void gguf_encode_f32(const float* x, int64_t n, uint8_t* out) { std::memcpy(out, x, size_t(n) * 4); }
+void gguf_decode_f32(const uint8_t* bytes, int64_t n, float* out) { std::memcpy(out, bytes, size_t(n) * 4); }
+
+void gguf_encode_f16(const float* x, int64_t n, uint8_t* out) { encode_16bit(ElementType::fp16, x, n, out); }
+void gguf_encode_bf16(const float* x, int64_t n, uint8_t* out) { encode_16bit(ElementType::bf16, x, n, out); }
+
+void gguf_decode_f16(const uint8_t* bytes, int64_t n, float* out) {
+    const ElementSpec fp16 = element_spec(ElementType::fp16);
+    for (int64_t k = 0; k < n; ++k) {
+        uint16_t h;
+        std::memcpy(&h, bytes + 2 * k, 2);
+        out[k] = decode_element(fp16, h);
+    }
+}
+
+void gguf_decode_bf16(const uint8_t* bytes, int64_t n, float* out) {
+    for (int64_t k = 0; k < n; ++k) {
+        uint16_t h;
+        std::memcpy(&h, bytes + 2 * k, 2);
+        out[k] = bits_float(uint32_t(h) << 16);  // BF16 is the top half of an FP32: every bit kept
+    }
 }
 
 }  // namespace lowbit

@@ -1,16 +1,16 @@
-// gguf_blocks.h — the ggml/GGUF block formats Q4_0, Q4_1, Q8_0 and MXFP4 with their exact byte layouts
-// (interop.md §3). Quantizers follow ggml's reference quantizers (`quantize_row_*_ref`, which
-// gguf-py's NumPy code reproduces) operation for operation in FP32, so files we write are what
-// llama.cpp would write. Blocks run along rows (GGUF rows are contiguous); 32 elements per block.
-// Nibble order (Q4_0, Q4_1, MXFP4): byte qs[j] holds element j (low nibble) and element j+16 (high).
+// gguf_blocks.h — the byte layouts of the ggml block formats lowbit reads or writes (interop.md §3, ggml's
+// ggml-common.h) and their block codecs. The rest of lowbit reaches these codecs through the type table
+// in formats/gguf_types.h, which also holds each type's block size and byte count.
+//
+// Encoders follow ggml's reference quantizers (`quantize_row_*_ref`, which gguf-py's NumPy code
+// reproduces) operation for operation in FP32, so files we write are what llama.cpp would write; decoders
+// compute exactly what ggml's dequantize_row_* computes. Blocks run along rows (GGUF rows are contiguous).
+// Nibble order (Q4_0, Q4_1, Q5_0, Q5_1, MXFP4): byte qs[j] holds element j (low nibble) and j+16 (high).
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 namespace lowbit {
-
-constexpr int kGgufBlock = 32;
 
 #pragma pack(push, 1)
 struct BlockQ4_0 {
@@ -22,32 +22,54 @@ struct BlockQ4_1 {
     uint16_t m;       // fp16 minimum
     uint8_t qs[16];   // value q·d + m
 };
+struct BlockQ5_0 {
+    uint16_t d;       // fp16 scale
+    uint8_t qh[4];    // bit j (little-endian u32) = 5th bit of element j
+    uint8_t qs[16];   // low 4 bits; value (q − 16)·d
+};
+struct BlockQ5_1 {
+    uint16_t d;       // fp16 scale
+    uint16_t m;       // fp16 minimum
+    uint8_t qh[4];
+    uint8_t qs[16];   // value q·d + m
+};
 struct BlockQ8_0 {
     uint16_t d;       // fp16 scale
     int8_t qs[32];    // value q·d
+};
+struct BlockQ6_K {    // a 256-element super-block of sixteen 16-element groups
+    uint8_t ql[128];  // low 4 bits of the 6-bit codes
+    uint8_t qh[64];   // high 2 bits
+    int8_t scales[16];
+    uint16_t d;       // fp16 super-block scale; value d·scales[g]·(q − 32)
 };
 struct BlockMxfp4 {
     uint8_t e;        // E8M0 scale
     uint8_t qs[16];   // E2M1 codes, value kvalues[q]·2^(e−128) (doubled table, halved scale)
 };
 #pragma pack(pop)
-static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block must be 18 bytes");
-static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block must be 20 bytes");
-static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes");
-static_assert(sizeof(BlockMxfp4) == 17, "MXFP4 block must be 17 bytes");
 
-enum class GgufBlockType : uint8_t { q4_0, q4_1, q8_0, mxfp4 };
+// Block codecs: `n_blocks` consecutive blocks ↔ n_blocks·(block elements) floats. Encoders exist for the
+// types lowbit writes; a type it only reads has a decoder alone.
+void gguf_encode_q4_0(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_q4_1(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_q8_0(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_mxfp4(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_decode_q4_0(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q4_1(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q5_0(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q5_1(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q8_0(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q6_k(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_mxfp4(const uint8_t* blocks, int64_t n_blocks, float* out);
 
-int gguf_block_bytes(GgufBlockType t);
-const char* gguf_block_name(GgufBlockType t);
-
-// Quantizes n values (n a multiple of 32) to packed blocks; dequantizes them back.
-std::vector<uint8_t> gguf_quantize_row(GgufBlockType t, const float* x, int64_t n);
-void gguf_dequantize_row(GgufBlockType t, const uint8_t* blocks, int64_t n, float* out);
-
-// Whole matrices (blocks along rows), rows quantized in parallel; the bytes of row r start at
-// r·(cols/32)·block_bytes.
-std::vector<uint8_t> gguf_quantize_matrix(GgufBlockType t, const float* x, int64_t rows, int64_t cols);
-void gguf_dequantize_matrix(GgufBlockType t, const uint8_t* blocks, int64_t rows, int64_t cols, float* out);
+// The scalar types, one element per "block": F32 (bits copied), F16 and BF16 (round to nearest even on
+// encode; every bit kept on decode, NaN payloads included).
+void gguf_encode_f32(const float* x, int64_t n, uint8_t* out);
+void gguf_encode_f16(const float* x, int64_t n, uint8_t* out);
+void gguf_encode_bf16(const float* x, int64_t n, uint8_t* out);
+void gguf_decode_f32(const uint8_t* bytes, int64_t n, float* out);
+void gguf_decode_f16(const uint8_t* bytes, int64_t n, float* out);
+void gguf_decode_bf16(const uint8_t* bytes, int64_t n, float* out);
 
 }  // namespace lowbit

@@ -7,11 +7,8 @@
 #include <limits>
 #include <numeric>
 
-#include "core/bits.h"
 #include "core/error.h"
-#include "formats/element_codec.h"
-#include "formats/gguf_blocks.h"
-#include "formats/gguf_decode_only.h"
+#include "formats/gguf_types.h"
 #include "io/mapped_file.h"
 #include "io/npy.h"
 
@@ -25,44 +22,6 @@ constexpr uint64_t kMaxTensorName = 64;     // interop.md §2.3 (ggml keeps a NU
 constexpr int kMaxArrayDepth = 16;          // nested arrays deeper than this are refused (stack safety)
 constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;           // key length, 1-byte key, type, smallest value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
-
-struct TypeTraits {
-    GgufType type;
-    const char* name;
-    int64_t block_elements;
-    int64_t block_bytes;
-};
-
-// Block sizes as in gguf-py's GGML_QUANT_SIZES (QK_K = 256).
-constexpr TypeTraits kTypeTraits[] = {
-    {GgufType::F32, "F32", 1, 4},          {GgufType::F16, "F16", 1, 2},
-    {GgufType::Q4_0, "Q4_0", 32, 18},      {GgufType::Q4_1, "Q4_1", 32, 20},
-    {GgufType::Q5_0, "Q5_0", 32, 22},      {GgufType::Q5_1, "Q5_1", 32, 24},
-    {GgufType::Q8_0, "Q8_0", 32, 34},      {GgufType::Q8_1, "Q8_1", 32, 40},
-    {GgufType::Q2_K, "Q2_K", 256, 84},     {GgufType::Q3_K, "Q3_K", 256, 110},
-    {GgufType::Q4_K, "Q4_K", 256, 144},    {GgufType::Q5_K, "Q5_K", 256, 176},
-    {GgufType::Q6_K, "Q6_K", 256, 210},    {GgufType::Q8_K, "Q8_K", 256, 292},
-    {GgufType::IQ2_XXS, "IQ2_XXS", 256, 66}, {GgufType::IQ2_XS, "IQ2_XS", 256, 74},
-    {GgufType::IQ3_XXS, "IQ3_XXS", 256, 98}, {GgufType::IQ1_S, "IQ1_S", 256, 50},
-    {GgufType::IQ4_NL, "IQ4_NL", 32, 18},  {GgufType::IQ3_S, "IQ3_S", 256, 110},
-    {GgufType::IQ2_S, "IQ2_S", 256, 82},   {GgufType::IQ4_XS, "IQ4_XS", 256, 136},
-    {GgufType::I8, "I8", 1, 1},            {GgufType::I16, "I16", 1, 2},
-    {GgufType::I32, "I32", 1, 4},          {GgufType::I64, "I64", 1, 8},
-    {GgufType::F64, "F64", 1, 8},          {GgufType::IQ1_M, "IQ1_M", 256, 56},
-    {GgufType::BF16, "BF16", 1, 2},        {GgufType::TQ1_0, "TQ1_0", 256, 54},
-    {GgufType::TQ2_0, "TQ2_0", 256, 66},   {GgufType::MXFP4, "MXFP4", 32, 17},
-    {GgufType::NVFP4, "NVFP4", 64, 36},    {GgufType::Q1_0, "Q1_0", 128, 18},
-};
-
-const TypeTraits* type_traits(GgufType t) {
-    for (const auto& tt : kTypeTraits)
-        if (tt.type == t) return &tt;
-    return nullptr;
-}
-
-std::string type_label(GgufType t) {
-    return gguf_type_known(t) ? std::string(gguf_type_name(t)) : fmt::format("unknown type id {}", uint32_t(t));
-}
 
 bool valid_value_type(uint32_t id) { return id <= uint32_t(GgufValueType::f64); }
 
@@ -238,52 +197,10 @@ int64_t element_count(const std::vector<int64_t>& ne) {
     return n;
 }
 
-bool block_type_of(GgufType t, GgufBlockType* out) {
-    switch (t) {
-        case GgufType::Q4_0: *out = GgufBlockType::q4_0; return true;
-        case GgufType::Q4_1: *out = GgufBlockType::q4_1; return true;
-        case GgufType::Q8_0: *out = GgufBlockType::q8_0; return true;
-        case GgufType::MXFP4: *out = GgufBlockType::mxfp4; return true;
-        default: return false;
-    }
-}
-
-bool decode_only_type_of(GgufType t, GgufDecodeOnlyType* out) {
-    switch (t) {
-        case GgufType::Q5_0: *out = GgufDecodeOnlyType::q5_0; return true;
-        case GgufType::Q5_1: *out = GgufDecodeOnlyType::q5_1; return true;
-        case GgufType::Q6_K: *out = GgufDecodeOnlyType::q6_k; return true;
-        default: return false;
-    }
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
-// types
-
-const char* gguf_type_name(GgufType t) {
-    const TypeTraits* tt = type_traits(t);
-    return tt ? tt->name : "unknown";
-}
-int64_t gguf_type_block_elements(GgufType t) {
-    const TypeTraits* tt = type_traits(t);
-    return tt ? tt->block_elements : 0;
-}
-int64_t gguf_type_block_bytes(GgufType t) {
-    const TypeTraits* tt = type_traits(t);
-    return tt ? tt->block_bytes : 0;
-}
-bool gguf_type_can_dequantize(GgufType t) {
-    GgufBlockType b;
-    GgufDecodeOnlyType d;
-    return t == GgufType::F32 || t == GgufType::F16 || t == GgufType::BF16 || block_type_of(t, &b) ||
-           decode_only_type_of(t, &d);
-}
-uint64_t gguf_type_bytes_for(GgufType t, uint64_t n_elements) {
-    const TypeTraits* tt = type_traits(t);
-    return tt ? n_elements / uint64_t(tt->block_elements) * uint64_t(tt->block_bytes) : 0;
-}
+// value types
 
 const char* gguf_value_type_name(GgufValueType t) {
     switch (t) {
@@ -496,7 +413,7 @@ void GgufFile::parse_all() {
         }
         ti.type = GgufType(r.read<uint32_t>("tensor type"));
         ti.offset = r.read<uint64_t>("tensor offset");
-        if (const TypeTraits* tt = type_traits(ti.type)) {
+        if (const GgufTypeInfo* tt = gguf_type_info(ti.type)) {
             const int64_t row = ti.ne.empty() ? 1 : ti.ne[0];
             if (row % tt->block_elements != 0)
                 fail(ErrorKind::input, "{}: tensor '{}': row length ne[0] = {} is not a multiple of the {} block size {}",
@@ -531,7 +448,7 @@ void GgufFile::parse_all() {
         if (ti.offset > avail)
             fail(ErrorKind::input, "{}: truncated: tensor '{}' data starts at offset {} of the data section (byte {}) but "
                  "the file has {} bytes", name_, ti.name, ti.offset, (unsigned __int128)data_offset_ + ti.offset, size);
-        if (!gguf_type_known(ti.type)) {
+        if (!gguf_type_info(ti.type)) {
             uint64_t end = avail;
             for (size_t j = k + 1; j < order.size(); ++j)
                 if (tensors_[order[j]].offset > ti.offset) {
@@ -684,30 +601,12 @@ std::span<const uint8_t> GgufFile::tensor_bytes(const GgufTensorInfo& info) cons
 }
 
 std::vector<float> GgufFile::tensor_to_f32(const GgufTensorInfo& info) const {
+    if (!gguf_type_can_dequantize(info.type))
+        fail(ErrorKind::input, "{}: tensor '{}' has type {}, which lowbit cannot dequantize ({})", name_, info.name,
+             gguf_type_label(info.type), gguf_type_support());
     const std::span<const uint8_t> b = tensor_bytes(info);
-    const int64_t n = info.n_elements();
-    std::vector<float> out(static_cast<size_t>(n));
-    GgufBlockType bt;
-    GgufDecodeOnlyType dt;
-    if (info.type == GgufType::F32) {
-        std::memcpy(out.data(), b.data(), size_t(n) * 4);
-    } else if (info.type == GgufType::F16 || info.type == GgufType::BF16) {
-        const bool half = info.type == GgufType::F16;
-        const ElementSpec fp16 = element_spec(ElementType::fp16);
-        for (int64_t k = 0; k < n; ++k) {
-            uint16_t h;
-            std::memcpy(&h, b.data() + 2 * k, 2);
-            // BF16 is the top half of an FP32: shifting keeps every bit (NaN payloads included).
-            out[size_t(k)] = half ? decode_element(fp16, h) : bits_float(uint32_t(h) << 16);
-        }
-    } else if (block_type_of(info.type, &bt)) {
-        gguf_dequantize_matrix(bt, b.data(), info.rows(), info.ne.empty() ? 1 : info.ne[0], out.data());
-    } else if (decode_only_type_of(info.type, &dt)) {
-        gguf_dequantize_decode_only(dt, b.data(), n, out.data());
-    } else {
-        fail(ErrorKind::input, "{}: tensor '{}' has type {}, which lowbit cannot dequantize (it reads F32, F16, BF16, Q4_0, "
-             "Q4_1, Q5_0, Q5_1, Q8_0, Q6_K, MXFP4)", name_, info.name, type_label(info.type));
-    }
+    std::vector<float> out(static_cast<size_t>(info.n_elements()));
+    gguf_dequantize_matrix(info.type, b.data(), info.rows(), info.ne.empty() ? 1 : info.ne[0], out.data());
     return out;
 }
 
@@ -731,30 +630,15 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
 
 void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>& ne, GgufType type, const float* data) {
     check_tensor_shape(name, ne);
-    const int64_t n = element_count(ne);
-    std::vector<uint8_t> bytes;
-    GgufBlockType bt;
-    if (type == GgufType::F32) {
-        bytes.resize(size_t(n) * 4);
-        std::memcpy(bytes.data(), data, bytes.size());
-    } else if (type == GgufType::F16 || type == GgufType::BF16) {
-        const ElementSpec spec = element_spec(type == GgufType::F16 ? ElementType::fp16 : ElementType::bf16);
-        bytes.resize(size_t(n) * 2);
-        for (int64_t k = 0; k < n; ++k) {
-            const uint16_t h = uint16_t(encode_element(spec, data[k], Rounding::nearest_even, Overflow::special));
-            std::memcpy(bytes.data() + 2 * k, &h, 2);
-        }
-    } else if (block_type_of(type, &bt)) {
-        const int64_t row = ne.empty() ? 1 : ne[0];
-        if (row % kGgufBlock != 0)
-            fail(ErrorKind::usage, "gguf writer: tensor '{}': row length {} is not a multiple of the {} block size 32", name,
-                 row, gguf_type_name(type));
-        bytes = gguf_quantize_matrix(bt, data, n / row, row);
-    } else {
-        fail(ErrorKind::usage, "gguf writer: tensor '{}': cannot encode floats as {} (use F32, F16, BF16, Q4_0, Q4_1, "
-             "Q8_0, MXFP4, or add_tensor_raw)", name, type_label(type));
-    }
-    add_tensor_raw(name, ne, type, std::move(bytes));
+    const GgufTypeInfo* info = gguf_type_info(type);
+    if (!info || !info->encode)
+        fail(ErrorKind::usage, "gguf writer: tensor '{}': cannot encode floats as {} ({}; add_tensor_raw takes "
+             "pre-packed bytes)", name, gguf_type_label(type), gguf_type_support());
+    const int64_t row = ne.empty() ? 1 : ne[0];
+    if (row % info->block_elements != 0)
+        fail(ErrorKind::usage, "gguf writer: tensor '{}': row length {} is not a multiple of the {} block size {}", name,
+             row, info->name, info->block_elements);
+    add_tensor_raw(name, ne, type, gguf_quantize_matrix(type, data, element_count(ne) / row, row));
 }
 
 void GgufWriter::add_tensor_raw(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
@@ -764,7 +648,7 @@ void GgufWriter::add_tensor_raw(const std::string& name, const std::vector<int64
     for (const auto& t : tensors_)
         if (t.name == name) fail(ErrorKind::usage, "gguf writer: tensor '{}' added twice", name);
     check_tensor_shape(name, ne);
-    if (const TypeTraits* tt = type_traits(type)) {
+    if (const GgufTypeInfo* tt = gguf_type_info(type)) {
         const int64_t row = ne.empty() ? 1 : ne[0];
         if (row % tt->block_elements != 0)
             fail(ErrorKind::usage, "gguf writer: tensor '{}': row length {} is not a multiple of the {} block size {}", name,

@@ -2,7 +2,8 @@
 // atomic writer (GgufWriter). The reader checks every count, length, type id, alignment and offset
 // against the file size before trusting it, so a malformed or truncated file raises Error(input) naming
 // the file and what is wrong — never a crash. Tensor types unknown to lowbit are tolerated on read (a
-// newer llama.cpp may add some); only dequantizing them is refused.
+// newer llama.cpp may add some); only dequantizing them is refused. What lowbit knows of each tensor type
+// (block shape, decoder, encoder) comes from the table in formats/gguf_types.h.
 //
 // Layout: magic "GGUF", u32 version (2 or 3), u64 tensor count, u64 KV count, KV pairs, tensor infos,
 // zero padding to `general.alignment` (default 32), then the tensor data, each tensor aligned.
@@ -15,29 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "formats/gguf_types.h"
 #include "io/mapped_file.h"
 
 namespace lowbit {
-
-// ggml_type ids (interop.md §2.6). Ids not listed here are still accepted by the reader.
-enum class GgufType : uint32_t {
-    F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-    IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
-    I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
-    TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41,
-};
-
-// "Q4_0", "BF16", ...; "unknown" for an id lowbit has no size for.
-const char* gguf_type_name(GgufType t);
-// Elements and bytes per block (F32: 1 and 4); 0 and 0 for unknown ids.
-int64_t gguf_type_block_elements(GgufType t);
-int64_t gguf_type_block_bytes(GgufType t);
-inline bool gguf_type_known(GgufType t) { return gguf_type_block_elements(t) != 0; }
-// True for the types tensor_to_f32 decodes.
-bool gguf_type_can_dequantize(GgufType t);
-// Bytes of a tensor of n elements (n a multiple of the block size); 0 for unknown ids.
-uint64_t gguf_type_bytes_for(GgufType t, uint64_t n_elements);
 
 // Metadata value types (interop.md §2.2).
 enum class GgufValueType : uint32_t {
@@ -139,8 +121,8 @@ public:
     const GgufTensorInfo& tensor(const std::string& name) const;       // fails (input) when absent
     // The tensor's bytes inside the mapping (valid while this GgufFile lives).
     std::span<const uint8_t> tensor_bytes(const GgufTensorInfo& info) const;
-    // Dequantizes to float32 in ggml order (ne[0] fastest). Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
-    // Q5_0, Q5_1, MXFP4, Q6_K; others fail with Error(input) naming the tensor and its type.
+    // Dequantizes to float32 in ggml order (ne[0] fastest): every type with a decoder in the type table;
+    // others fail with Error(input) naming the file, the tensor, its type (or type id) and what lowbit reads.
     std::vector<float> tensor_to_f32(const GgufTensorInfo& info) const;
     std::vector<float> tensor_to_f32(const std::string& name) const { return tensor_to_f32(tensor(name)); }
 
@@ -175,8 +157,8 @@ public:
         set(key, GgufValue::of_string_array(v));
     }
 
-    // Float data (ne[0] fastest), stored as `type`: F32, F16, BF16 (round to nearest even), or the
-    // block formats Q4_0, Q4_1, Q8_0, MXFP4 (ggml's reference quantizers, formats/gguf_blocks.h).
+    // Float data (ne[0] fastest), stored as `type`: any type with an encoder in the type table (F16 and
+    // BF16 round to nearest even; the block formats follow ggml's reference quantizers).
     void add_tensor(const std::string& name, const std::vector<int64_t>& ne, GgufType type, const float* data);
     // Pre-packed bytes of any type; for known types their size must match ne.
     void add_tensor_raw(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
