@@ -5,15 +5,14 @@
 //   tool_tokenize (--gguf PATH | --hf-json PATH | --gpt2 DIR) [--pre ID] [--pre-tokens] [--bos] [--special] FILE...
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/corpus.h"
 #include "io/gguf_file.h"
 #include "model/tokenizer.h"
 
@@ -68,11 +67,7 @@ int main(int argc, char** argv) {
         bool round_trip = true;
         double seconds = 0;
         for (const std::string& f : files) {
-            std::ifstream in(f, std::ios::binary);
-            LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: cannot open the file", f);
-            std::stringstream ss;
-            ss << in.rdbuf();
-            const std::string text = ss.str();
+            const std::string text = read_text_file(f);
             if (pre_tokens) {
                 out[f] = tok.pre_tokenize(text);
                 continue;

@@ -1,9 +1,12 @@
 // tokenizer.h — the tokenizer of lowbit's LLM runtime, matching llama.cpp token for token:
 //   * byte-level BPE ("gpt2" model: GPT-2, Llama 3, Qwen2, SmolLM): text → pre-tokens (a hand-written
-//     scanner per pre-tokenizer id, see tokenizer.cpp) → bytes mapped by GPT-2's bytes_to_unicode → merges
-//     by rank (lowest first, leftmost on ties);
+//     scanner per pre-tokenizer id, tokenizer_pretokenize.cpp) → bytes mapped by GPT-2's bytes_to_unicode
+//     → merges by rank (lowest first, leftmost on ties) — tokenizer_bpe.cpp;
 //   * SentencePiece-style BPE ("llama" model: Llama 2): spaces → U+2581 with a space prefix, merges by
-//     token score (highest first, leftmost on ties), <0xXX> byte fallback, unknown token last.
+//     token score (highest first, leftmost on ties), <0xXX> byte fallback, unknown token last —
+//     tokenizer_spm.cpp.
+// The loaders (GGUF, tokenizer.json, GPT-2's files, and load_tokenizer for a model path) are in
+// tokenizer_loaders.cpp; tokenizer.cpp holds what both models share.
 // Special tokens: the text is first cut at user-defined tokens (token type 4) — and, when parse_special is
 // on, at control (3) and unknown (2) tokens too — longest token first, as llama.cpp's
 // tokenizer_st_partition does; llama.cpp's test vectors are made with parse_special = false.
@@ -100,5 +103,14 @@ public:
 private:
     std::shared_ptr<const Impl> impl_;
 };
+
+// The tokenizer of a model path (a .gguf file, an HF checkpoint directory or its config.json): the GGUF's
+// own vocabulary or the checkpoint's tokenizer.json. `override_path` (a .gguf, a tokenizer.json or a known
+// model name), when not empty, is used instead.
+Tokenizer load_tokenizer(const std::string& model_path, const std::string& override_path = "");
+
+// Whether to prepend BOS for a BOS mode: "on", "off", or "auto" (the vocabulary's add_bos()). Fails
+// (usage) on any other mode.
+bool should_add_bos(std::string_view mode, const Tokenizer& tok);
 
 }  // namespace lowbit

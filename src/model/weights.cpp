@@ -264,8 +264,6 @@ private:
     SafetensorsModel st_;
 };
 
-}  // namespace
-
 std::unique_ptr<ModelReader> open_safetensors_model_reader(const std::string& dir) {
     namespace fs = std::filesystem;
     LOWBIT_CHECK(fs::exists(fs::path(dir) / "config.json"), ErrorKind::input,
@@ -274,6 +272,8 @@ std::unique_ptr<ModelReader> open_safetensors_model_reader(const std::string& di
                  dir);
     return std::make_unique<SafetensorsModelReader>(dir);
 }
+
+}  // namespace
 
 std::unique_ptr<ModelReader> ModelReader::open(const std::string& path) {
     namespace fs = std::filesystem;

@@ -64,4 +64,44 @@ r = c.lowbit("hadamard", odd, out, expect_rc=None)
 c.check("hadamard of 368 columns exits 3", r.returncode == 3, (r.returncode, r.stderr))
 c.check("hadamard suggests a block-diagonal transform", "block" in r.stderr, r.stderr)
 
+# tokenize: an empty STRING is an empty token list (just BOS with BOS on); no text at all is a usage error.
+# A tiny byte-level BPE tokenizer.json: GPT-2's byte characters, "ab", and "<s>" added by the post-processor.
+def byte_chars():
+    printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
+    extra = iter(range(0x100, 0x200))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
+vocab = {ch: i for i, ch in enumerate(byte_chars())}
+vocab.update({"ab": 256, "<s>": 257})
+tok_json = c.path("cli_tokenizer.json")
+with open(tok_json, "w") as f:
+    json.dump({"added_tokens": [{"id": 257, "content": "<s>", "special": True}],
+               "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+               "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}]},
+               "model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]}}, f)
+r = c.lowbit("tokenize", "--model", tok_json, "--bos", "off", "ab")
+c.check("tokenize of 'ab' merges", r.stdout == "256\n", repr(r.stdout))
+r = c.lowbit("tokenize", "--model", tok_json, "--bos", "off", "", expect_rc=None)
+c.check("tokenize '' exits 0", r.returncode == 0, (r.returncode, r.stderr))
+c.check("tokenize '' prints an empty token list", r.stdout == "\n" and "0 tokens" in r.stderr, (r.stdout, r.stderr))
+r = c.lowbit("tokenize", "--model", tok_json, "--bos", "off", "--json", "", expect_rc=None)
+c.check("tokenize '' --json has no ids", r.returncode == 0 and json.loads(r.stdout)["ids"] == [] and
+        json.loads(r.stdout)["n_tokens"] == 0, (r.stdout, r.stderr))
+for bos in ("on", "auto"):  # the post-processor adds <s>, so auto means on here
+    r = c.lowbit("tokenize", "--model", tok_json, "--bos", bos, "", expect_rc=None)
+    c.check(f"tokenize '' with --bos {bos} prints just BOS", r.returncode == 0 and r.stdout == "257\n", (r.stdout, r.stderr))
+    r = c.lowbit("tokenize", "--model", tok_json, "--bos", bos, "--json", "", expect_rc=None)
+    c.check(f"tokenize '' --json with --bos {bos} has just BOS", r.returncode == 0 and json.loads(r.stdout)["ids"] == [257],
+            (r.stdout, r.stderr))
+empty_file = c.path("cli_empty.txt")
+open(empty_file, "w").close()
+r = c.lowbit("tokenize", "--model", tok_json, "--bos", "off", "--text", empty_file, expect_rc=None)
+c.check("tokenize of an empty --text file prints an empty token list", r.returncode == 0 and r.stdout == "\n",
+        (r.stdout, r.stderr))
+r = c.lowbit("tokenize", "--model", tok_json, expect_rc=None)
+c.check("tokenize without text exits 2", r.returncode == 2 and "--text FILE or a STRING" in r.stderr, (r.returncode, r.stderr))
+r = c.lowbit("tokenize", "--model", tok_json, "--text", empty_file, "", expect_rc=None)
+c.check("tokenize with --text and a STRING exits 2", r.returncode == 2, (r.returncode, r.stderr))
+
 c.finish()

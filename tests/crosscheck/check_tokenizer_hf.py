@@ -29,9 +29,16 @@ c = Checker(__doc__)
 from gguf import GGUFReader  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
 
+# The shared data as the library finds it (src/io/corpus.h): $LOWBIT_SHARED_DATA, else the nearest
+# shared/data in this script's folder or a parent (<checkout>/shared/data or <checkout>/../shared/data).
 here = os.path.dirname(os.path.abspath(__file__))
-candidates = [os.environ.get("LOWBIT_SHARED_DATA", ""), os.path.join(here, "..", "..", "..", "shared", "data"),
-              "/work/shared/data"]
+candidates = [os.environ.get("LOWBIT_SHARED_DATA", "")]
+d = here
+while True:
+    candidates.append(os.path.join(d, "shared", "data"))
+    if os.path.dirname(d) == d:
+        break
+    d = os.path.dirname(d)
 data = next((d for d in candidates if d and os.path.isdir(os.path.join(d, "tokenizers"))), None)
 if data is None:
     print("SKIP: shared data not found (set LOWBIT_SHARED_DATA to the shared/data folder)")

@@ -4,7 +4,7 @@
 llama.cpp is built from the sources vendored in the PyPI sdist of llama-cpp-python by
 tests/peer/build_llama_cpp.sh (CPU only). This script
 
-  1. writes the text lowbit evaluates for `--corpus NAME` to a file, byte for byte (src/model/eval.cpp,
+  1. writes the text lowbit evaluates for `--corpus NAME` to a file, byte for byte (src/io/corpus.cpp,
      read_corpus_text: data/corpora/sotu/YEAR_*.txt in file-name order, trailing whitespace removed from
      each, joined with "\\n\\n", no trailing newline — llama-perplexity's -f drops one trailing "\\n", so
      the file must not end in one), and checks that `lowbit eval --text FILE` sees as many tokens as
@@ -94,13 +94,20 @@ def run_json(cmd):
 # --- the corpus text, exactly as lowbit builds it ------------------------------------------------------
 
 def shared_data_dir():
+    """As the library finds it (src/io/corpus.h): $LOWBIT_SHARED_DATA, else the nearest shared/data in the
+    checkout or one of its parents."""
     env = os.environ.get("LOWBIT_SHARED_DATA")
     if env:
         return env
-    for d in ("/work/shared/data", os.path.join(REPO, "..", "shared", "data")):
-        if os.path.isdir(d):
-            return d
-    raise SystemExit("shared data directory not found; set LOWBIT_SHARED_DATA")
+    tried, d = [], REPO
+    while True:
+        tried.append(os.path.join(d, "shared", "data"))
+        if os.path.isdir(tried[-1]):
+            return tried[-1]
+        if os.path.dirname(d) == d:
+            break
+        d = os.path.dirname(d)
+    raise SystemExit(f"shared data directory not found (tried {', '.join(tried)}); set LOWBIT_SHARED_DATA")
 
 
 def corpus_text(name):
