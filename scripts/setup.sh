@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 apt_packages=(cmake g++ make pkg-config
               libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libopenblas-dev
-              gnuplot-nox python3-venv clang libclang-rt-14-dev)
+              python3-venv clang libclang-rt-14-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/npy.h"
-#include "io/svg_plot.h"
+#include "io/plot.h"
 
 namespace lowbit {
 
@@ -114,14 +114,14 @@ void run_pairs(const PairsArgs& a) {
         Heatmap h;
         h.title = fmt::format("{} GEMM error by pattern pair ({}x{}x{}, {} seeds, {} scale)", a.format, a.m, a.k, a.n, a.seeds,
                               a.scale_rule);
-        h.value_label = "SQNR (dB) = −20·log10(mean ‖Ĉ−C‖/‖C‖)";
+        h.value_label = "SQNR (dB) = −20·log10(mean ‖C_q − C‖ / ‖C‖)";
         for (auto s : opt.strategies) h.col_labels.push_back(strategy_short_name(s));
         for (const auto& r : results) {
             h.row_labels.push_back(std::string(short_pat[int(r.a)]) + short_pat[int(r.b)] + " (A " + pattern_name(r.a) + ", B " +
                                    pattern_name(r.b) + ")");
             h.values.push_back(r.sqnr_db);
         }
-        write_heatmap_svg(a.plot, h);
+        write_figure(a.plot, h);
         report["plot"] = a.plot;
     }
     if (a.json) {
@@ -195,7 +195,7 @@ void register_analyze_command(CLI::App& app) {
     pairs->add_option("--device", a->device, "cpu (reference, default) | cuda (GPU emulation path)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     pairs->add_flag("--json", a->json, "machine-readable output");
-    pairs->add_option("--plot", a->plot, "write the table as an SVG heatmap");
+    pairs->add_option("--plot", a->plot, "write the table as a heatmap: PATH.svg or PATH.png");
     pairs->callback([a] { run_pairs(*a); });
 
     auto d = std::make_shared<std::tuple<std::string, bool, double, double>>("", false, 2.0, 0.0);
