@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "adahop/cuda/hadamard_mxfp4_stats.cuh"
 #include "core/random_fill.h"
 #include "core/thread_pool.h"
 #include "formats/cuda/int_quantize.cuh"
@@ -146,24 +147,24 @@ int main(int argc, char** argv) {
                                    HadamardMxfp4Options o;
                                    o.rounding = r;
                                    o.seed = 7;
-                                   hadamard_mxfp4_cuda(in(w), N, N, o, Mxfp4DeviceOutput{codes.data(), scales.data()}, Mxfp4DeviceOutput{});
+                                   hadamard_mxfp4_cuda(in(w), N, N, o, Mxfp4DeviceCodes{codes.data(), scales.data()}, Mxfp4DeviceCodes{});
                                }});
             entries.push_back({"hadamard+mxfp4 axis 0" + rn, E * (2 + 0.5 + 1.0 / 32), [&, r](int w) {
                                    HadamardMxfp4Options o;
                                    o.rounding = r;
                                    o.seed = 7;
-                                   hadamard_mxfp4_cuda(in(w), N, N, o, Mxfp4DeviceOutput{}, Mxfp4DeviceOutput{codes2.data(), scales2.data()});
+                                   hadamard_mxfp4_cuda(in(w), N, N, o, Mxfp4DeviceCodes{}, Mxfp4DeviceCodes{codes2.data(), scales2.data()});
                                }});
             entries.push_back({"hadamard+mxfp4 both" + rn, E * (2 + 2 * (0.5 + 1.0 / 32)), [&, r](int w) {
                                    HadamardMxfp4Options o;
                                    o.rounding = r;
                                    o.seed = 7;
-                                   hadamard_mxfp4_cuda(in(w), N, N, o, Mxfp4DeviceOutput{codes.data(), scales.data()},
-                                                       Mxfp4DeviceOutput{codes2.data(), scales2.data()});
+                                   hadamard_mxfp4_cuda(in(w), N, N, o, Mxfp4DeviceCodes{codes.data(), scales.data()},
+                                                       Mxfp4DeviceCodes{codes2.data(), scales2.data()});
                                }});
         }
         // The same passes with the statistics AdaHOP fuses into them (RNE): Σx² (outlier-extraction scores, 4 B)
-        // or the detector's (Σx, Σx²) pair (8 B) per group of blocks (hadamard_mxfp4.cuh).
+        // or the detector's (Σx, Σx²) pair (8 B) per group of blocks (adahop/cuda/hadamard_mxfp4_stats.cuh).
         DeviceBuffer<float> block_sumsq{size_t(n / 32)};
         DeviceBuffer<float2> partials{size_t(n / 32)};
         for (int axis : {1, 0}) {

@@ -1,8 +1,9 @@
 // detector_lab.cu — kernel lab: the GPU detector's device part (detector_stats_cuda: both launches) on BF16
 // matrices of the bench_adahop operand shapes, timed in the steady state of a stream (20 back-to-back calls
 // per event pair, median of 15), next to a device-to-device copy of the same matrix measured in the same run
-// (the copy moves 2× the bytes the detector reads, so half its time is the detector's floor). Built and run
-// by detector_variants.sh against the tree's outlier_stats.cu or a variant of it.
+// (the copy moves 2× the bytes the detector reads, so half its time is the detector's floor). CMake target
+// detector_lab (dev/CMakeLists.txt), linked against the tree's outlier_stats.cu: to time a variant, edit that
+// file in a working tree, rebuild and run `detector_lab NAME` (NAME labels the output lines).
 #include <cuda_bf16.h>
 
 #include <algorithm>

@@ -1,10 +1,10 @@
 // scatter_lab.cu — kernel lab: the OE-right column scatter c[:, idx[i]] = sliver[:, i] into a large
 // row-major FP32 C (AdaHOP's 8192×4096 shape, 64 columns), production kernel against variants, each checked
 // byte for byte against the production result and timed (a) right after C was rewritten by a full-size
-// copy (the GEMM's output, as in training) and (b) batched on an L2-warm C. Build and run on the GPU
-// machine after gpu_check.sh:  bash dev/kernel_lab/run_lab.sh scatter_lab
+// copy (the GEMM's output, as in training) and (b) batched on an L2-warm C. CMake target scatter_lab
+// (dev/CMakeLists.txt); run the binary on the GPU machine.
 //
-// Measured (H200, session 15, bench/results/gpu_oe_lab_h200.txt): every variant writes the same bytes and takes
+// Measured (H200, bench/results/history.jsonl): every variant writes the same bytes and takes
 // 25–33 µs either way (production 27.2 / 27.4, reverse rows 24.9 / 27.6, lane per row 32.6 / 28.8, flat 25.6 /
 // 25.3). ncu of the production kernel: 21 µs, ~1.07 M L2 write sectors for the 524 K scattered 4-byte stores,
 // write hit rate 59 %, L2 throughput 36 %, 176 cycles per issued instruction: the scattered partial-sector

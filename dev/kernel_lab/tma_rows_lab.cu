@@ -1,8 +1,8 @@
 // tma_rows_lab.cu — kernel lab: the fused Hadamard+MXFP4 axis-1 kernel fed by TMA bulk copies (cp.async.bulk
 // into a shared-memory ring, one producer thread, mbarriers) instead of per-thread global loads. Checks every
 // variant byte for byte against hadamard_mxfp4_cuda (itself tested against the CPU reference) and times it
-// next to cudaMemcpy D2D and the production kernel. Build and run on the GPU machine after gpu_check.sh:
-//   bash dev/kernel_lab/run_lab.sh tma_rows_lab
+// next to cudaMemcpy D2D and the production kernel. CMake target tma_rows_lab (dev/CMakeLists.txt); run the
+// binary on the GPU machine.
 //
 // Shared-memory reads: thread t owns block t of a stage (64 bytes). Reading chunk m of every block at once
 // would be a 4-way bank conflict (8 lanes of a phase hit 2 distinct 16-byte slots), so thread t reads chunk
@@ -11,7 +11,7 @@
 // lower = P + Q stays fl(lo + hi), upper = fma(P, −1, Q) = fl(lo − hi) — the reference's operations exactly.
 // The code words come out in slot order and are permuted back (8 selects) before the 16-byte store.
 //
-// Measured (H200, session 13, bench/results/gpu_mx_lab_h200.txt): every variant bit-exact on all six cases;
+// Measured (H200, bench/results/history.jsonl): every variant bit-exact on all six cases;
 // 0.66–0.76 of copy bandwidth (tile 256, 2 stages, 4 CTAs per SM best) against 0.84 for the production
 // kernel in the same run. Deeper rings did not help: the production kernel is limited by issue and latency
 // of its arithmetic, not by load latency, and the producer warp and the 56-register consumers leave 32
@@ -26,6 +26,7 @@
 #include "core/random_fill.h"
 #include "formats/cuda/mx_kernels.cuh"
 #include "hadamard/cuda/hadamard_mxfp4.cuh"
+#include "hadamard/hadamard.h"
 
 using namespace lowbit;
 using namespace lowbit::cuda_detail;
@@ -220,10 +221,10 @@ int main() {
         CUDA_CHECK(cudaMemcpy(dx, h.data(), size_t(n) * 2, cudaMemcpyHostToDevice));
         const auto* x = reinterpret_cast<const __nv_bfloat16*>(dx);
         HadamardMxfp4Options opt;
-        Mxfp4DeviceOutput o;
+        Mxfp4DeviceCodes o;
         o.codes = c0;
         o.scales = s0;
-        hadamard_mxfp4_cuda(x, c.rows, c.cols, opt, o, Mxfp4DeviceOutput{});
+        hadamard_mxfp4_cuda(x, c.rows, c.cols, opt, o, Mxfp4DeviceCodes{});
         std::vector<uint8_t> rc(size_t(n / 2)), rs(size_t(n / 32)), tc(size_t(n / 2)), ts(size_t(n / 32));
         CUDA_CHECK(cudaMemcpy(rc.data(), c0, rc.size(), cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(rs.data(), s0, rs.size(), cudaMemcpyDeviceToHost));
@@ -293,10 +294,10 @@ int main() {
         };
         report("production axis 1", time_us([&](int w) {
                    HadamardMxfp4Options opt;
-                   Mxfp4DeviceOutput o;
+                   Mxfp4DeviceCodes o;
                    o.codes = codes;
                    o.scales = scales;
-                   hadamard_mxfp4_cuda(x_of(w), N, N, opt, o, Mxfp4DeviceOutput{});
+                   hadamard_mxfp4_cuda(x_of(w), N, N, opt, o, Mxfp4DeviceCodes{});
                }));
         for (const Variant& v : variants) report(v.name, time_us([&](int w) { v.launch(x_of(w), n / 32, rule, rb, hs, codes, scales); }));
     }

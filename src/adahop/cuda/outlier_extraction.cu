@@ -11,8 +11,8 @@
 //        b. radix select, 8 bits per pass from the first byte in which the keys differ (one OR/AND reduction
 //           finds it: scores of one magnitude share their sign and top exponent bits): a 256-bin histogram of
 //           the keys that still match the prefix (plain shared atomics: warp aggregation with __match_any_sync
-//           measured the same on the H200, session 9; one atomic for the warp's smallest and largest digit
-//           (__reduce_min/max_sync + ballots) 10–30 % slower, session 11), warp 0 finds the bin of the k-th largest; stop
+//           measures the same on the H200; one atomic for the warp's smallest and largest digit
+//           (__reduce_min/max_sync + ballots) 10–30 % slower), warp 0 finds the bin of the k-th largest; stop
 //           when that bin holds exactly the keys still needed, or after the last digit. Then the keys above
 //           the final prefix are taken, and of those equal to it the first `take_eq` by index (ties → lower
 //           index first, as the CPU reference ranks them);
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1) select_gather_kernel(const 
     }
 }
 
-// The L2 score of outer vector i from the Σx² partials of its groups of blocks (hadamard_mxfp4.cuh), written
+// The L2 score of outer vector i from the Σx² partials of its groups of blocks (hadamard_mxfp4_stats.cuh), written
 // as sums[2i+1] (where select_gather_kernel reads the Σx² of the statistics pass); a fixed order per vector,
 // so equal vectors get equal bits (the tie rule relies on it).
 // Group b's Σx² is sq[b · sq_stride]: the pass's block_sumsq (stride 1) or the Σx² half of its detector pairs

@@ -14,13 +14,13 @@
 // Fused with the quantization pass (extract_outliers_quantized_cuda): the operand is quantized whole by the
 // fused Hadamard+MXFP4 kernel, which also writes Σx² of its input per group of 32-blocks (+1 FMA per element
 // in a pass that reads the operand anyway; 2 blocks of a row, or a stripe of 8 row blocks of a column:
-// hadamard_mxfp4.cuh); a score launch adds each outer vector's group partials (rows: one warp per row;
+// hadamard_mxfp4_stats.cuh); a score launch adds each outer vector's group partials (rows: one warp per row;
 // columns: lane = column over the [stripe][column] layout; coalesced), and
 // the select/gather launch ranks them, gathers the slice and overwrites the
 // selected vectors' codes and scales with those of a zero vector. Exact: the extracted dimension (rows of
 // A, columns of B) is never the reduction dimension the blocks and the Hadamard run along, so a zeroed
 // vector quantizes to zero codes and the zero-amax scale and leaves every other block untouched
-// (tests/cuda/test_adahop_kernels.cu checks this bit for bit against split → quantize). The separate
+// (tests/cuda/test_cuda_outlier_extraction.cu checks this bit for bit against split → quantize). The separate
 // statistics pass and the clean copy disappear.
 #pragma once
 
@@ -31,10 +31,10 @@
 #include <cstring>
 #include <vector>
 
+#include "adahop/cuda/hadamard_mxfp4_stats.cuh"
 #include "adahop/cuda/outlier_stats.cuh"
 #include "adahop/outlier_extraction.h"
 #include "formats/mx_block.h"
-#include "hadamard/cuda/hadamard_mxfp4.cuh"
 
 namespace lowbit {
 

@@ -19,12 +19,12 @@
 // for the detector — each CTA's power sums Σv, Σv², Σv³, Σv⁴ of its variances; the last CTA to finish
 // (threadfence + counter) adds those and writes the moments.
 // detector_from_partials_kernel: the detector without a pass of its own — the same finalising work over the
-// (Σx, Σx²) partials that the fused Hadamard+MXFP4 passes write in each orientation (hadamard_mxfp4.cuh), for
+// (Σx, Σx²) partials that the fused Hadamard+MXFP4 passes write in each orientation (hadamard_mxfp4_stats.cuh), for
 // a batch of operands in one launch (a training step's X, W and dY of every layer: the launch latency is
 // paid once, not per operand).
-// Why two launches (H200, dev/kernel_lab/detector_lab.cu): the previous single launch finalised in the last
-// CTA of each slab / segment; that serial tail alone took 13–14 µs of its 22–47 µs (ncu: the busiest SM
-// active for 94 % of the elapsed cycles, the average SM for 43 %). Now 11.8–30.6 µs on the same shapes.
+// Why two launches (H200, dev/kernel_lab/detector_lab.cu): a single launch that finalises in the last CTA of
+// each slab / segment spends 13–14 µs of its 22–47 µs in that serial tail (ncu: the busiest SM active for
+// 94 % of the elapsed cycles, the average SM for 43 %); two launches take 11.8–30.6 µs on the same shapes.
 #include "adahop/cuda/outlier_stats.cuh"
 
 #include <cuda_bf16.h>
@@ -459,16 +459,11 @@ __global__ void __launch_bounds__(kThreads) stats_finalize_kernel(StatsParams p,
 // its moments. Several tiles per CTA when the launch has many: a CTA's fixed costs (scheduling, the fence
 // and the counter) then count once per several tiles.
 constexpr int kMaxDetectorBatch = 32;  // operands per launch (the descriptors travel as kernel parameters)
-#ifndef LOWBIT_DETECTOR_MAX_TILES  // kernel-lab overrides (dev/kernel_lab/bench_variants.sh)
-#define LOWBIT_DETECTOR_MAX_TILES 8
-#endif
-#ifndef LOWBIT_DETECTOR_FILL_CTAS_PER_SM
-#define LOWBIT_DETECTOR_FILL_CTAS_PER_SM 8
-#endif
-constexpr int kMaxTilesPerCta = LOWBIT_DETECTOR_MAX_TILES;
+constexpr int kMaxTilesPerCta = 8;     // tiles of 32 rows or columns per CTA at most
+constexpr int kDetectorFillCtasPerSm = 8;  // CTAs per SM that count as one fill of the GPU (tiles per CTA below)
 
 struct DetectorItemParams {
-    const float2* row_parts;  // [rows][row_parts_n] (groups of blocks: hadamard_mxfp4.cuh)
+    const float2* row_parts;  // [rows][row_parts_n] (groups of blocks: hadamard_mxfp4_stats.cuh)
     const float2* col_parts;  // [col_parts_n][cols]
     int64_t rows, cols;
     int row_parts_n, col_parts_n;
@@ -689,7 +684,7 @@ void launch_detector_batch(const DetectorPartialsOf* ops, int n, double* moments
         // tiles per CTA: 1 while the launch's tiles fill the GPU about once (8 CTAs per SM), more beyond
         int64_t launch_tiles = 0;
         for (int k = 0; k < batch.n; ++k) launch_tiles += ops[first + k].rows / 32 + ops[first + k].cols / 32;
-        batch.tiles_per_cta = int(std::clamp<int64_t>(launch_tiles / (int64_t(cuda_multiprocessor_count()) * LOWBIT_DETECTOR_FILL_CTAS_PER_SM), 1,
+        batch.tiles_per_cta = int(std::clamp<int64_t>(launch_tiles / (int64_t(cuda_multiprocessor_count()) * kDetectorFillCtasPerSm), 1,
                                                       kMaxTilesPerCta));
         const int per = batch.tiles_per_cta;
         int ctas = 0;

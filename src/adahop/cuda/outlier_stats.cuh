@@ -11,7 +11,7 @@
 // L2-resident; the finalising launch reads them with one CTA per 32 rows or columns (8 warps splitting the
 // parts). Measured (H200, e44d1e5): 11.8 µs on 4096×2048 (launch 1 alone 6.6, the moments step ~2.5), 30.4 µs
 // on 4096×8192 — the read floor is 0.28–0.57 of these times. CPU reference: adahop/outlier_detector.cpp (two-pass FP64).
-// Test: tests/cuda/test_adahop_kernels.cu. Numbers: bench/results/README.md.
+// Test: tests/cuda/test_cuda_outlier_stats.cu. Numbers: bench/results/README.md.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,9 +21,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "adahop/cuda/hadamard_mxfp4_stats.cuh"
 #include "adahop/outlier_detector.h"
 #include "core/cuda_device.h"
-#include "hadamard/cuda/hadamard_mxfp4.cuh"
 
 namespace lowbit {
 
@@ -103,7 +103,7 @@ struct DetectorPartialsOf {
 void detector_moments_from_partials_cuda(const DetectorPartialsOf* operands, int n, double* moments, OutlierStatsWorkspace& ws,
                                          cudaStream_t stream = 0);
 
-// Index logic of the statistics kernel, shared with the host-side tests (tests/cuda/test_adahop_kernels.cu).
+// Index logic of the statistics kernel, shared with the host-side tests (tests/cuda/test_cuda_outlier_stats.cu).
 namespace outlier_stats_detail {
 
 constexpr int kThreads = 256;                 // 8 warps per CTA

@@ -1,7 +1,7 @@
 // e2m1_fast.h — branch-free E2M1 (FP4) encoders for the hot loops of the CUDA quantizers. Each one returns
 // exactly encode_element(element_spec(e2m1), x, rounding, Overflow::saturate, random24) for every x that
 // is not NaN (callers never pass NaN: a NaN makes the MX block scale / NVFP4 denominator NaN and the code 0);
-// tests/cuda/test_kernels.cu checks this over every non-NaN float on the GPU.
+// tests/cuda/test_cuda_e2m1_fast.cu checks this over every non-NaN float on the GPU.
 //
 // Why not call encode_element: it costs ~40 instructions per element (floorf, a float→int conversion,
 // branches). The H200 issues 132 SMs × 4 schedulers × 32 lanes × 1.98 GHz ≈ 33 T thread-instructions/s

@@ -1,7 +1,7 @@
 // int_quantize.cuh — GPTQ-style uniform integer grids (INT2…INT8, symmetric or asymmetric, per row or in
 // groups of G along the chosen axis; every Rounding) on the GPU, FP32 or BF16 input, and dequantization.
 // Bit-identical to int_quantize / int_dequantize (formats/int_grid.h). CPU reference:
-// formats/int_grid.cpp; test: tests/cuda/test_kernels.cu; benchmark: bench/bench_kernels.cu.
+// formats/int_grid.cpp; test: tests/cuda/test_cuda_int_quantize.cu; benchmark: bench/bench_kernels.cu.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -31,19 +31,19 @@ void launch_mx(const T* x, int64_t rows, int64_t cols, MxElement e, ScaleRule ru
     const MxScaleRuleBits rb = mx_scale_rule_bits(mx_spec(e), rule);
     if (opt.axis == 1) {
         const int64_t n = rows * cols;
-        mx_rows_kernel<T, kFp4, false, kRoundT><<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(
-            x, n, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
+        mx_rows_kernel<T, kFp4, IdentityPrologue, kRoundT><<<mx_rows_grid(n / kMxBlock), kRowsThreads, 0, stream>>>(
+            x, n, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, NoBlockStats::Out{});
     } else {
         const ColsGrid grid(rows, cols, kColsTileCols);
-        const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(kFp4, false, kRoundT), kRoundT, BlockStats::none);
+        const unsigned ctas = grid.cols_kernel_blocks(mx_min_ctas_per_sm(kFp4, false, kRoundT), kRoundT, false);
         if constexpr (kFp4 && std::is_same_v<T, __nv_bfloat16>)
-            if (launch_mx_cols_e2m1_tma<false, kRoundT, BlockStats::none>(x, rows, cols, rule, rb, 1.0f, opt.seed, codes, scales, BlockStatsOut{},
-                                                                          grid, stream)) {
+            if (launch_mx_cols_e2m1_tma<IdentityPrologue, kRoundT, NoBlockStats>(x, rows, cols, rule, rb, 1.0f, opt.seed, codes, scales,
+                                                                                 NoBlockStats::Out{}, grid, stream)) {
                 CUDA_CHECK(cudaGetLastError());
                 return;
             }
-        mx_cols_kernel<T, kFp4, false, kRoundT><<<ctas, kColsThreads, 0, stream>>>(
-            x, rows, cols, grid.col_tiles, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, BlockStatsOut{});
+        mx_cols_kernel<T, kFp4, IdentityPrologue, kRoundT><<<ctas, kColsThreads, 0, stream>>>(
+            x, rows, cols, grid.col_tiles, e, rule, rb, opt.rounding, 1.0f, opt.seed, codes, scales, NoBlockStats::Out{});
     }
     CUDA_CHECK(cudaGetLastError());
 }

@@ -1,7 +1,7 @@
 // mx_quantize.cuh — MX block quantization on the GPU (MXFP4/6/8, MXINT8; every ScaleRule and Rounding),
 // FP32 or BF16 input, blocks along rows (axis 1) or columns (axis 0), and dequantization to FP32.
 // Bit-identical to the CPU reference mx_quantize / mx_dequantize (formats/mx_block.h) with E2M1 codes
-// packed by pack_e2m1. CPU reference: formats/mx_block.cpp; test: tests/cuda/test_kernels.cu;
+// packed by pack_e2m1. CPU reference: formats/mx_block.cpp; test: tests/cuda/test_cuda_mx_quantize.cu;
 // benchmark: bench/bench_kernels.cu.
 //
 // Device layouts (blocked_view.h): codes [outer][inner] — E2M1 packed two per byte (byte j = code 2j |

@@ -1,7 +1,7 @@
 // nvfp4_quantize.cuh — NVFP4 quantization on the GPU (E2M1 elements in blocks of 16 with E4M3 block scales
 // and one FP32 tensor scale; every Rounding), FP32 or BF16 input, blocks along rows (axis 1) or columns
 // (axis 0), and dequantization. Bit-identical to nvfp4_quantize / nvfp4_dequantize (formats/nvfp4.h) with
-// the codes packed by pack_e2m1. CPU reference: formats/nvfp4.cpp; test: tests/cuda/test_kernels.cu;
+// the codes packed by pack_e2m1. CPU reference: formats/nvfp4.cpp; test: tests/cuda/test_cuda_nvfp4.cu;
 // benchmark: bench/bench_kernels.cu.
 #pragma once
 

@@ -12,8 +12,10 @@
 
 #include <string>
 
+#include "core/cuda/device_loads.cuh"
+#include "core/cuda/device_math.cuh"
 #include "core/cuda_device.h"
-#include "formats/cuda/mx_kernels.cuh"
+#include "hadamard/cuda/hadamard_device.cuh"
 #include "hadamard/hadamard.h"
 
 namespace lowbit {
@@ -47,10 +49,6 @@ __device__ __forceinline__ void loadv(const __nv_bfloat16* p, bool ok, float (&v
         static_assert(V == 1, "BF16 vectors are 8 wide");
         v[0] = ok ? __uint_as_float(uint32_t(*reinterpret_cast<const unsigned short*>(p)) << 16) : 0.0f;
     }
-}
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // round to nearest even, each half
-    return *reinterpret_cast<const uint32_t*>(&h);
 }
 template <int V>
 __device__ __forceinline__ void storev(float* p, const float (&v)[V]) {

@@ -3,7 +3,7 @@
 // (axis 1) or B consecutive rows of each column (axis 0), FP32 or BF16.
 // Bit-identical to hadamard_transform(x, rows, cols, {block B, axis}) (hadamard/hadamard.h, the plain
 // non-randomized transform); for BF16 the reference is bf16 → f32, that transform, f32 → bf16 rounded to
-// nearest even. CPU reference: hadamard/hadamard.cpp; test: tests/cuda/test_kernels.cu; benchmark:
+// nearest even. CPU reference: hadamard/hadamard.cpp; test: tests/cuda/test_cuda_block_hadamard.cu; benchmark:
 // bench/bench_kernels.cu.
 #pragma once
 

@@ -1,8 +1,9 @@
-// cuda_tma.cuh — device wrappers of the sm_90 tensor-memory-accelerator (TMA) copies and the shared-memory
-// barriers they complete on (PTX ISA 8.x: cp.async.bulk.tensor, mbarrier). Tensor maps come from
-// cuda_tensor_map_2d (cuda_device.h) and reach kernels as `const __grid_constant__ CUtensorMap` parameters.
-// Compiled for other targets (the portable PTX) the bodies are empty: launchers use TMA kernels only where
-// cuda_tma_usable() holds. Only .cu files include this header.
+// tma.cuh — device wrappers of the sm_90 tensor-memory-accelerator (TMA) copies and the shared-memory
+// barriers they complete on (PTX ISA 8.x: cp.async.bulk.tensor, mbarrier): the PTX wrappers every Hopper
+// kernel shares (the MX column kernels today, the MXFP4 GEMM of adahop/cuda/gemm/ next). Tensor maps come
+// from cuda_tensor_map_2d (core/cuda_device.h) and reach kernels as `const __grid_constant__ CUtensorMap`
+// parameters. Compiled for other targets (the portable PTX) the bodies are empty: launchers use TMA kernels
+// only where cuda_tma_usable() holds. Only .cu files include this header.
 #pragma once
 
 #include <cuda.h>
