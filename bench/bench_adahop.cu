@@ -36,6 +36,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,15 +44,14 @@
 #include "hadamard/cuda/hadamard_mxfp4.cuh"
 #include "adahop/cuda/outlier_stats.cuh"
 #include "adahop/pair_analysis.h"
+#include "core/cuda_blas.h"
 #include "cuda_event_timing.h"
 
 using namespace lowbit;
 
 namespace {
 
-void cublas_ok(cublasStatus_t s) {
-    if (s != CUBLAS_STATUS_SUCCESS) throw Error(ErrorKind::runtime, "cuBLAS failed with status " + std::to_string(int(s)));
-}
+void cublas_ok(cublasStatus_t s) { cublas_check(s, "bench_adahop"); }
 
 // Written between timed runs with --flush-l2 (larger than the H200's 60 MB L2).
 DeviceBuffer<uint8_t>* g_flush = nullptr;
@@ -147,26 +147,22 @@ double batched_difference_us(const std::function<void()>& base, const std::funct
     return d[d.size() / 2];
 }
 
-// Two non-blocking streams and a cuBLAS handle for each (a handle's workspace must not be shared by
-// kernels running at the same time). The main stream has the highest priority and the side stream the
+// Two non-blocking streams, each with its CudaBlas (the device's shared handle with a workspace per stream:
+// a workspace must not be shared by kernels running at the same time). The main stream has the highest priority and the side stream the
 // lowest: the block scheduler then prefers the GEMM's CTAs, and the side task fills the SMs the GEMM leaves
 // idle (its last wave, its prologue and epilogue).
 struct StreamPair {
     cudaStream_t gemm_stream = nullptr, side_stream = nullptr;
-    cublasHandle_t gemm_blas = nullptr, side_blas = nullptr;
+    std::unique_ptr<CudaBlas> gemm_blas, side_blas;
     StreamPair() {
         int least = 0, greatest = 0;
         CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
         CUDA_CHECK(cudaStreamCreateWithPriority(&gemm_stream, cudaStreamNonBlocking, greatest));
         CUDA_CHECK(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, least));
-        cublas_ok(cublasCreate(&gemm_blas));
-        cublas_ok(cublasCreate(&side_blas));
-        cublas_ok(cublasSetStream(gemm_blas, gemm_stream));
-        cublas_ok(cublasSetStream(side_blas, side_stream));
+        gemm_blas = std::make_unique<CudaBlas>(gemm_stream);
+        side_blas = std::make_unique<CudaBlas>(side_stream);
     }
     ~StreamPair() {
-        cublasDestroy(gemm_blas);
-        cublasDestroy(side_blas);
         cudaStreamDestroy(gemm_stream);
         cudaStreamDestroy(side_stream);
     }
@@ -249,10 +245,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     try {
-        cublasHandle_t h;
-        cublas_ok(cublasCreate(&h));
-        cublasLtHandle_t lt;
-        cublas_ok(cublasLtCreate(&lt));
+        const CudaBlas blas;  // the default stream
+        const cublasLtHandle_t lt = blas.lt_handle();
         DeviceBuffer<uint8_t> lt_workspace(size_t(64) << 20);
         StreamPair sp;
         DeviceBuffer<uint8_t> flush;
@@ -290,7 +284,7 @@ int main(int argc, char** argv) {
                                        X.data(), CUDA_R_16BF, int(K), &zero, C.data(), CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
                                        CUBLAS_GEMM_DEFAULT));
             };
-            auto gemm = [&] { gemm_on(h); };
+            auto gemm = [&] { gemm_on(blas.handle()); };
             const double g = median_us(gemm, reps);
             rows.push_back({shape, "cuBLAS BF16 GEMM", g, g});
             const double gb = batched_us(gemm, reps);  // the reference of the batched rows
@@ -305,7 +299,7 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "detector on W, batched", batched_us(det(W.data(), N, K), reps), gb});
             rows.push_back({shape, "detector on dY, batched", batched_us(det(G.data(), M, N), reps), gb});
             // the GEMM on the high-priority stream of a stream pair: the reference of the "beside" rows
-            auto main_gemm = [&](cudaStream_t) { gemm_on(sp.gemm_blas); };
+            auto main_gemm = [&](cudaStream_t) { gemm_on(sp.gemm_blas->handle()); };
             const double go = overlapped_us(sp, main_gemm, nullptr, reps);
             rows.push_back({shape, "GEMM alone, two-stream timing", go, go});
             // the detector from the partials of the quantization passes training runs anyway (each operand in both
@@ -397,11 +391,11 @@ int main(int argc, char** argv) {
                                        slice.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(N),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
-            auto oe_left_gemm = [&] { oe_left_gemm_on(h); };
+            auto oe_left_gemm = [&] { oe_left_gemm_on(blas.handle()); };
             auto oe_left_scatter = [&] { scatter_outliers_cuda(sliver.data(), k_oe, idx.data(), true, C.data(), M, N); };
             // the same product with the roles swapped (sliverᵀ, N×64 row-major): does cuBLAS pick a better kernel?
             auto oe_left_gemm_alt = [&] {
-                cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(k_oe), int(N), int(K), &one, slice.data(), CUDA_R_16BF,
+                cublas_ok(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, int(k_oe), int(N), int(K), &one, slice.data(), CUDA_R_16BF,
                                        int(K), W.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(k_oe),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
@@ -434,10 +428,10 @@ int main(int argc, char** argv) {
                                        int(K), X.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(k_oe),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
-            auto oe_right_gemm = [&] { oe_right_gemm_on(h); };
+            auto oe_right_gemm = [&] { oe_right_gemm_on(blas.handle()); };
             auto oe_right_scatter = [&] { scatter_outliers_cuda(sliver.data(), k_oe, idx.data(), false, C.data(), M, N); };
             auto oe_right_gemm_alt = [&] {  // sliverᵀ (64×M row-major)
-                cublas_ok(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(M), int(k_oe), int(K), &one, X.data(), CUDA_R_16BF, int(K),
+                cublas_ok(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, int(M), int(k_oe), int(K), &one, X.data(), CUDA_R_16BF, int(K),
                                        slice.data(), CUDA_R_16BF, int(K), &zero, sliver.data(), CUDA_R_32F, int(M),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
@@ -476,7 +470,7 @@ int main(int argc, char** argv) {
                 const double bsel = batched_us(select, reps), bsl = batched_us(sliver, reps);
                 rows.push_back({shape, pre + "batched: extract (sums share + select)", bshare + bsel, gb});
                 rows.push_back({shape, pre + "batched: total (+ sliver GEMM+scatter)", bshare + bsel + bsl, gb});
-                const double with = overlapped_us(sp, main_gemm, [&](cudaStream_t) { sliver_gemm_on(sp.side_blas); }, reps);
+                const double with = overlapped_us(sp, main_gemm, [&](cudaStream_t) { sliver_gemm_on(sp.side_blas->handle()); }, reps);
                 const double added = std::max(0.0, with - go), bsc = batched_us(scatter, reps);
                 rows.push_back({shape, pre + "batched: scatter", bsc, gb});
                 rows.push_back({shape, pre + "sliver GEMM beside the main GEMM: added", added, go});
@@ -485,7 +479,7 @@ int main(int argc, char** argv) {
                 // would have cleared, so the main GEMM need not wait for it)
                 auto extract_and_sliver = [&](cudaStream_t st) {
                     extract_outliers_quantized_cuda(T.data(), r, K, 1, k_oe, o.rule, with_sums, slice.data(), idx.data(), oe, st, false);
-                    sliver_gemm_on(sp.side_blas);
+                    sliver_gemm_on(sp.side_blas->handle());
                 };
                 const double both = std::max(0.0, overlapped_us(sp, main_gemm, extract_and_sliver, reps) - go);
                 rows.push_back({shape, pre + "extraction + sliver GEMM beside the main GEMM: added", both, go});
@@ -507,8 +501,6 @@ int main(int argc, char** argv) {
             rows.push_back({shape, "floor: OE-right sliver (read X)", floor_us(2.0 * double(M * K) + 3.0 * 4.0 * double(M * k_oe)), g});
         }
         g_flush = nullptr;
-        cublasLtDestroy(lt);
-        cublasDestroy(h);
         const std::string device = cuda_device_description();
         std::printf("bench_adahop on %s, commit %s, median of %d runs%s; device copy %.0f GB/s (floors)\n", device.c_str(),
                     commit.c_str(), reps, flush_l2 ? ", L2 flushed before each run" : "", copy_bytes_per_us / 1e3);

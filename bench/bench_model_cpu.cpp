@@ -61,11 +61,11 @@ int main(int argc, char** argv) {
     std::vector<float> a(size_t(T * d)), b(size_t(c.ffn_size * d)), out(size_t(T * c.ffn_size));
     fill_gaussian(a.data(), int64_t(a.size()), 1);
     fill_gaussian(b.data(), int64_t(b.size()), 2);
-    gemm_f32(T, c.ffn_size, d, a.data(), d, false, b.data(), d, true, out.data(), c.ffn_size);  // warm-up
+    gemm_f32(ConstMatF(a.data(), T, d), Trans::no, ConstMatF(b.data(), c.ffn_size, d), Trans::yes, MatF(out.data(), T, c.ffn_size));  // warm-up
     double best_gemm = 1e30;
     for (int r = 0; r < 20; ++r) {
         const double t0 = now_s();
-        gemm_f32(T, c.ffn_size, d, a.data(), d, false, b.data(), d, true, out.data(), c.ffn_size);
+        gemm_f32(ConstMatF(a.data(), T, d), Trans::no, ConstMatF(b.data(), c.ffn_size, d), Trans::yes, MatF(out.data(), T, c.ffn_size));
         best_gemm = std::min(best_gemm, now_s() - t0);
     }
     const double gemm_gflops = 2.0 * double(T) * double(c.ffn_size) * double(d) / best_gemm * 1e-9;

@@ -28,7 +28,7 @@ TEST(LpMatmul, EveryStrategyIsExactWithoutQuantization) {
     const int64_t m = 96, k = 96, n = 128;  // M = 12·8: OHT with a non-symmetric (Paley) Hadamard
     auto a = synthetic_operand(m, k, Pattern::row, 1), b = synthetic_operand(k, n, Pattern::col, 2);
     std::vector<float> ref(size_t(m * n)), c(ref.size());
-    gemm_f32(m, n, k, a.data(), k, false, b.data(), n, false, ref.data(), n);
+    gemm_f32(ConstMatF(a.data(), m, k), Trans::no, ConstMatF(b.data(), k, n), Trans::no, MatF(ref.data(), m, n));
     LpMatmulOptions o;
     o.quantize = false;
     o.high_precision_bf16 = false;
@@ -112,7 +112,7 @@ TEST(LpMatmul, IhtHelpsInnerOutliersAndOeHelpsOuterOnes) {
     std::vector<float> c(size_t(m * n)), ref(c.size());
     auto err = [&](Pattern pa, Pattern pb, Strategy s) {
         auto a = synthetic_operand(m, k, pa, 11), b = synthetic_operand(k, n, pb, 12);
-        gemm_f32(m, n, k, a.data(), k, false, b.data(), n, false, ref.data(), n);
+        gemm_f32(ConstMatF(a.data(), m, k), Trans::no, ConstMatF(b.data(), k, n), Trans::no, MatF(ref.data(), m, n));
         LpMatmulOptions o;
         o.oe_k = 16;
         lp_matmul(a.data(), b.data(), m, k, n, s, o, c.data());
@@ -148,7 +148,7 @@ TEST(LpMatmul, Nvfp4AndMxfp8AreSelectable) {
     const int64_t m = 32, k = 64, n = 32;
     auto a = synthetic_operand(m, k, Pattern::none, 5), b = synthetic_operand(k, n, Pattern::none, 6);
     std::vector<float> ref(size_t(m * n)), c(ref.size());
-    gemm_f32(m, n, k, a.data(), k, false, b.data(), n, false, ref.data(), n);
+    gemm_f32(ConstMatF(a.data(), m, k), Trans::no, ConstMatF(b.data(), k, n), Trans::no, MatF(ref.data(), m, n));
     LpMatmulOptions o;
     lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c.data());
     const double e4 = rel_diff(c, ref);

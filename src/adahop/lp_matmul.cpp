@@ -34,36 +34,45 @@ void rotate(std::vector<float>& t, int64_t rows, int64_t cols, int axis, int64_t
 // K is the reduction axis: axis 1 of the left operand, axis 0 of the right one.
 int k_axis(Side s) { return s == Side::left ? 1 : 0; }
 
-}  // namespace
-
-QuantizedOperand quantize_operand(const float* t, int64_t rows, int64_t cols, Side side, Rounding rounding, uint64_t seed,
-                                  const LpMatmulOptions& opts) {
-    QuantizedOperand q;
-    q.side = side;
-    q.rows = rows;
-    q.cols = cols;
-    q.nvfp4 = opts.nvfp4;
-    const QuantizeOptions qo{k_axis(side), rounding, seed};
-    if (opts.nvfp4) q.nv = nvfp4_quantize(t, rows, cols, qo);
-    else q.mx = mx_quantize(t, rows, cols, opts.element, opts.scale_rule, qo);
-    return q;
+// Quantizes the (rotated, cleaned) operand into p's blocked codes and scales.
+void quantize_into(PreparedOperand& p, const float* t, Rounding rounding, uint64_t seed, const LpMatmulOptions& opts) {
+    const QuantizeOptions qo{k_axis(p.side), rounding, seed};
+    p.quantized = true;
+    if (opts.nvfp4) {
+        Nvfp4Matrix nv = nvfp4_quantize(t, p.rows, p.cols, qo);
+        p.codes = pack_e2m1(nv.codes);
+        p.scales = std::move(nv.block_scales);
+        p.tensor_scale = {nv.tensor_scale};
+    } else {
+        MxMatrix mx = mx_quantize(t, p.rows, p.cols, opts.element, opts.scale_rule, qo);
+        p.codes = opts.element == MxElement::e2m1 ? pack_e2m1(mx.codes) : std::move(mx.codes);
+        p.scales = std::move(mx.scales);
+    }
 }
 
-std::vector<float> QuantizedOperand::dequantize() const {
-    std::vector<float> out(size_t(rows * cols));
-    if (nvfp4) nvfp4_dequantize(nv, out.data());
-    else mx_dequantize(mx, out.data());
+// The dense (transformed) operand the main product uses: dequantized codes, or the unquantized operand.
+std::vector<float> main_operand(const PreparedOperand& p) {
+    if (!p.quantized) return p.dense;
+    std::vector<float> out(size_t(p.rows * p.cols));
+    if (p.nvfp4) {
+        Nvfp4Matrix nv;
+        nv.rows = p.rows, nv.cols = p.cols, nv.axis = k_axis(p.side);
+        nv.tensor_scale = p.tensor_scale.at(0);
+        nv.codes = unpack_e2m1(p.codes);
+        nv.block_scales = p.scales;
+        nvfp4_dequantize(nv, out.data());
+    } else {
+        MxMatrix mx;
+        mx.element = p.element;
+        mx.rows = p.rows, mx.cols = p.cols, mx.axis = k_axis(p.side);
+        mx.codes = p.element == MxElement::e2m1 ? unpack_e2m1(p.codes) : p.codes;
+        mx.scales = p.scales;
+        mx_dequantize(mx, out.data());
+    }
     return out;
 }
 
-size_t QuantizedOperand::storage_bytes() const {
-    if (nvfp4) return size_t(rows * cols) / 2 + nv.block_scales.size() + 4;
-    return size_t(rows * cols) * size_t(mx_spec(mx.element).bits()) / 8 + mx.scales.size();
-}
-
-size_t PreparedOperand::storage_bytes() const {
-    return (has_quantized ? quantized.storage_bytes() : 0) + 2 * (high_precision.size() + slice.size()) + 4 * indices.size();
-}
+}  // namespace
 
 PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts) {
     PreparedOperand p;
@@ -71,6 +80,8 @@ PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side
     p.strategy = s;
     p.rows = rows;
     p.cols = cols;
+    p.nvfp4 = opts.nvfp4;
+    p.element = opts.element;
     const int64_t n = rows * cols;
     const Rounding rnd = side == Side::left ? opts.rounding_a : opts.rounding_b;
     const uint64_t seed = side == Side::left ? opts.seed_a : opts.seed_b;
@@ -87,25 +98,16 @@ PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side
         work = std::move(sp.clean);
         p.slice = high_precision_copy(sp.slice.data(), int64_t(sp.slice.size()), opts);
         p.indices = std::move(sp.indices);
+        p.k_extracted = int64_t(p.indices.size());
     } else {
         work.assign(t, t + n);
     }
     if (s == Strategy::oht) rotate(work, rows, cols, 1 - k_axis(side), 0);            // outer dimension, full size
     else if (s != Strategy::plain) rotate(work, rows, cols, k_axis(side), kIhtBlock);  // inner dimension, H₃₂ blocks
-    p.has_quantized = true;
-    if (opts.quantize) p.quantized = quantize_operand(work.data(), rows, cols, side, rnd, seed, opts);
-    else p.unquantized = std::move(work);  // identity quantizer (exactness identities)
+    if (opts.quantize) quantize_into(p, work.data(), rnd, seed, opts);
+    else p.dense = std::move(work);  // identity quantizer (exactness identities)
     return p;
 }
-
-namespace {
-
-// The dense (transformed) operand the main product uses.
-std::vector<float> main_operand(const PreparedOperand& p, const LpMatmulOptions& opts) {
-    return opts.quantize ? p.quantized.dequantize() : p.unquantized;
-}
-
-}  // namespace
 
 void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, const LpMatmulOptions& opts, float* c) {
     if (a.side != Side::left || b.side != Side::right)
@@ -118,10 +120,10 @@ void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, cons
     const int64_t m = a.rows, k = a.cols, n = b.cols;
     const Strategy s = a.strategy;
     if (s == Strategy::full) {
-        gemm_f32(m, n, k, a.high_precision.data(), k, false, b.high_precision.data(), n, false, c, n);
+        gemm_f32(ConstMatF(a.high_precision.data(), m, k), Trans::no, ConstMatF(b.high_precision.data(), k, n), Trans::no, MatF(c, m, n));
     } else {
-        std::vector<float> am = main_operand(a, opts), bm = main_operand(b, opts);
-        gemm_f32(m, n, k, am.data(), k, false, bm.data(), n, false, c, n);
+        std::vector<float> am = main_operand(a), bm = main_operand(b);
+        gemm_f32(ConstMatF(am.data(), m, k), Trans::no, ConstMatF(bm.data(), k, n), Trans::no, MatF(c, m, n));
         if (s == Strategy::oht) {
             std::vector<float> cv(c, c + m * n);
             // C' = H_M·A·B·H_Nᵀ  →  C = H_Mᵀ·C'·H_N (inverse transforms along both axes)
@@ -130,16 +132,18 @@ void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, cons
             std::copy(cv.begin(), cv.end(), c);
         }
     }
-    if (s == Strategy::iht_oe_left && !a.indices.empty()) {
+    if (s == Strategy::iht_oe_left && a.k_extracted > 0) {
         const int64_t kk = int64_t(a.indices.size());
         std::vector<float> rows(size_t(kk * n));
-        gemm_f32(kk, n, k, a.slice.data(), k, false, b.high_precision.data(), n, false, rows.data(), n);
+        gemm_f32(ConstMatF(a.slice.data(), kk, k), Trans::no, ConstMatF(b.high_precision.data(), k, n), Trans::no,
+                 MatF(rows.data(), kk, n));
         for (int64_t i = 0; i < kk; ++i) std::copy(rows.begin() + i * n, rows.begin() + (i + 1) * n, c + int64_t(a.indices[size_t(i)]) * n);
     }
-    if (s == Strategy::iht_oe_right && !b.indices.empty()) {
+    if (s == Strategy::iht_oe_right && b.k_extracted > 0) {
         const int64_t kk = int64_t(b.indices.size());
         std::vector<float> cols(size_t(m * kk));
-        gemm_f32(m, kk, k, a.high_precision.data(), k, false, b.slice.data(), kk, false, cols.data(), kk);
+        gemm_f32(ConstMatF(a.high_precision.data(), m, k), Trans::no, ConstMatF(b.slice.data(), k, kk), Trans::no,
+                 MatF(cols.data(), m, kk));
         for (int64_t r = 0; r < m; ++r)
             for (int64_t j = 0; j < kk; ++j) c[r * n + b.indices[size_t(j)]] = cols[size_t(r * kk + j)];
     }

@@ -44,33 +44,39 @@ struct LpMatmulOptions {
 
 enum class Side : uint8_t { left, right };
 
-// One operand quantized along K (left M×K: blocks along rows; right K×N: blocks down columns, stored
-// K-major as [N][K]).
-struct QuantizedOperand {
-    Side side = Side::left;
-    int64_t rows = 0, cols = 0;
-    bool nvfp4 = false;
-    MxMatrix mx;
-    Nvfp4Matrix nv;
-    std::vector<float> dequantize() const;  // row-major rows × cols
-    size_t storage_bytes() const;           // packed payload + scales
-};
+// What a prepared operand holds, in one template for the CPU reference (HostBuffer) and the CUDA path
+// (DeviceBuffer: PreparedOperandCuda in lp_matmul_cuda.cuh), so the two agree field for field and byte for
+// byte (the GPU tests compare them so).
+template <typename T>
+using HostBuffer = std::vector<T>;
 
-QuantizedOperand quantize_operand(const float* t, int64_t rows, int64_t cols, Side side, Rounding rounding, uint64_t seed,
-                                  const LpMatmulOptions& opts);
-
-struct PreparedOperand {
+template <template <typename> class Buffer>
+struct PreparedOperandOf {
     Side side = Side::left;
     Strategy strategy = Strategy::iht;
     int64_t rows = 0, cols = 0;
-    bool has_quantized = false;
-    QuantizedOperand quantized;              // the (rotated, cleaned) operand in MX/NVFP4
-    std::vector<float> high_precision;       // the whole operand (BF16-rounded) when the strategy needs it
-    std::vector<float> slice;                // OE: rows of A (k×K) or columns of B (K×k)
-    std::vector<int32_t> indices;
-    std::vector<float> unquantized;          // opts.quantize = false: the transformed operand, unrounded
-    size_t storage_bytes() const;            // quantized bytes + 2 bytes per BF16 value + 4 per index
+    bool quantized = false;               // codes/scales hold the (rotated, cleaned) operand
+    bool nvfp4 = false;                   // NVFP4 instead of MX
+    MxElement element = MxElement::e2m1;  // MX element type
+    // Blocked along K ([outer][inner]; left: outer = rows, right: outer = cols), as the quantize kernels
+    // write them: element codes (E2M1 packed two per byte, low nibble first; others one per byte), one
+    // scale byte per block (E8M0, or E4M3 for NVFP4), NVFP4's FP32 tensor scale (one value).
+    Buffer<uint8_t> codes, scales;
+    Buffer<float> tensor_scale;
+    Buffer<float> dense;           // opts.quantize = false: the transformed operand, unrounded (row-major)
+    Buffer<float> high_precision;  // the whole operand (BF16-rounded) when the strategy needs it
+    Buffer<float> slice;           // OE: rows of A (k × K) or columns of B (K × k)
+    Buffer<int32_t> indices;       // OE: the first k_extracted entries are the selected rows / columns
+    int64_t k_extracted = 0;
+
+    // What it takes to keep it for a backward pass: quantized bytes, 2 per BF16 value, 4 per index.
+    size_t storage_bytes() const {
+        const size_t q = quantized ? codes.size() + scales.size() + 4 * tensor_scale.size() : 0;
+        return q + 2 * (high_precision.size() + slice.size()) + 4 * size_t(k_extracted);
+    }
 };
+
+using PreparedOperand = PreparedOperandOf<HostBuffer>;
 
 PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts);
 // c: M×N row-major. The operands must have been prepared for the same strategy and matching K.

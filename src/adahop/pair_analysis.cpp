@@ -53,7 +53,8 @@ std::vector<PairResult> analyze_pairs(const PairAnalysisOptions& opt, void (*pro
                     exact.high_precision_bf16 = false;
                     opt.matmul(a.data(), b.data(), opt.m, opt.k, opt.n, Strategy::full, exact, ref.data());
                 } else {
-                    gemm_f32(opt.m, opt.n, opt.k, a.data(), opt.k, false, b.data(), opt.n, false, ref.data(), opt.n);
+                    gemm_f32(ConstMatF(a.data(), opt.m, opt.k), Trans::no, ConstMatF(b.data(), opt.k, opt.n), Trans::no,
+                             MatF(ref.data(), opt.m, opt.n));
                 }
                 double ref2 = 0;
                 for (float v : ref) ref2 += double(v) * double(v);

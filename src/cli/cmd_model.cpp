@@ -2,18 +2,17 @@
 // model (GGUF file, HF checkpoint directory, or a known short name such as smollm2-135m) from the
 // command line. eval follows llama.cpp's perplexity protocol and reads/writes its KLD base files.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "io/corpus.h"
 #include "io/gguf_file.h"
 #include "io/model_registry.h"
 #include "io/npy.h"
@@ -21,6 +20,7 @@
 #include "model/eval.h"
 #include "model/forward_cpu.h"
 #include "model/hf_export.h"
+#include "model/linear.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
 #if defined(LOWBIT_HAVE_CUDA)
@@ -30,37 +30,6 @@
 namespace lowbit {
 
 namespace {
-
-namespace fs = std::filesystem;
-
-std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: cannot open the text file", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-// The tokenizer of a model: a GGUF's own vocabulary, an HF directory's tokenizer.json, or `override_path`
-// (a .gguf or a tokenizer.json).
-Tokenizer load_tokenizer(const std::string& model_path, const std::string& override_path) {
-    const std::string p = override_path.empty() ? model_path : resolve_model_path(override_path);
-    if (fs::is_directory(p)) {
-        const fs::path tj = fs::path(p) / "tokenizer.json";
-        LOWBIT_CHECK(fs::exists(tj), ErrorKind::input,
-                     "{}: no tokenizer.json in the checkpoint; pass --tokenizer with a GGUF or tokenizer.json", p);
-        return Tokenizer::from_hf_json(tj.string());
-    }
-    if (fs::path(p).filename() == "config.json") return load_tokenizer(fs::path(p).parent_path().string(), "");
-    if (fs::path(p).extension() == ".json") return Tokenizer::from_hf_json(p);
-    return Tokenizer::from_gguf(GgufFile::open(p));
-}
-
-bool bos_choice(const std::string& mode, const Tokenizer& tok) {
-    if (mode == "on") return true;
-    if (mode == "off") return false;
-    return tok.add_bos();
-}
 
 // --- info ---
 
@@ -154,12 +123,13 @@ struct TokenizeArgs {
     bool json = false, parse_special = false;
 };
 
-void run_tokenize(const TokenizeArgs& a) {
-    LOWBIT_CHECK(a.text_file.empty() != a.text.empty(), ErrorKind::usage, "give either --text FILE or a STRING");
+// string_given: STRING was on the command line (it may be empty: "" tokenizes to no tokens, or just BOS).
+void run_tokenize(const TokenizeArgs& a, bool string_given) {
+    LOWBIT_CHECK(a.text_file.empty() == string_given, ErrorKind::usage, "give either --text FILE or a STRING");
     const std::string path = resolve_model_path(a.model);
     const Tokenizer tok = load_tokenizer(path, a.tokenizer);
-    const std::string text = a.text_file.empty() ? a.text : read_text_file(a.text_file);
-    const std::vector<int32_t> ids = tok.encode(text, bos_choice(a.bos, tok), a.parse_special);
+    const std::string text = string_given ? a.text : read_text_file(a.text_file);
+    const std::vector<int32_t> ids = tok.encode(text, should_add_bos(a.bos, tok), a.parse_special);
     if (a.json) {
         nlohmann::json pieces = nlohmann::json::array();
         for (int32_t id : ids) pieces.push_back(tok.token_text(id));
@@ -177,10 +147,155 @@ void run_tokenize(const TokenizeArgs& a) {
 struct EvalArgs {
     std::string model, tokenizer, text_file, corpus, bos = "auto", save_logits, kld_base, dump_logits;
     std::string device = "cpu", precision = "fp32";
+    std::string weights, acts, adahop;  // the linear layers: fake-quant weights / activations, or AdaHOP
+    int64_t group = 0;
+    bool sym = false;
     int64_t ctx = 512, chunks = -1, batch = 1;
     int threads = 0;
     bool json = false, no_progress = false;
 };
+
+// What the projections of every block run as (model/linear.h), from --weights/--acts/--adahop, and the
+// storage of their weights in bits (the embedding, norms and head are not counted: they stay as loaded).
+struct LinearChoice {
+    LinearFactory cpu;  // empty: dense
+    QuantSpec weights, acts;
+    bool adahop = false;
+    LayerPlan plan;
+    std::string description = "dense";
+    double weight_bits = 32;  // per weight of the seven projections, as stored by the chosen format
+};
+
+// `weights`: one entry of --weights ("none": dense).
+LinearChoice choose_linears(const EvalArgs& a, const std::string& weights, const LlamaConfig& c) {
+    LinearChoice ch;
+    LOWBIT_CHECK(a.adahop.empty() || (a.weights.empty() && a.acts.empty()), ErrorKind::usage,
+                 "--adahop quantizes both operands itself: give it without --weights/--acts");
+    LOWBIT_CHECK(a.acts.empty() || !a.weights.empty(), ErrorKind::usage, "--acts needs --weights (W4A8: --weights int4 --acts int8)");
+    if (!a.adahop.empty()) {
+        ch.adahop = true;
+        ch.plan.fwd = parse_strategy(a.adahop);
+        ch.cpu = adahop_linears(Plan{}, LpMatmulOptions{}, ch.plan);
+        ch.description = fmt::format("adahop {} (MXFP4 operands, forward strategy for every projection)",
+                                     strategy_short_name(ch.plan.fwd));
+        return ch;
+    }
+    if (weights.empty() || weights == "none") {
+        LOWBIT_CHECK(a.acts.empty(), ErrorKind::usage, "--acts needs quantized weights (\"none\" is dense)");
+        return ch;
+    }
+    ch.weights.format = &find_format(weights);
+    ch.weights.options.group = a.group;
+    ch.weights.options.sym = a.sym;
+    if (!a.acts.empty()) ch.acts.format = &find_format(a.acts);
+    ch.cpu = fake_quant_linears(ch.weights, ch.acts);
+    double bits = 0, n = 0;
+    for (Projection p : kProjections) {
+        const double in = double(projection_in_features(c, p)), out = double(projection_out_features(c, p));
+        bits += bits_per_element(*ch.weights.format, ch.weights.options, int64_t(in)) * in * out;
+        n += in * out;
+    }
+    ch.weight_bits = bits / n;
+    ch.description = "fake-quant weights " + ch.weights.describe() + " (round to nearest)" +
+                     (ch.acts.format ? ", activations " + ch.acts.describe() + " per token" : std::string());
+    return ch;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (start <= s.size() && !s.empty()) {
+        const size_t comma = s.find(',', start);
+        out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+    }
+    return out;
+}
+
+#if defined(LOWBIT_HAVE_CUDA)
+CudaLlamaOptions cuda_options(const EvalArgs& a, const LinearChoice& linears) {
+    CudaLinearFactory f;
+    if (linears.adahop) f = cuda_adahop_linears(Plan{}, LpMatmulOptions{}, linears.plan);
+    else if (linears.weights.format) f = cuda_fake_quant_linears(linears.weights, linears.acts);
+    return CudaLlamaOptions{parse_cuda_precision(a.precision), CudaResidency::automatic, f};
+}
+#endif
+
+// --weights A,B,C: the perplexity of each weight format on the same windows, as one table (the headline
+// of scripts/run.sh: what each format costs in bits and in perplexity).
+void compare_weight_formats(const EvalArgs& a, const std::vector<std::string>& formats, const LlamaModel& model,
+                            const std::vector<int32_t>& tokens, const PerplexityOptions& opt, const std::string& path,
+                            const std::string& source, const std::string& device_desc) {
+    struct Row {
+        LinearChoice linears;
+        PerplexityResult r;
+    };
+    std::vector<Row> rows;
+    int64_t projection_params = 0;
+    for (Projection p : kProjections)
+        projection_params += projection_in_features(model.config, p) * projection_out_features(model.config, p);
+    projection_params *= model.config.n_layers;
+    // Every format is checked on block 0 first, so a shape it cannot take fails before the long runs.
+    std::vector<LinearChoice> choices;
+    for (const std::string& f : formats) {
+        choices.push_back(choose_linears(a, f, model.config));
+        if (choices.back().cpu) choices.back().cpu(model.config, model.weights.blocks[0], 0);
+    }
+    for (const LinearChoice& choice : choices) {
+        Row row{choice, {}};
+        WindowLogitsFn logits_fn;
+        WindowNllFn nll_fn;
+        ModelLinears cpu_linears;
+#if defined(LOWBIT_HAVE_CUDA)
+        std::unique_ptr<CudaLlama> gpu;
+        if (a.device == "cuda") {
+            gpu = std::make_unique<CudaLlama>(model, cuda_options(a, row.linears));
+            logits_fn = cuda_window_logits(*gpu);
+            nll_fn = cuda_window_nll(*gpu);
+        }
+#endif
+        if (!logits_fn) {
+            if (row.linears.cpu) cpu_linears = make_model_linears(model, row.linears.cpu);
+            logits_fn = cpu_window_logits(model, row.linears.cpu ? &cpu_linears : nullptr);
+        }
+        if (!a.json) std::fprintf(stderr, "eval: %s\n", row.linears.description.c_str());
+        row.r = evaluate_perplexity(tokens, model.config.vocab_size, opt, logits_fn, nll_fn);
+        rows.push_back(std::move(row));
+    }
+    const double mib = 1024.0 * 1024.0;
+    if (a.json) {
+        nlohmann::json runs = nlohmann::json::array();
+        for (const Row& row : rows)
+            runs.push_back({{"weights", row.linears.weights.format ? row.linears.weights.describe() : "none"},
+                            {"linears", row.linears.description},
+                            {"linear_weight_bits", row.linears.weight_bits},
+                            {"linear_weight_mib", double(projection_params) * row.linears.weight_bits / 8.0 / mib},
+                            {"ppl", row.r.ppl},
+                            {"ppl_err", row.r.ppl_err},
+                            {"mean_nll", row.r.mean_nll},
+                            {"tokens_per_second", row.r.tokens_per_second}});
+        const nlohmann::json j = {{"command", "eval"},         {"model", path},
+                                  {"text", source},            {"device", a.device},
+                                  {"precision", a.precision},  {"device_description", device_desc},
+                                  {"n_ctx", rows[0].r.n_ctx},  {"n_chunks", rows[0].r.n_chunks},
+                                  {"n_scored", rows[0].r.n_scored}, {"projection_params", projection_params},
+                                  {"runs", runs}};
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("model   %s (%s), %lld projection weights in %lld blocks\n", path.c_str(), model.config.architecture.c_str(),
+                (long long)projection_params, (long long)model.config.n_layers);
+    std::printf("text    %s: %lld windows of %lld, %lld scored tokens; %s\n", source.c_str(), (long long)rows[0].r.n_chunks,
+                (long long)rows[0].r.n_ctx, (long long)rows[0].r.n_scored, device_desc.c_str());
+    std::printf("\n%-22s %10s %12s %20s %10s\n", "weights (RTN)", "bits/w", "proj. MiB", "PPL", "vs first");
+    for (const Row& row : rows) {
+        const std::string name = row.linears.weights.format ? row.linears.weights.describe() : "none (f32)";
+        std::printf("%-22s %10.3f %12.1f %12.4f ± %-6.4f %+9.2f%%\n", name.c_str(), row.linears.weight_bits,
+                    double(projection_params) * row.linears.weight_bits / 8.0 / mib, row.r.ppl, row.r.ppl_err,
+                    100.0 * (row.r.ppl / rows[0].r.ppl - 1.0));
+    }
+}
 
 void run_eval(const EvalArgs& a, bool ctx_given) {
     LOWBIT_CHECK(a.text_file.empty() || a.corpus.empty(), ErrorKind::usage, "give --text or --corpus, not both");
@@ -204,7 +319,7 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
 #endif
     const std::string path = resolve_model_path(a.model);
     const Tokenizer tok = load_tokenizer(path, a.tokenizer);
-    const bool add_bos = bos_choice(a.bos, tok);
+    const bool add_bos = should_add_bos(a.bos, tok);
 
     std::vector<int32_t> tokens;
     std::string source = a.kld_base;
@@ -218,6 +333,12 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                  "the tokenizer has {} tokens but the model's vocabulary is {}; pass the model's own tokenizer",
                  tok.vocab_size(), model.config.vocab_size);
 
+    const std::vector<std::string> weight_list = split_list(a.weights);
+    if (weight_list.size() > 1) {
+        LOWBIT_CHECK(a.save_logits.empty() && a.kld_base.empty() && a.dump_logits.empty(), ErrorKind::usage,
+                     "--save-logits, --kld-base and --dump-logits take one --weights format, not a list");
+        LOWBIT_CHECK(a.adahop.empty(), ErrorKind::usage, "--weights LIST compares weight formats; give --adahop alone");
+    }
     PerplexityOptions opt;
     opt.n_ctx = a.ctx;
     if (!a.kld_base.empty() && !ctx_given) opt.n_ctx = read_kld_base_header(a.kld_base).n_ctx;
@@ -228,12 +349,18 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
     opt.save_logits = a.save_logits;
     opt.kld_base = a.kld_base;
     opt.progress = !a.no_progress;
-    WindowLogitsFn logits_fn = cpu_window_logits(model);
+    if (weight_list.size() > 1) {
+        compare_weight_formats(a, weight_list, model, tokens, opt, path, source, device_desc);
+        return;
+    }
+    const LinearChoice linears = choose_linears(a, weight_list.empty() ? std::string() : weight_list[0], model.config);
+    const ModelLinears cpu_linears = linears.cpu && a.device == "cpu" ? make_model_linears(model, linears.cpu) : ModelLinears{};
+    WindowLogitsFn logits_fn = cpu_window_logits(model, linears.cpu ? &cpu_linears : nullptr);
     WindowNllFn nll_fn;  // scoring where the logits are made (GPU); the evaluator still uses the logits for KLD/save
 #if defined(LOWBIT_HAVE_CUDA)
     std::unique_ptr<CudaLlama> gpu;  // the whole model on the GPU (blocks streamed from host memory if too big)
     if (a.device == "cuda") {
-        gpu = std::make_unique<CudaLlama>(model, CudaLlamaOptions{parse_cuda_precision(a.precision)});
+        gpu = std::make_unique<CudaLlama>(model, cuda_options(a, linears));
         logits_fn = cuda_window_logits(*gpu);
         nll_fn = cuda_window_nll(*gpu);
     }
@@ -259,6 +386,8 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                             {"text", source},
                             {"device", a.device},
                             {"precision", a.precision},
+                            {"linears", linears.description},
+                            {"linear_weight_bits", linears.weight_bits},
                             {"device_description", device_desc},
                             {"threads", thread_count()},
                             {"add_bos", add_bos},
@@ -293,6 +422,8 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
         return;
     }
     std::printf("model   %s (%s)\n", path.c_str(), model.config.architecture.c_str());
+    std::printf("linears %s%s\n", linears.description.c_str(),
+                linears.weights.format ? fmt::format(": {:.3f} bits per weight", linears.weight_bits).c_str() : "");
     std::printf("text    %s: %lld tokens%s; %lld windows of %lld, %lld scored tokens\n", source.c_str(),
                 (long long)r.n_text_tokens, add_bos ? " (BOS first)" : "", (long long)r.n_chunks, (long long)r.n_ctx,
                 (long long)r.n_scored);
@@ -351,12 +482,12 @@ void register_model_commands(CLI::App& app) {
     ct->add_option("--model", tk->model, model_help)->required();
     ct->add_option("--tokenizer", tk->tokenizer, "use this .gguf or tokenizer.json instead of the model's");
     ct->add_option("--text", tk->text_file, "read the text from FILE");
-    ct->add_option("STRING", tk->text, "the text itself");
+    auto* string_opt = ct->add_option("STRING", tk->text, "the text itself (may be empty)");
     ct->add_option("--bos", tk->bos, "prepend BOS: auto (the vocabulary's add_bos, default) | on | off")
         ->check(CLI::IsMember({"auto", "on", "off"}));
     ct->add_flag("--parse-special", tk->parse_special, "recognise control tokens written in the text");
     ct->add_flag("--json", tk->json, "machine-readable output (ids and token strings)");
-    ct->callback([tk] { run_tokenize(*tk); });
+    ct->callback([tk, string_opt] { run_tokenize(*tk, string_opt->count() > 0); });
 
     auto ev = std::make_shared<EvalArgs>();
     auto* ce = app.add_subcommand(
@@ -375,6 +506,16 @@ void register_model_commands(CLI::App& app) {
     ce->add_option("--dump-logits", ev->dump_logits,
                    "write the raw float32 logits of positions n_ctx/2..n_ctx-1 of every window as .npy "
                    "[chunks, n_ctx - n_ctx/2, vocab] (peer checks; 100 MB per 512-window of a 49k vocabulary)");
+    ce->add_option("--weights", ev->weights,
+                   "fake-quantize the projection weights (q/k/v/o/gate/up/down) to FORMAT by round-to-nearest, e.g. "
+                   "int4, q4_0, mxfp4 (`lowbit formats list`); a comma list (none,q8_0,q4_0) evaluates each and prints "
+                   "one table");
+    ce->add_option("--group", ev->group, "with --weights int2..int8: group size along in_features (default: per row)");
+    ce->add_flag("--sym", ev->sym, "with --weights int2..int8: symmetric grid");
+    ce->add_option("--acts", ev->acts, "also quantize the activations at every projection's input per token (e.g. int8, mxfp4)");
+    ce->add_option("--adahop", ev->adahop,
+                   "run every projection through AdaHOP's MXFP4 lp_matmul with this forward strategy: "
+                   "none | hadamard | inner_outlier_extract_left | inner_outlier_extract_right | full_precision");
     ce->add_option("--device", ev->device, "cpu (default) | cuda (a CUDA build and a GPU)")
         ->check(CLI::IsMember({"cpu", "cuda"}));
     ce->add_option("--precision", ev->precision,

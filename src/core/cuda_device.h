@@ -88,6 +88,11 @@ public:
         ptr_ = static_cast<T*>(p);
         count_ = count;
     }
+    // Grows to at least `count` elements (contents are not kept when it grows) and returns data().
+    T* grow(size_t count) {
+        if (count_ < count) resize(count);
+        return ptr_;
+    }
     void release() noexcept {
         if (ptr_) cudaFree(ptr_);
         ptr_ = nullptr;

@@ -1,37 +1,27 @@
-// gemm_cpu.cpp — gemm_f32 on OpenBLAS (cblas_sgemm, FP32 accumulation). Builds defining LOWBIT_NO_BLAS
-// (the GPU host's minimal build, scripts/gpu_check.sh) use a plain multithreaded loop instead: same
-// arithmetic up to summation order, much slower, fine for test references.
+// gemm_cpu.cpp — gemm_f32 on OpenBLAS (cblas_sgemm, FP32 accumulation). The same build runs on the dev
+// machine, in CI and on the GPU host (static OpenBLAS there), so every CPU reference is one code path.
 #include "core/gemm_cpu.h"
 
-#if defined(LOWBIT_NO_BLAS)
-#include "core/thread_pool.h"
-#else
 #include <cblas.h>
-#endif
+
+#include "core/error.h"
 
 namespace lowbit {
 
-void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool trans_a, const float* b, int64_t ldb,
-              bool trans_b, float* c, int64_t ldc, float beta) {
+void gemm_f32(ConstMatF a, Trans trans_a, ConstMatF b, Trans trans_b, MatF c, float beta) {
+    const bool ta = trans_a == Trans::yes, tb = trans_b == Trans::yes;
+    const int64_t m = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols;
+    const int64_t kb = tb ? b.cols : b.rows, n = tb ? b.rows : b.cols;
+    LOWBIT_CHECK(k == kb && c.rows == m && c.cols == n, ErrorKind::usage,
+                 "gemm_f32: shapes do not agree: op(A) {}x{}, op(B) {}x{}, C {}x{}", m, k, kb, n, c.rows, c.cols);
     if (m == 0 || n == 0) return;
-#if defined(LOWBIT_NO_BLAS)
-    parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-            float* ci = c + i * ldc;
-            for (int64_t j = 0; j < n; ++j) ci[j] = beta == 0.0f ? 0.0f : beta * ci[j];
-            for (int64_t p = 0; p < k; ++p) {
-                const float aip = trans_a ? a[p * lda + i] : a[i * lda + p];
-                if (trans_b)
-                    for (int64_t j = 0; j < n; ++j) ci[j] += aip * b[j * ldb + p];
-                else
-                    for (int64_t j = 0; j < n; ++j) ci[j] += aip * b[p * ldb + j];
-            }
-        }
-    });
-#else
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
-                int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-#endif
+    if (k == 0) {  // BLAS wants leading dimensions ≥ 1 even for an empty reduction
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) c.row(i)[j] = beta == 0.0f ? 0.0f : beta * c.row(i)[j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), 1.0f,
+                a.data, int(a.ld), b.data, int(b.ld), beta, c.data, int(c.ld));
 }
 
 }  // namespace lowbit

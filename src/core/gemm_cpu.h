@@ -1,12 +1,15 @@
-// gemm_cpu.h — the one CPU matrix product of lowbit: C = A·B in FP32 (OpenBLAS sgemm), row-major.
+// gemm_cpu.h — the one CPU matrix product of lowbit: C = op(A)·op(B) (+ beta·C) in FP32 (OpenBLAS sgemm,
+// FP32 accumulation) on row-major matrix views.
 #pragma once
 
-#include <cstdint>
+#include "core/matrix_view.h"
 
 namespace lowbit {
 
-// C (m×n) = A (m×k) · B (k×n); lda/ldb/ldc are row strides. trans_a/trans_b use Aᵀ/Bᵀ as stored.
-void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, bool trans_a, const float* b, int64_t ldb,
-              bool trans_b, float* c, int64_t ldc, float beta = 0.0f);
+enum class Trans : bool { no = false, yes = true };
+
+// c (m×n) = op(a) (m×k) · op(b) (k×n) + beta·c, op(x) = x or xᵀ as stored. The shapes must agree (else
+// Error(usage) naming them).
+void gemm_f32(ConstMatF a, Trans trans_a, ConstMatF b, Trans trans_b, MatF c, float beta = 0.0f);
 
 }  // namespace lowbit

@@ -1,6 +1,6 @@
-// eval.cpp — the SOTU corpus, llama.cpp-compatible perplexity windows, and the KLD base file (write and
-// compare). The log-softmax arithmetic follows llama.cpp's (float max, double Σexpf, float log) so that
-// the 16-bit records written here match llama.cpp's for the same logits. The windows are scored on the host
+// eval.cpp — llama.cpp-compatible perplexity windows and the KLD base file (write and compare). The
+// log-softmax arithmetic follows llama.cpp's (float max, double Σexpf, float log) so that the 16-bit
+// records written here match llama.cpp's for the same logits. The windows are scored on the host
 // from a WindowLogitsFn, or where their logits are made by a WindowNllFn (the GPU), with the same targets.
 #include "model/eval.h"
 
@@ -8,84 +8,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <unistd.h>
 
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
 
-#ifndef LOWBIT_SOURCE_DIR
-#define LOWBIT_SOURCE_DIR "."
-#endif
-
 namespace lowbit {
 
 namespace fs = std::filesystem;
-
-// ---------------------------------------------------------------------------------------------------
-// corpus
-
-std::string shared_data_dir() {
-    std::vector<std::string> tried;
-    if (const char* env = std::getenv("LOWBIT_SHARED_DATA"); env && *env) {
-        LOWBIT_CHECK(fs::is_directory(env), ErrorKind::input, "LOWBIT_SHARED_DATA={} is not a directory", env);
-        return env;
-    }
-    for (const std::string& d : {std::string("/work/shared/data"), std::string(LOWBIT_SOURCE_DIR) + "/../shared/data"}) {
-        if (fs::is_directory(d)) return d;
-        tried.push_back(d);
-    }
-    fail(ErrorKind::input, "shared data directory not found (looked in $LOWBIT_SHARED_DATA, {}); set LOWBIT_SHARED_DATA "
-         "to the folder holding corpora/sotu",
-         fmt::join(tried, ", "));
-}
-
-std::vector<std::string> corpus_names() { return {"sotu-test", "sotu-validation", "sotu-train"}; }
-
-std::string read_corpus_text(const std::string& name) {
-    int lo = 0, hi = 0;
-    bool complement = false;
-    if (name == "sotu-test") {
-        lo = 2011, hi = 2021;
-    } else if (name == "sotu-validation") {
-        lo = 2001, hi = 2010;
-    } else if (name == "sotu-train") {
-        lo = 2001, hi = 2021, complement = true;
-    } else {
-        fail(ErrorKind::usage, "unknown corpus '{}' (known: {})", name, fmt::join(corpus_names(), ", "));
-    }
-    const fs::path dir = fs::path(shared_data_dir()) / "corpora" / "sotu";
-    LOWBIT_CHECK(fs::is_directory(dir), ErrorKind::input, "{}: the SOTU corpus directory is missing", dir.string());
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(dir)) {
-        const std::string f = e.path().filename().string();
-        if (e.path().extension() != ".txt" || f.size() < 5 || f[4] != '_') continue;
-        const int year = std::atoi(f.substr(0, 4).c_str());
-        if (year <= 0) continue;
-        const bool inside = year >= lo && year <= hi;
-        if (inside != complement) files.push_back(e.path());
-    }
-    LOWBIT_CHECK(!files.empty(), ErrorKind::input, "{}: no YEAR_NAME_PARTY.txt files for corpus '{}'", dir.string(), name);
-    std::sort(files.begin(), files.end());
-    std::string text;
-    for (const auto& p : files) {
-        std::ifstream in(p, std::ios::binary);
-        LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: cannot read", p.string());
-        std::stringstream ss;
-        ss << in.rdbuf();
-        std::string t = ss.str();
-        while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-        if (!text.empty()) text += "\n\n";
-        text += t;
-    }
-    return text;
-}
 
 // ---------------------------------------------------------------------------------------------------
 // scoring primitives
@@ -422,9 +357,9 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
     return res;
 }
 
-WindowLogitsFn cpu_window_logits(const LlamaModel& m) {
-    return [&m](const int32_t* tokens, BatchShape shape, int64_t first_pos, float* out) {
-        forward_logits(m, tokens, shape, first_pos, out);
+WindowLogitsFn cpu_window_logits(const LlamaModel& m, const ModelLinears* linears) {
+    return [&m, linears](const int32_t* tokens, BatchShape shape, int64_t first_pos, float* out) {
+        forward_logits(m, tokens, shape, first_pos, out, linears);
     };
 }
 

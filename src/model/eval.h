@@ -1,5 +1,5 @@
 // eval.h — perplexity with llama.cpp's protocol (interop.md §7.2) and KL divergence against reference
-// logits stored in llama.cpp's KLD base-file format (§7.3), plus the SOTU evaluation corpus.
+// logits stored in llama.cpp's KLD base-file format (§7.3). The text comes from io/corpus.h.
 //
 // Protocol (tools/perplexity/perplexity.cpp, `perplexity()`): the whole text is tokenized once (with BOS
 // when the vocabulary adds one); the tokens are cut into n_chunk = n_tokens / n_ctx non-overlapping
@@ -30,17 +30,6 @@
 #include "model/forward_cpu.h"
 
 namespace lowbit {
-
-// --- corpus ---
-
-// The shared data directory: $LOWBIT_SHARED_DATA, else /work/shared/data, else <source>/../shared/data.
-// Fails (input) naming the places it looked.
-std::string shared_data_dir();
-// Named corpora: "sotu-test" (years 2011–2021), "sotu-validation" (2001–2010), "sotu-train" (the rest).
-// Files are data/corpora/sotu/YEAR_NAME_PARTY.txt, taken in file-name order (year first), each with its
-// trailing whitespace removed, joined with "\n\n".
-std::string read_corpus_text(const std::string& name);
-std::vector<std::string> corpus_names();
 
 // --- scoring primitives (llama.cpp's arithmetic: float max, double sum of expf) ---
 
@@ -125,7 +114,8 @@ struct PerplexityResult {
 PerplexityResult evaluate_perplexity(const std::vector<int32_t>& tokens, int64_t n_vocab, const PerplexityOptions& opt,
                                      const WindowLogitsFn& logits_fn, const WindowNllFn& nll_fn = {});
 
-// The CPU forward of an in-memory model as a WindowLogitsFn.
-WindowLogitsFn cpu_window_logits(const LlamaModel& m);
+// The CPU forward of an in-memory model as a WindowLogitsFn, through `linears` (null: dense); both must
+// outlive the function.
+WindowLogitsFn cpu_window_logits(const LlamaModel& m, const ModelLinears* linears = nullptr);
 
 }  // namespace lowbit

@@ -63,7 +63,6 @@ void apply_rope(float* x, BatchShape shape, int64_t n_heads, int64_t head_dim, R
 
 namespace {
 
-#if !defined(LOWBIT_NO_BLAS)
 extern "C" {
 int openblas_get_num_threads(void);  // OpenBLAS extensions (cblas.h of Debian's libopenblas)
 void openblas_set_num_threads(int num_threads);
@@ -85,9 +84,6 @@ public:
 private:
     int saved_;
 };
-#else
-struct SingleThreadedBlas {};  // the fallback gemm_f32 threads through parallel_for; nesting is fine
-#endif
 
 }  // namespace
 
@@ -116,7 +112,8 @@ void attention_causal(const float* q, const float* k, const float* v, BatchShape
             float* os = out + seq * T * q_width + h * hd;
             for (int64_t r0 = 0; r0 < T; r0 += kQueryBlock) {
                 const int64_t r1 = std::min(T, r0 + kQueryBlock), nk = r1;  // keys 0..r1-1
-                gemm_f32(r1 - r0, nk, hd, qs + r0 * q_width, q_width, false, ks, kv_width, true, s.data(), nk);
+                gemm_f32(ConstMatF(qs + r0 * q_width, r1 - r0, hd, q_width), Trans::no, ConstMatF(ks, nk, hd, kv_width),
+                         Trans::yes, MatF(s.data(), r1 - r0, nk));
                 for (int64_t t = r0; t < r1; ++t) {  // query position t sees keys 0..t
                     float* st = s.data() + (t - r0) * nk;
                     float m = st[0] * scale;
@@ -130,7 +127,8 @@ void attention_causal(const float* q, const float* k, const float* v, BatchShape
                     for (int64_t j = 0; j <= t; ++j) st[j] *= inv;
                     std::fill(st + t + 1, st + nk, 0.0f);  // causal mask
                 }
-                gemm_f32(r1 - r0, hd, nk, s.data(), nk, false, vs, kv_width, false, os + r0 * q_width, q_width);
+                gemm_f32(ConstMatF(s.data(), r1 - r0, nk), Trans::no, ConstMatF(vs, nk, hd, kv_width), Trans::no,
+                         MatF(os + r0 * q_width, r1 - r0, hd, q_width));
             }
         }
     });
@@ -172,8 +170,8 @@ void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n) {
 
 }  // namespace
 
-void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, float* hidden, BatchShape shape,
-                   BlockScratch& s) {
+void block_forward(const LlamaConfig& c, const BlockWeights& b, const BlockLinears& lin, int64_t layer, float* hidden,
+                   BatchShape shape, BlockScratch& s) {
     LOWBIT_CHECK(shape.n_seq > 0 && shape.n_tok > 0, ErrorKind::usage, "block {}: empty batch ({} x {})", layer,
                  shape.n_seq, shape.n_tok);
     const int64_t rows = shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
@@ -189,12 +187,14 @@ void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, f
         rope_tables(c, shape.n_tok, s.rope_cos, s.rope_sin);
         s.rope_n_tok = shape.n_tok;
     }
+    const auto mat = [rows](std::vector<float>& v, int64_t cols) { return MatF(v.data(), rows, cols); };
+    const MatF h(hidden, rows, d);
 
-    // Attention: x·Wᵀ for W [out, in] is gemm(A = x, B = W transposed).
+    // Attention.
     rms_norm_rows(hidden, b.attn_norm.data(), rows, d, c.rms_eps, s.attn_in.data());
-    gemm_f32(rows, qd, d, s.attn_in.data(), d, false, b.wq.data(), d, true, s.q.data(), qd);
-    gemm_f32(rows, kvd, d, s.attn_in.data(), d, false, b.wk.data(), d, true, s.k.data(), kvd);
-    gemm_f32(rows, kvd, d, s.attn_in.data(), d, false, b.wv.data(), d, true, s.v.data(), kvd);
+    lin[Projection::q].forward(mat(s.attn_in, d), mat(s.q, qd));
+    lin[Projection::k].forward(mat(s.attn_in, d), mat(s.k, kvd));
+    lin[Projection::v].forward(mat(s.attn_in, d), mat(s.v, kvd));
     if (c.qkv_bias) {
         add_bias_rows(s.q.data(), b.bq.data(), rows, qd);
         add_bias_rows(s.k.data(), b.bk.data(), rows, kvd);
@@ -203,15 +203,19 @@ void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, f
     apply_rope(s.q.data(), shape, c.n_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data());
     apply_rope(s.k.data(), shape, c.n_kv_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data());
     attention_causal(s.q.data(), s.k.data(), s.v.data(), shape, c.n_heads, c.n_kv_heads, c.head_dim, s.attn_ctx.data());
-    // Residual add fused into the GEMM (beta = 1).
-    gemm_f32(rows, d, qd, s.attn_ctx.data(), qd, false, b.wo.data(), qd, true, hidden, d, 1.0f);
+    lin[Projection::o].forward(mat(s.attn_ctx, qd), h, 1.0f);  // residual add fused (beta = 1)
 
     // SwiGLU MLP.
     rms_norm_rows(hidden, b.ffn_norm.data(), rows, d, c.rms_eps, s.ffn_in.data());
-    gemm_f32(rows, f, d, s.ffn_in.data(), d, false, b.w_gate.data(), d, true, s.ffn_act.data(), f);
-    gemm_f32(rows, f, d, s.ffn_in.data(), d, false, b.w_up.data(), d, true, s.up.data(), f);
+    lin[Projection::gate].forward(mat(s.ffn_in, d), mat(s.ffn_act, f));
+    lin[Projection::up].forward(mat(s.ffn_in, d), mat(s.up, f));
     swiglu(s.ffn_act.data(), s.up.data(), rows * f, s.ffn_act.data());
-    gemm_f32(rows, d, f, s.ffn_act.data(), f, false, b.w_down.data(), f, true, hidden, d, 1.0f);
+    lin[Projection::down].forward(mat(s.ffn_act, f), h, 1.0f);
+}
+
+void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, float* hidden, BatchShape shape,
+                   BlockScratch& scratch) {
+    block_forward(c, b, dense_linears()(c, b, layer), layer, hidden, shape, scratch);
 }
 
 void final_norm_and_logits(const LlamaConfig& c, const float* output_norm, const float* output_matrix,
@@ -219,16 +223,31 @@ void final_norm_and_logits(const LlamaConfig& c, const float* output_norm, const
     const int64_t d = c.hidden_size;
     std::vector<float> xn(static_cast<size_t>(n_rows * d));
     rms_norm_rows(hidden, output_norm, n_rows, d, c.rms_eps, xn.data());
-    gemm_f32(n_rows, c.vocab_size, d, xn.data(), d, false, output_matrix, d, true, logits, c.vocab_size);
+    DenseLinear(ConstMatF(output_matrix, c.vocab_size, d)).forward(ConstMatF(xn.data(), n_rows, d), MatF(logits, n_rows, c.vocab_size));
 }
 
-void forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos, float* logits) {
+ModelLinears make_model_linears(const LlamaModel& m, const LinearFactory& factory) {
+    check_weight_shapes(m.config, m.weights, "linear layers");
+    ModelLinears out;
+    out.reserve(m.weights.blocks.size());
+    for (int64_t l = 0; l < m.config.n_layers; ++l) out.push_back(factory(m.config, m.weights.blocks[size_t(l)], l));
+    return out;
+}
+
+void forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos, float* logits,
+                    const ModelLinears* linears) {
     const LlamaConfig& c = m.config;
     LOWBIT_CHECK(first_pos >= 0 && first_pos < shape.n_tok, ErrorKind::usage,
                  "forward: first logit position {} outside the window of {} tokens", first_pos, shape.n_tok);
     std::vector<float> hidden = embed_tokens(c, m.weights.token_embd.data(), tokens, shape);
     BlockScratch scratch;
-    for (int64_t l = 0; l < c.n_layers; ++l) block_forward(c, m.weights.blocks[l], l, hidden.data(), shape, scratch);
+    LOWBIT_CHECK(!linears || int64_t(linears->size()) == c.n_layers, ErrorKind::usage,
+                 "forward: {} blocks of linears for a model of {} layers", linears ? linears->size() : 0, c.n_layers);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+        const BlockWeights& b = m.weights.blocks[size_t(l)];
+        if (linears) block_forward(c, b, (*linears)[size_t(l)], l, hidden.data(), shape, scratch);
+        else block_forward(c, b, l, hidden.data(), shape, scratch);
+    }
     const int64_t keep = shape.n_tok - first_pos, d = c.hidden_size;
     for (int64_t sq = 0; sq < shape.n_seq; ++sq)
         final_norm_and_logits(c, m.weights.output_norm.data(), m.weights.output_matrix(),
@@ -236,11 +255,12 @@ void forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape
                               logits + sq * keep * c.vocab_size);
 }
 
-std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos) {
+std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos,
+                                  const ModelLinears* linears) {
     LOWBIT_CHECK(first_pos >= 0 && first_pos < shape.n_tok, ErrorKind::usage,
                  "forward: first logit position {} outside the window of {} tokens", first_pos, shape.n_tok);
     std::vector<float> logits(static_cast<size_t>(shape.n_seq * (shape.n_tok - first_pos) * m.config.vocab_size));
-    forward_logits(m, tokens, shape, first_pos, logits.data());
+    forward_logits(m, tokens, shape, first_pos, logits.data(), linears);
     return logits;
 }
 

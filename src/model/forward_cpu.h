@@ -3,10 +3,12 @@
 // time over a batch of calibration sequences:
 //
 //     hidden = embed_tokens(config, token_embd, tokens, shape)            // [n_seq, n_tok, d]
-//     for l in layers: block_forward(config, block_l, l, hidden, shape, scratch)   // in place
+//     for l in layers: block_forward(config, block_l, linears_l, l, hidden, shape, scratch)   // in place
 //     final_norm_and_logits(config, output_norm, output_matrix, hidden_rows, n_rows, logits)
 //
-// `forward_logits` is exactly that sequence. A batch is n_seq independent sequences of n_tok tokens
+// `forward_logits` is exactly that sequence. The seven projections of a block go through its BlockLinears
+// (model/linear.h: dense, fake-quant or AdaHOP, chosen per layer by a LinearFactory); the block itself
+// never calls a GEMM for them. A batch is n_seq independent sequences of n_tok tokens
 // each (rows = n_seq·n_tok, sequence-major); every sequence starts at position 0 and attends causally
 // to itself only. No KV cache: evaluation and calibration see whole windows.
 //
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/linear.h"
 #include "model/weights.h"
 
 namespace lowbit {
@@ -78,7 +81,10 @@ std::vector<float> embed_tokens(const LlamaConfig& c, const float* token_embd, c
 
 // One transformer block, in place on hidden [rows, d]:
 //   h = x + Wo·attn(rope(Wq·n(x)+bq), rope(Wk·n(x)+bk), Wv·n(x)+bv);  x' = h + Wdown·(silu(Wgate·n(h)) ⊙ Wup·n(h))
-// `layer` is used in messages only.
+// The projections run through `linears`; `b` gives the norms and biases. `layer` is used in messages only.
+void block_forward(const LlamaConfig& c, const BlockWeights& b, const BlockLinears& linears, int64_t layer, float* hidden,
+                   BatchShape shape, BlockScratch& scratch);
+// The same with dense linears over b's own weights.
 void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, float* hidden, BatchShape shape,
                    BlockScratch& scratch);
 
@@ -87,9 +93,17 @@ void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, f
 void final_norm_and_logits(const LlamaConfig& c, const float* output_norm, const float* output_matrix,
                            const float* hidden, int64_t n_rows, float* logits);
 
-// Whole model: logits of positions first_pos..n_tok-1 of every sequence, [n_seq, n_tok − first_pos, vocab].
-std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos = 0);
+// The linears of every block of a model, made once by a factory (fake-quant weights are quantized then,
+// not per forward call). They view m's weights: m must outlive them.
+using ModelLinears = std::vector<BlockLinears>;
+ModelLinears make_model_linears(const LlamaModel& m, const LinearFactory& factory);
+
+// Whole model: logits of positions first_pos..n_tok-1 of every sequence, [n_seq, n_tok − first_pos, vocab],
+// through `linears` (null: dense linears over m's weights).
+std::vector<float> forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos = 0,
+                                  const ModelLinears* linears = nullptr);
 // The same into a caller's buffer of n_seq·(n_tok − first_pos)·vocab floats.
-void forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos, float* logits);
+void forward_logits(const LlamaModel& m, const int32_t* tokens, BatchShape shape, int64_t first_pos, float* logits,
+                    const ModelLinears* linears = nullptr);
 
 }  // namespace lowbit

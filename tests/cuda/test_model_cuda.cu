@@ -21,6 +21,7 @@
 #include "core/random_fill.h"
 #include "model/cuda/attention_cuda.cuh"
 #include "model/cuda/forward_cuda.cuh"
+#include "model/cuda/linear_cuda.cuh"
 #include "model/cuda/model_ops_cuda.cuh"
 #include "model/cuda/token_nll_cuda.cuh"
 #include "model/eval.h"
@@ -134,7 +135,9 @@ std::vector<float> cpu_bf16_emulation(const LlamaModel& m, const int32_t* tokens
     const LlamaConfig& c = m.config;
     const int64_t rows = shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
     auto linear = [](const std::vector<float>& x, const std::vector<float>& w, int64_t n_rows, int64_t in, int64_t out,
-                     float* y, float beta) { gemm_f32(n_rows, out, in, x.data(), in, false, w.data(), in, true, y, out, beta); };
+                     float* y, float beta) {
+        gemm_f32(ConstMatF(x.data(), n_rows, in), Trans::no, ConstMatF(w.data(), out, in), Trans::yes, MatF(y, n_rows, out), beta);
+    };
     std::vector<float> x = embed_tokens(c, m.weights.token_embd.data(), tokens, shape);
     std::vector<float> ain(size_t(rows * d)), q(size_t(rows * qd)), k(size_t(rows * kvd)), v(k.size()), ctx(q.size()),
         fin(ain.size()), act(size_t(rows * f)), up(act.size()), cos_t, sin_t;
@@ -168,7 +171,8 @@ std::vector<float> cpu_bf16_emulation(const LlamaModel& m, const int32_t* tokens
     for (int64_t s = 0; s < shape.n_seq; ++s) {
         rms_norm_rows(x.data() + (s * shape.n_tok + first_pos) * d, m.weights.output_norm.data(), keep, d, c.rms_eps, xn.data());
         bf16_round(xn);
-        gemm_f32(keep, V, d, xn.data(), d, false, m.weights.output_matrix(), d, true, logits.data() + s * keep * V, V);
+        gemm_f32(ConstMatF(xn.data(), keep, d), Trans::no, ConstMatF(m.weights.output_matrix(), V, d), Trans::yes,
+                 MatF(logits.data() + s * keep * V, keep, V));
     }
     return logits;
 }
@@ -502,8 +506,8 @@ TEST(ModelCuda, BlockAtATimeEqualsWholeModelAndScratchHoldsTheLinearInputs) {
         EXPECT_TRUE(streamed.streamed());
         EXPECT_LT(streamed.weight_bytes(), whole.weight_bytes());
         const auto got = streamed.forward_logits(tok.data(), shape, first);
-        // (Another cuBLAS handle on the same stream: cuBLAS is bit-reproducible for the same problem on the
-        // same GPU, so FP32 is held to equality — the documented contract; BF16 only to summation order.)
+        // (cuBLAS is bit-reproducible for the same problem on the same GPU, so FP32 is held to equality — the
+        // documented contract; BF16 only to summation order.)
         if (p == CudaPrecision::fp32)
             EXPECT_EQ(got, expect) << "streamed vs resident (fp32)";
         else
@@ -511,6 +515,50 @@ TEST(ModelCuda, BlockAtATimeEqualsWholeModelAndScratchHoldsTheLinearInputs) {
         // Deterministic run to run.
         EXPECT_EQ(whole.forward_logits(tok.data(), shape, first), expect) << "second run, " << cuda_precision_name(p);
     }
+}
+
+// The Linear seam on the device: AdaHOP linears with quantization off give the dense logits; fake-quant
+// linears (weights and per-token activations) give the CPU's fake-quant logits; streamed uploads reuse them.
+TEST(ModelCuda, LinearSeamMatchesDenseAndTheCpuLinears) {
+    REQUIRE_GPU();
+    const ModelCase mc = model_cases()[2];  // hidden 192, ffn 320: every in_features a multiple of 32
+    const LlamaModel m = make_model(mc.config, 21, 0.3f);
+    const BatchShape shape{mc.n_seq, mc.n_tok};
+    const auto tok = random_tokens(shape.rows(), m.config.vocab_size, 4);
+    const auto dense = CudaLlama(m, {CudaPrecision::fp32, CudaResidency::resident}).forward_logits(tok.data(), shape);
+
+    LpMatmulOptions off;
+    off.quantize = false;
+    off.high_precision_bf16 = false;
+    off.oe_k = 8;
+    for (Strategy st : {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right, Strategy::full}) {
+        LayerPlan lp;
+        lp.fwd = st;
+        CudaLlama ada(m, {CudaPrecision::fp32, CudaResidency::resident, cuda_adahop_linears(Plan{}, off, lp)});
+        expect_within(std::string("adahop ") + strategy_short_name(st) + ", quantization off vs dense: max|d|/max|logit|",
+                      max_abs_diff(ada.forward_logits(tok.data(), shape), dense) / max_abs(dense), 1e-4);
+    }
+
+    QuantSpec w, a;
+    w.format = &find_format("mxfp4");
+    a.format = &find_format("int8");
+    for (bool acts : {false, true}) {
+        const QuantSpec& act = acts ? a : QuantSpec{};
+        const ModelLinears cpu_linears = make_model_linears(m, fake_quant_linears(w, act));
+        const auto cpu = forward_logits(m, tok.data(), shape, 0, &cpu_linears);
+        for (CudaResidency r : {CudaResidency::resident, CudaResidency::streamed}) {
+            CudaLlama fq(m, {CudaPrecision::fp32, r, cuda_fake_quant_linears(w, act)});
+            // Per-token activation rounding can flip where FP32 summation order moved an input across a
+            // rounding boundary: one INT8 step (1/127 of the row's range) on a few inputs.
+            expect_within(std::string("fake-quant mxfp4") + (acts ? " + int8 activations" : "") +
+                              (r == CudaResidency::streamed ? ", streamed" : "") + " vs CPU: max|d|/max|logit|",
+                          max_abs_diff(fq.forward_logits(tok.data(), shape), cpu) / max_abs(cpu), acts ? 2e-2 : 1e-3);
+        }
+    }
+    // A GGUF format has no CUDA activation quantizer: refused with a message.
+    QuantSpec gguf;
+    gguf.format = &find_format("q8_0");
+    EXPECT_THROW(CudaLlama(m, {CudaPrecision::fp32, CudaResidency::resident, cuda_fake_quant_linears(w, gguf)}), Error);
 }
 
 TEST(ModelCuda, Bf16MatchesItsCpuEmulationAndStaysCloseToFp32) {

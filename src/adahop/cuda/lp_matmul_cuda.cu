@@ -2,7 +2,7 @@
 // cuBLAS products, and the orchestration of rotate → split → quantize → dequantize → GEMM → slivers.
 #include "adahop/cuda/lp_matmul_cuda.cuh"
 
-#include <cublas_v2.h>
+#include "core/cuda_blas.h"
 
 #include <map>
 #include <string>
@@ -16,11 +16,6 @@
 namespace lowbit {
 
 namespace {
-
-void cublas_check(cublasStatus_t s, const char* call) {
-    if (s != CUBLAS_STATUS_SUCCESS)
-        throw Error(ErrorKind::runtime, std::string("cuBLAS call failed: ") + call + " (status " + std::to_string(int(s)) + ")");
-}
 
 __global__ void round_bf16_kernel(float* x, int64_t n) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -45,8 +40,9 @@ int k_axis(Side s) { return s == Side::left ? 1 : 0; }
 }  // namespace
 
 struct LpMatmulCuda::State {
-    cudaStream_t stream = 0;
-    cublasHandle_t handle = nullptr;
+    explicit State(cudaStream_t s) : stream(s), blas(s) {}
+    cudaStream_t stream;
+    CudaBlas blas;
     OutlierExtractionWorkspace oe;
     DeviceBuffer<float> deq_a, deq_b, tmp;
     DeviceBuffer<__nv_bfloat16> bf_a, bf_b;
@@ -66,21 +62,11 @@ struct LpMatmulCuda::State {
     }
 };
 
-size_t PreparedOperandCuda::storage_bytes() const {
-    size_t b = 0;
-    if (quantized) b += codes.bytes() + scales.bytes() + (nvfp4 ? 4 : 0);
-    return b + 2 * (high_precision.size() + slice.size()) + 4 * size_t(k_extracted);
-}
+LpMatmulCuda::LpMatmulCuda(cudaStream_t stream) : st_(std::make_unique<State>(stream)) {}
 
-LpMatmulCuda::LpMatmulCuda(cudaStream_t stream) : st_(std::make_unique<State>()) {
-    st_->stream = stream;
-    cublas_check(cublasCreate(&st_->handle), "cublasCreate");
-    cublas_check(cublasSetStream(st_->handle, stream), "cublasSetStream");
-}
+LpMatmulCuda::~LpMatmulCuda() = default;
 
-LpMatmulCuda::~LpMatmulCuda() {
-    if (st_ && st_->handle) cublasDestroy(st_->handle);
-}
+cudaStream_t LpMatmulCuda::stream() const { return st_->stream; }
 
 void LpMatmulCuda::gemm(const float* a, const float* b, int64_t m, int64_t k, int64_t n, bool bf16_operands, float* c) {
     const float one = 1.0f, zero = 0.0f;
@@ -91,12 +77,12 @@ void LpMatmulCuda::gemm(const float* a, const float* b, int64_t m, int64_t k, in
         to_bf16_kernel<<<blocks_for(m * k), 256, 0, st_->stream>>>(a, st_->bf_a.data(), m * k);
         to_bf16_kernel<<<blocks_for(k * n), 256, 0, st_->stream>>>(b, st_->bf_b.data(), k * n);
         CUDA_CHECK(cudaGetLastError());
-        cublas_check(cublasGemmEx(st_->handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, st_->bf_b.data(),
+        cublas_check(cublasGemmEx(st_->blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, st_->bf_b.data(),
                                   CUDA_R_16BF, int(n), st_->bf_a.data(), CUDA_R_16BF, int(k), &zero, c, CUDA_R_32F, int(n),
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx(bf16)");
     } else {
-        cublas_check(cublasGemmEx(st_->handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b, CUDA_R_32F, int(n), a,
+        cublas_check(cublasGemmEx(st_->blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b, CUDA_R_32F, int(n), a,
                                   CUDA_R_32F, int(k), &zero, c, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx(fp32)");
     }

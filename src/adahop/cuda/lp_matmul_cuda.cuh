@@ -17,31 +17,20 @@
 
 #include "adahop/cuda/outlier_extraction.cuh"
 #include "adahop/lp_matmul.h"
+#include "core/cuda_device.h"
 
 namespace lowbit {
 
-struct PreparedOperandCuda {
-    Side side = Side::left;
-    Strategy strategy = Strategy::iht;
-    int64_t rows = 0, cols = 0;
-    bool quantized = false;              // codes/scales hold the (rotated, cleaned) operand
-    bool nvfp4 = false;
-    MxElement element = MxElement::e2m1;
-    DeviceBuffer<uint8_t> codes, scales;  // blocked layout (mx_quantize.cuh / nvfp4_quantize.cuh)
-    DeviceBuffer<float> tensor_scale;     // NVFP4 only (1 value)
-    DeviceBuffer<float> dense;            // opts.quantize = false: the transformed operand (FP32)
-    DeviceBuffer<float> high_precision;   // whole operand, BF16-rounded values (when the strategy needs it)
-    DeviceBuffer<float> slice;            // OE: rows of A (k × K) or columns of B (K × k)
-    DeviceBuffer<int32_t> indices;
-    int64_t k_extracted = 0;
-    size_t storage_bytes() const;         // as PreparedOperand::storage_bytes
-};
+// The device twin of PreparedOperand (the same template, adahop/lp_matmul.h), in the blocked layout of
+// mx_quantize.cuh / nvfp4_quantize.cuh.
+using PreparedOperandCuda = PreparedOperandOf<DeviceBuffer>;
 
-// Owns the cuBLAS handle and scratch; one per stream.
+// Scratch of the emulated GEMM on one stream (cuBLAS through the device's shared handle: core/cuda_blas.h).
 class LpMatmulCuda {
 public:
     explicit LpMatmulCuda(cudaStream_t stream = 0);
     ~LpMatmulCuda();
+    cudaStream_t stream() const;
     LpMatmulCuda(const LpMatmulCuda&) = delete;
     LpMatmulCuda& operator=(const LpMatmulCuda&) = delete;
 

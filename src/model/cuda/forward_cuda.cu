@@ -26,18 +26,6 @@ namespace lowbit {
 
 namespace {
 
-void cublas_check(cublasStatus_t s, const char* call) {
-    if (s != CUBLAS_STATUS_SUCCESS)
-        throw Error(ErrorKind::runtime, std::string("cuBLAS call failed: ") + call + " (status " + std::to_string(int(s)) + ")");
-}
-
-// Grows b to at least n elements (contents are not kept).
-template <typename T>
-T* ensure(DeviceBuffer<T>& b, int64_t n) {
-    if (b.size() < size_t(n)) b.resize(size_t(n));
-    return b.data();
-}
-
 // Copies n host elements into b (resized when too small), in order on `stream`. The host buffer may be
 // reused once this returns: from pageable memory, cudaMemcpyAsync returns after staging the data.
 template <typename T>
@@ -56,91 +44,23 @@ void upload_vector(DeviceBuffer<float>& b, const std::vector<float>& v, cudaStre
 
 }  // namespace
 
-const char* cuda_precision_name(CudaPrecision p) { return p == CudaPrecision::bf16 ? "bf16" : "fp32"; }
-
-CudaPrecision parse_cuda_precision(const std::string& name) {
-    if (name == "fp32") return CudaPrecision::fp32;
-    if (name == "bf16") return CudaPrecision::bf16;
-    cuda_usage_error("unknown precision '" + name + "' (known: fp32, bf16)");
-}
-
 // ---------------------------------------------------------------------------------------------------
-// cuBLAS and weights
-
-CudaBlas::CudaBlas(cudaStream_t stream) : stream_(stream) {
-    cublas_check(cublasCreate(&handle_), "cublasCreate");
-    cublas_check(cublasSetStream(handle_, stream_), "cublasSetStream");
-}
-
-CudaBlas::~CudaBlas() {
-    if (handle_) cublasDestroy(handle_);
-}
-
-void CudaBlas::synchronize() const { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
-void CudaMatrix::upload(const float* host, int64_t r, int64_t c, CudaPrecision p, cudaStream_t stream) {
-    const size_t n = size_t(r * c);
-    rows = r;
-    cols = c;
-    precision = p;
-    if (p == CudaPrecision::fp32) {
-        bf16.release();
-        upload_to(f32, host, n, stream);
-        return;
-    }
-    f32.release();
-    std::vector<__nv_bfloat16> tmp(n);
-    parallel_for(int64_t(n), 1 << 16, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) tmp[size_t(i)] = __float2bfloat16_rn(host[i]);
-    });
-    upload_to(bf16, tmp.data(), n, stream);
-}
-
-void cuda_linear(const CudaBlas& blas, const CudaMatrix& w, const float* x_f32, const __nv_bfloat16* x_bf16, int64_t rows,
-                 float* y, float beta) {
-    if (rows <= 0) return;
-    if (rows > INT_MAX || w.rows > INT_MAX || w.cols > INT_MAX)
-        cuda_usage_error("cuda_linear: dimensions beyond 2^31 (" + std::to_string(rows) + " x " + std::to_string(w.cols) +
-                         " x " + std::to_string(w.rows) + ")");
-    const float one = 1.0f;
-    // Row-major y [rows, out] = x [rows, in] · Wᵀ (W [out, in]) is column-major yᵀ (out × rows) = op_T(W) · xᵀ,
-    // where W and x read as column-major matrices are in × out and in × rows (ld = in).
-    const int m = int(w.rows), n = int(rows), k = int(w.cols);
-    if (w.precision == CudaPrecision::bf16) {
-        if (!x_bf16) cuda_usage_error("cuda_linear: a BF16 matrix needs the BF16 copy of its input");
-        cublas_check(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.bf16.data(), CUDA_R_16BF, k,
-                                  x_bf16, CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "cublasGemmEx(bf16 x bf16 -> fp32)");
-    } else {
-        if (!x_f32) cuda_usage_error("cuda_linear: an FP32 matrix needs an FP32 input");
-        cublas_check(cublasGemmEx(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.f32.data(), CUDA_R_32F, k, x_f32,
-                                  CUDA_R_32F, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
-                     "cublasGemmEx(fp32, pedantic)");
-    }
-}
+// weights
 
 void CudaBlockWeights::upload(const LlamaConfig& c, const BlockWeights& b, int64_t layer, CudaPrecision p,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, const CudaLinearFactory& make_linears) {
     check_block_shapes(c, b, layer, "block upload to the GPU");
     precision = p;
-    const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
     upload_vector(attn_norm, b.attn_norm, stream);
     upload_vector(ffn_norm, b.ffn_norm, stream);
     upload_vector(bq, c.qkv_bias ? b.bq : std::vector<float>{}, stream);
     upload_vector(bk, c.qkv_bias ? b.bk : std::vector<float>{}, stream);
     upload_vector(bv, c.qkv_bias ? b.bv : std::vector<float>{}, stream);
-    wq.upload(b.wq.data(), qd, d, p, stream);
-    wk.upload(b.wk.data(), kvd, d, p, stream);
-    wv.upload(b.wv.data(), kvd, d, p, stream);
-    wo.upload(b.wo.data(), d, qd, p, stream);
-    w_gate.upload(b.w_gate.data(), f, d, p, stream);
-    w_up.upload(b.w_up.data(), f, d, p, stream);
-    w_down.upload(b.w_down.data(), d, f, p, stream);
+    (make_linears ? make_linears : cuda_dense_linears())(c, b, layer, p, stream, linears);
 }
 
 size_t CudaBlockWeights::bytes() const {
-    return attn_norm.bytes() + ffn_norm.bytes() + bq.bytes() + bk.bytes() + bv.bytes() + wq.bytes() + wk.bytes() + wv.bytes() +
-           wo.bytes() + w_gate.bytes() + w_up.bytes() + w_down.bytes();
+    return attn_norm.bytes() + ffn_norm.bytes() + bq.bytes() + bk.bytes() + bv.bytes() + linears.bytes();
 }
 
 size_t cuda_block_weight_bytes(const LlamaConfig& c, CudaPrecision p) {
@@ -193,23 +113,33 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
     if (shape.n_seq <= 0 || shape.n_tok <= 0)
         cuda_usage_error("block " + std::to_string(layer) + ": empty batch (" + std::to_string(shape.n_seq) + " x " +
                          std::to_string(shape.n_tok) + ")");
-    if (b.wq.rows != c.q_dim() || b.wq.cols != c.hidden_size || b.w_down.cols != c.ffn_size)
-        cuda_usage_error("block " + std::to_string(layer) + ": the uploaded weights do not match the config");
+    const CudaBlockLinears& lin = b.linears;
+    for (Projection p : kProjections)
+        if (!lin.by_projection[size_t(p)] || lin[p].out_features() != projection_out_features(c, p) ||
+            lin[p].in_features() != projection_in_features(c, p))
+            cuda_usage_error("block " + std::to_string(layer) + ": the uploaded " + projection_name(p) +
+                             " linear does not match the config");
     const cudaStream_t st = blas.stream();
-    const bool bf = b.precision == CudaPrecision::bf16;
     const int64_t rows = shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
-    float* attn_in = ensure(s.attn_in, rows * d);
-    float* q = ensure(s.q, rows * qd);
-    float* k = ensure(s.k, rows * kvd);
-    float* v = ensure(s.v, rows * kvd);
-    float* ctx = ensure(s.attn_ctx, rows * qd);
-    float* ffn_in = ensure(s.ffn_in, rows * d);
-    float* act = ensure(s.ffn_act, rows * f);
-    float* up = ensure(s.up, rows * f);
-    __nv_bfloat16* attn_in_b = bf ? ensure(s.attn_in_bf16, rows * d) : nullptr;
-    __nv_bfloat16* ctx_b = bf ? ensure(s.attn_ctx_bf16, rows * qd) : nullptr;
-    __nv_bfloat16* ffn_in_b = bf ? ensure(s.ffn_in_bf16, rows * d) : nullptr;
-    __nv_bfloat16* act_b = bf ? ensure(s.ffn_act_bf16, rows * f) : nullptr;
+    // A GEMM input gets its BF16 copy (written by the kernel that produces it) when a linear reading it asks.
+    const auto wants_bf16 = [&](std::initializer_list<Projection> readers) {
+        for (Projection p : readers)
+            if (lin[p].wants_bf16_input()) return true;
+        return false;
+    };
+    float* attn_in = s.attn_in.grow(rows * d);
+    float* q = s.q.grow(rows * qd);
+    float* k = s.k.grow(rows * kvd);
+    float* v = s.v.grow(rows * kvd);
+    float* ctx = s.attn_ctx.grow(rows * qd);
+    float* ffn_in = s.ffn_in.grow(rows * d);
+    float* act = s.ffn_act.grow(rows * f);
+    float* up = s.up.grow(rows * f);
+    __nv_bfloat16* attn_in_b =
+        wants_bf16({Projection::q, Projection::k, Projection::v}) ? s.attn_in_bf16.grow(rows * d) : nullptr;
+    __nv_bfloat16* ctx_b = wants_bf16({Projection::o}) ? s.attn_ctx_bf16.grow(rows * qd) : nullptr;
+    __nv_bfloat16* ffn_in_b = wants_bf16({Projection::gate, Projection::up}) ? s.ffn_in_bf16.grow(rows * d) : nullptr;
+    __nv_bfloat16* act_b = wants_bf16({Projection::down}) ? s.ffn_act_bf16.grow(rows * f) : nullptr;
     if (s.rope_n_tok != shape.n_tok) {
         std::vector<float> cos_t, sin_t;
         rope_tables(c, shape.n_tok, cos_t, sin_t);  // the CPU's own tables: RoPE is then bit-equal
@@ -220,9 +150,10 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
 
     // Attention.
     rms_norm_rows_cuda(d_hidden, b.attn_norm.data(), rows, d, c.rms_eps, attn_in, attn_in_b, st);
-    cuda_linear(blas, b.wq, attn_in, attn_in_b, rows, q);
-    cuda_linear(blas, b.wk, attn_in, attn_in_b, rows, k);
-    cuda_linear(blas, b.wv, attn_in, attn_in_b, rows, v);
+    const CudaLinearInput x_attn{attn_in, attn_in_b, rows};
+    lin[Projection::q].forward(blas, x_attn, q);
+    lin[Projection::k].forward(blas, x_attn, k);
+    lin[Projection::v].forward(blas, x_attn, v);
     if (c.qkv_bias) {
         add_bias_rows_cuda(q, b.bq.data(), rows, qd, st);
         add_bias_rows_cuda(k, b.bk.data(), rows, kvd, st);
@@ -231,14 +162,15 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
     apply_rope_cuda(q, shape, c.n_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
     apply_rope_cuda(k, shape, c.n_kv_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
     attention_causal_cuda(q, k, v, shape, c.n_heads, c.n_kv_heads, c.head_dim, ctx, ctx_b, st);
-    cuda_linear(blas, b.wo, ctx, ctx_b, rows, d_hidden, 1.0f);  // residual add in the GEMM (beta = 1)
+    lin[Projection::o].forward(blas, {ctx, ctx_b, rows}, d_hidden, 1.0f);  // residual add in the GEMM (beta = 1)
 
     // SwiGLU MLP.
     rms_norm_rows_cuda(d_hidden, b.ffn_norm.data(), rows, d, c.rms_eps, ffn_in, ffn_in_b, st);
-    cuda_linear(blas, b.w_gate, ffn_in, ffn_in_b, rows, act);
-    cuda_linear(blas, b.w_up, ffn_in, ffn_in_b, rows, up);
+    const CudaLinearInput x_ffn{ffn_in, ffn_in_b, rows};
+    lin[Projection::gate].forward(blas, x_ffn, act);
+    lin[Projection::up].forward(blas, x_ffn, up);
     swiglu_cuda(act, up, rows * f, act, act_b, st);
-    cuda_linear(blas, b.w_down, act, act_b, rows, d_hidden, 1.0f);
+    lin[Projection::down].forward(blas, {act, act_b, rows}, d_hidden, 1.0f);
     s.rows = rows;
 }
 
@@ -247,10 +179,10 @@ void cuda_final_norm_and_logits(const LlamaConfig& c, const CudaHeadWeights& hea
     if (n_rows <= 0) return;
     const int64_t d = c.hidden_size;
     const bool bf = head.output_matrix().precision == CudaPrecision::bf16;
-    float* xn = bf ? nullptr : ensure(s.head_in, n_rows * d);
-    __nv_bfloat16* xn_b = bf ? ensure(s.head_in_bf16, n_rows * d) : nullptr;
+    float* xn = bf ? nullptr : s.head_in.grow(n_rows * d);
+    __nv_bfloat16* xn_b = bf ? s.head_in_bf16.grow(n_rows * d) : nullptr;
     rms_norm_rows_cuda(d_hidden, head.output_norm.data(), n_rows, d, c.rms_eps, xn, xn_b, blas.stream());
-    cuda_linear(blas, head.output_matrix(), xn, xn_b, n_rows, d_logits);
+    cuda_matrix_product(blas, head.output_matrix(), xn, xn_b, n_rows, d_logits);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -285,9 +217,9 @@ void CudaLlama::init(CudaResidency residency, size_t free_bytes) {
 
 void CudaLlama::upload_block(CudaBlockWeights& dst, int64_t layer) const {
     if (host_model_)
-        dst.upload(config_, host_model_->weights.blocks[size_t(layer)], layer, opt_.precision, blas_.stream());
+        dst.upload(config_, host_model_->weights.blocks[size_t(layer)], layer, opt_.precision, blas_.stream(), opt_.linears);
     else
-        dst.upload(config_, reader_->block(layer), layer, opt_.precision, blas_.stream());
+        dst.upload(config_, reader_->block(layer), layer, opt_.precision, blas_.stream(), opt_.linears);
 }
 
 size_t CudaLlama::weight_bytes() const {
@@ -303,13 +235,13 @@ const float* CudaLlama::forward_logits_device(const int32_t* tokens, BatchShape 
         cuda_usage_error("forward: first logit position " + std::to_string(first_pos) + " outside the window of " +
                          std::to_string(shape.n_tok) + " tokens");
     const int64_t d = config_.hidden_size, V = config_.vocab_size, T = shape.n_tok, keep = T - first_pos;
-    float* hidden = ensure(hidden_, shape.rows() * d);
+    float* hidden = hidden_.grow(shape.rows() * d);
     cuda_embed_tokens(config_, head_, tokens, shape, hidden, scratch_, blas_);
     for (int64_t l = 0; l < config_.n_layers; ++l) {
         if (streamed_) upload_block(blocks_[0], l);  // ordered after the previous block's kernels on the stream
         cuda_block_forward(config_, blocks_[streamed_ ? 0 : size_t(l)], l, hidden, shape, scratch_, blas_);
     }
-    float* logits = ensure(logits_, shape.n_seq * keep * V);
+    float* logits = logits_.grow(shape.n_seq * keep * V);
     if (first_pos == 0) {
         cuda_final_norm_and_logits(config_, head_, hidden, shape.rows(), logits, scratch_, blas_);
     } else {
@@ -344,8 +276,8 @@ void CudaLlama::forward_nll(const int32_t* tokens, BatchShape shape, int64_t fir
     const float* logits = forward_logits_device(tokens, shape, first_pos);
     const cudaStream_t st = blas_.stream();
     upload_to(targets_, targets, size_t(n), st);
-    double* d_nll = ensure(nll_, n);
-    int32_t* d_argmax = argmax ? ensure(argmax_, n) : nullptr;
+    double* d_nll = nll_.grow(n);
+    int32_t* d_argmax = argmax ? argmax_.grow(n) : nullptr;
     token_nll_rows_cuda(logits, V, shape.n_seq, shape.n_tok - first_pos, n_score, targets_.data(), d_nll, d_argmax, st);
     CUDA_CHECK(cudaMemcpyAsync(nll, d_nll, size_t(n) * sizeof(double), cudaMemcpyDeviceToHost, st));
     if (argmax) CUDA_CHECK(cudaMemcpyAsync(argmax, d_argmax, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));

@@ -5,6 +5,8 @@
 //     for l in layers: cuda_block_forward(config, block_l, l, d_hidden, shape, scratch, blas)   // in place
 //     cuda_final_norm_and_logits(config, head, d_hidden_rows, n_rows, d_logits, scratch, blas)
 //
+// The seven projections of a block go through its CudaBlockLinears (linear_cuda.cuh: dense, fake-quant or
+// AdaHOP, made per layer by the CudaLinearFactory of CudaLlamaOptions); the block never calls cuBLAS for them.
 // A block's weights live in a CudaBlockWeights; `upload` reuses its device storage when the shapes do not
 // change, so a caller that cannot hold the model on the device (post-training quantization of a model
 // larger than GPU memory, or CudaLlama in streamed residency) uploads block after block into one object.
@@ -47,7 +49,6 @@
 
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -56,64 +57,26 @@
 
 #include "model/config.h"
 #include "model/eval.h"
+#include "model/cuda/linear_cuda.cuh"
 #include "model/forward_cpu.h"
 #include "model/weights.h"
 
 namespace lowbit {
 
-enum class CudaPrecision { fp32, bf16 };
-const char* cuda_precision_name(CudaPrecision p);
-// "fp32" or "bf16"; anything else fails (usage) naming the choices.
-CudaPrecision parse_cuda_precision(const std::string& name);
-
-// A cuBLAS handle bound to a stream (the default stream unless given). Move-free, one per stream.
-class CudaBlas {
-public:
-    explicit CudaBlas(cudaStream_t stream = nullptr);
-    ~CudaBlas();
-    CudaBlas(const CudaBlas&) = delete;
-    CudaBlas& operator=(const CudaBlas&) = delete;
-    cublasHandle_t handle() const { return handle_; }
-    cudaStream_t stream() const { return stream_; }
-    void synchronize() const;
-
-private:
-    cublasHandle_t handle_ = nullptr;
-    cudaStream_t stream_ = nullptr;
-};
-
-// A row-major [rows, cols] weight matrix on the device in FP32 or BF16 (one of the two buffers is used).
-struct CudaMatrix {
-    int64_t rows = 0, cols = 0;
-    CudaPrecision precision = CudaPrecision::fp32;
-    DeviceBuffer<float> f32;
-    DeviceBuffer<__nv_bfloat16> bf16;
-
-    // Converts (BF16: round to nearest even, on the host) and copies; keeps the allocation when it fits.
-    void upload(const float* host, int64_t rows, int64_t cols, CudaPrecision p, cudaStream_t stream = nullptr);
-    const void* data() const { return precision == CudaPrecision::bf16 ? static_cast<const void*>(bf16.data()) : f32.data(); }
-    bool empty() const { return rows == 0; }
-    size_t bytes() const { return size_t(rows * cols) * (precision == CudaPrecision::bf16 ? 2 : 4); }
-};
-
-// y [rows, w.rows] = beta·y + x [rows, w.cols] · wᵀ with FP32 output; x is FP32 for an FP32 matrix and BF16
-// for a BF16 one (the other pointer is ignored and may be null).
-void cuda_linear(const CudaBlas& blas, const CudaMatrix& w, const float* x_f32, const __nv_bfloat16* x_bf16,
-                 int64_t rows, float* y, float beta = 0.0f);
-
-// One transformer block on the device (shapes as BlockWeights; norms and biases always FP32).
+// One transformer block on the device: norms and biases (always FP32) and the seven linears.
 struct CudaBlockWeights {
     CudaPrecision precision = CudaPrecision::fp32;
     DeviceBuffer<float> attn_norm, ffn_norm, bq, bk, bv;  // bq/bk/bv empty without q/k/v biases
-    CudaMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    CudaBlockLinears linears;
 
-    // Checks the shapes (check_block_shapes; `layer` names the block in messages) and uploads, reusing the
-    // device storage of the previous block when it fits.
-    void upload(const LlamaConfig& c, const BlockWeights& b, int64_t layer, CudaPrecision p, cudaStream_t stream = nullptr);
+    // Checks the shapes (check_block_shapes; `layer` names the block in messages) and uploads, the linears
+    // made by `linears` (empty: dense), reusing the device storage of the previous block where it fits.
+    void upload(const LlamaConfig& c, const BlockWeights& b, int64_t layer, CudaPrecision p, cudaStream_t stream = nullptr,
+                const CudaLinearFactory& linears = {});
     size_t bytes() const;
 };
 
-// Device bytes of one block's weights in precision p.
+// Device bytes of one block's weights in precision p with dense linears.
 size_t cuda_block_weight_bytes(const LlamaConfig& c, CudaPrecision p);
 
 // The embedding, final norm and output projection on the device.
@@ -172,6 +135,7 @@ enum class CudaResidency { automatic, resident, streamed };
 struct CudaLlamaOptions {
     CudaPrecision precision = CudaPrecision::fp32;
     CudaResidency residency = CudaResidency::automatic;
+    CudaLinearFactory linears;  // empty: dense linears in `precision`
 };
 
 class CudaLlama {

@@ -1,0 +1,227 @@
+// test_linear.cpp — the model's Linear seam (model/linear.h): dense, fake-quant and AdaHOP linears give
+// the logits they promise, per projection and per layer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+#include "model/forward_cpu.h"
+#include "model/linear.h"
+
+namespace lowbit {
+namespace {
+
+// The tiny test config with every in_features a multiple of 32 (MX blocks and H₃₂ along K).
+LlamaConfig seam_config(bool qkv_bias = false) {
+    LlamaConfig c = tiny_llama_config(qkv_bias, true);
+    c.ffn_size = 64;
+    return c;
+}
+
+LlamaModel seam_model(bool qkv_bias = false, uint64_t seed = 11) {
+    LlamaModel m;
+    m.config = seam_config(qkv_bias);
+    m.weights = random_llama_weights(m.config, seed, 0.3f);
+    return m;
+}
+
+std::vector<int32_t> tokens_for(const LlamaConfig& c, BatchShape shape, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> t(size_t(shape.rows()));
+    for (auto& x : t) x = int32_t(rng() % uint64_t(c.vocab_size));
+    return t;
+}
+
+float max_abs(const std::vector<float>& v) {
+    float m = 0.0f;
+    for (float x : v) m = std::max(m, std::fabs(x));
+    return m;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    float m = 0.0f;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+}
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed, float scale = 1.0f) {
+    std::vector<float> v(size_t(rows * cols));
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> n(0.0f, scale);
+    for (auto& x : v) x = n(rng);
+    return v;
+}
+
+TEST(LinearSeam, ProjectionShapesAndNames) {
+    const LlamaConfig c = seam_config();
+    EXPECT_EQ(projection_out_features(c, Projection::k), c.kv_dim());
+    EXPECT_EQ(projection_in_features(c, Projection::o), c.q_dim());
+    EXPECT_EQ(projection_in_features(c, Projection::down), c.ffn_size);
+    EXPECT_EQ(linear_name(3, Projection::down), "blk.3.ffn_down");
+    const LlamaModel m = seam_model();
+    const BlockLinears lin = dense_linears()(c, m.weights.blocks[0], 0);
+    for (Projection p : kProjections) {
+        EXPECT_EQ(lin[p].out_features(), projection_out_features(c, p)) << projection_name(p);
+        EXPECT_EQ(lin[p].in_features(), projection_in_features(c, p)) << projection_name(p);
+    }
+}
+
+TEST(LinearSeam, WrongShapesAreUsageErrors) {
+    const std::vector<float> w = random_matrix(8, 32, 1);
+    DenseLinear lin(ConstMatF(w.data(), 8, 32));
+    std::vector<float> x(size_t(4 * 16)), y(size_t(4 * 8));
+    EXPECT_THROW(lin.forward(ConstMatF(x.data(), 4, 16), MatF(y.data(), 4, 8)), Error);
+}
+
+// The dense Linear is the old block forward: y = x·Wᵀ, residual add through beta.
+TEST(LinearSeam, DenseMatchesGemm) {
+    const std::vector<float> w = random_matrix(24, 32, 2), x = random_matrix(5, 32, 3);
+    std::vector<float> y(size_t(5 * 24), 1.0f), ref(y);
+    DenseLinear(ConstMatF(w.data(), 24, 32)).forward(ConstMatF(x.data(), 5, 32), MatF(y.data(), 5, 24), 1.0f);
+    for (int64_t r = 0; r < 5; ++r)
+        for (int64_t o = 0; o < 24; ++o) {
+            double s = 0;
+            for (int64_t i = 0; i < 32; ++i) s += double(x[size_t(r * 32 + i)]) * double(w[size_t(o * 32 + i)]);
+            ref[size_t(r * 24 + o)] = float(s + 1.0);
+        }
+    EXPECT_LT(max_abs_diff(y, ref), 1e-4f);
+}
+
+// With quantization off, every AdaHOP strategy computes x·Wᵀ up to FP32 rounding (orthonormal Hadamards,
+// exact OE slices): the logits through the AdaHOP Linear equal the dense ones.
+TEST(LinearSeam, AdahopWithoutQuantizationGivesDenseLogits) {
+    for (bool bias : {false, true}) {
+        const LlamaModel m = seam_model(bias);
+        const BatchShape shape{2, 13};
+        const std::vector<int32_t> tok = tokens_for(m.config, shape, 5);
+        const std::vector<float> dense = forward_logits(m, tok.data(), shape);
+        LpMatmulOptions opts;
+        opts.quantize = false;
+        opts.high_precision_bf16 = false;
+        opts.oe_k = 4;
+        for (Strategy s : {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right, Strategy::full}) {
+            LayerPlan lp;
+            lp.fwd = s;
+            const ModelLinears ada_linears = make_model_linears(m, adahop_linears(Plan{}, opts, lp));
+            const std::vector<float> ada = forward_logits(m, tok.data(), shape, 0, &ada_linears);
+            EXPECT_LE(max_abs_diff(ada, dense), 1e-5f * max_abs(dense)) << strategy_short_name(s) << " bias " << bias;
+        }
+    }
+}
+
+// The AdaHOP Linear with quantization on is lp_matmul(x, Wᵀ) with the layer's forward strategy.
+TEST(LinearSeam, AdahopIsLpMatmulOfTheTransposedWeight) {
+    const int64_t out = 40, in = 64, rows = 9;
+    const std::vector<float> w = random_matrix(out, in, 7), x = random_matrix(rows, in, 8);
+    std::vector<float> wt(size_t(in * out));
+    for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i) wt[size_t(i * out + o)] = w[size_t(o * in + i)];
+    LpMatmulOptions opts;
+    opts.oe_k = 3;
+    for (Strategy s : {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right, Strategy::full}) {
+        LayerPlan lp;
+        lp.fwd = s;
+        AdahopLinear lin(ConstMatF(w.data(), out, in), lp, opts);
+        std::vector<float> y(size_t(rows * out)), ref(y.size());
+        lin.forward(ConstMatF(x.data(), rows, in), MatF(y.data(), rows, out));
+        lp_matmul(x.data(), wt.data(), rows, in, out, s, opts, ref.data());
+        EXPECT_EQ(y, ref) << strategy_short_name(s);
+        // beta = 1 adds to what y holds.
+        std::vector<float> y1(y.size(), 2.0f);
+        lin.forward(ConstMatF(x.data(), rows, in), MatF(y1.data(), rows, out), 1.0f);
+        for (size_t i = 0; i < y1.size(); ++i) EXPECT_EQ(y1[i], ref[i] + 2.0f);
+    }
+}
+
+// A fake-quant Linear multiplies by exactly the weights `formats roundtrip` gives: fed the identity, its
+// output is the transposed roundtrip, bit for bit.
+TEST(LinearSeam, FakeQuantReproducesTheFormatRoundtrip) {
+    const int64_t out = 24, in = 64;
+    const std::vector<float> w = random_matrix(out, in, 9, 0.5f);
+    std::vector<float> eye(size_t(in * in), 0.0f);
+    for (int64_t i = 0; i < in; ++i) eye[size_t(i * in + i)] = 1.0f;
+    struct Case {
+        const char* format;
+        int64_t group;
+        bool sym;
+    };
+    for (const Case& k : {Case{"int4", 32, true}, Case{"int4", 0, false}, Case{"int8", 64, false}, Case{"mxfp4", 0, false},
+                          Case{"mxfp8_e4m3", 0, false}, Case{"nvfp4", 0, false}, Case{"q4_0", 0, false}, Case{"q4_1", 0, false},
+                          Case{"q8_0", 0, false}}) {
+        QuantSpec spec;
+        spec.format = &find_format(k.format);
+        spec.options.group = k.group;
+        spec.options.sym = k.sym;
+        const std::vector<float> roundtrip = quantize_dequantize(*spec.format, w.data(), out, in, spec.options);
+        FakeQuantLinear lin(ConstMatF(w.data(), out, in), spec);
+        EXPECT_EQ(lin.dequantized_weights(), roundtrip) << k.format;
+        std::vector<float> y(size_t(in * out));
+        lin.forward(ConstMatF(eye.data(), in, in), MatF(y.data(), in, out));
+        for (int64_t i = 0; i < in; ++i)
+            for (int64_t o = 0; o < out; ++o)
+                ASSERT_EQ(y[size_t(i * out + o)], roundtrip[size_t(o * in + i)]) << k.format << " at " << o << "," << i;
+    }
+}
+
+// W4A8: the activations are quantized per token (int8 per row) before the product.
+TEST(LinearSeam, FakeQuantActivationsPerToken) {
+    const int64_t out = 16, in = 32, rows = 6;
+    const std::vector<float> w = random_matrix(out, in, 10), x = random_matrix(rows, in, 11);
+    QuantSpec wq, aq;
+    wq.format = &find_format("int4");
+    wq.options.group = 32;
+    aq.format = &find_format("int8");
+    FakeQuantLinear lin(ConstMatF(w.data(), out, in), wq, aq);
+    EXPECT_EQ(lin.describe(), "fake-quant int4 g32 asym, activations int8 per-row asym");
+    std::vector<float> y(size_t(rows * out)), ref(y.size());
+    lin.forward(ConstMatF(x.data(), rows, in), MatF(y.data(), rows, out));
+    const std::vector<float> xq = quantize_dequantize(*aq.format, x.data(), rows, in, aq.options);
+    EXPECT_NE(xq, x);
+    gemm_f32(ConstMatF(xq.data(), rows, in), Trans::no, ConstMatF(lin.dequantized_weights().data(), out, in), Trans::yes,
+             MatF(ref.data(), rows, out));
+    EXPECT_EQ(y, ref);
+}
+
+// Linears are chosen per layer: fake-quantizing only block 1 gives the logits of the dense model whose
+// block-1 projections were replaced by their roundtrip.
+TEST(LinearSeam, ChosenPerLayer) {
+    const LlamaModel m = seam_model();
+    QuantSpec spec;
+    spec.format = &find_format("mxfp4");
+    const LinearFactory dense = dense_linears(), fq = fake_quant_linears(spec);
+    const LinearFactory mixed = [&](const LlamaConfig& c, const BlockWeights& b, int64_t layer) {
+        return layer == 1 ? fq(c, b, layer) : dense(c, b, layer);
+    };
+    LlamaModel replaced = m;
+    BlockWeights& b1 = replaced.weights.blocks[1];
+    for (std::vector<float>* w : {&b1.wq, &b1.wk, &b1.wv, &b1.wo, &b1.w_gate, &b1.w_up, &b1.w_down}) {
+        const int64_t in = w == &b1.wo ? m.config.q_dim() : w == &b1.w_down ? m.config.ffn_size : m.config.hidden_size;
+        *w = quantize_dequantize(*spec.format, w->data(), int64_t(w->size()) / in, in, spec.options);
+    }
+    const BatchShape shape{1, 17};
+    const std::vector<int32_t> tok = tokens_for(m.config, shape, 12);
+    const ModelLinears mixed_linears = make_model_linears(m, mixed);
+    const std::vector<float> a = forward_logits(m, tok.data(), shape, 0, &mixed_linears);
+    const std::vector<float> b = forward_logits(replaced, tok.data(), shape);
+    EXPECT_EQ(a, b);
+    EXPECT_GT(max_abs_diff(a, forward_logits(m, tok.data(), shape)), 0.0f);
+}
+
+TEST(LinearSeam, AdahopPlanPerLinearName) {
+    const LlamaModel m = seam_model();
+    Plan plan;
+    plan.layers[linear_name(2, Projection::up)].fwd = Strategy::full;
+    LayerPlan fallback;
+    fallback.fwd = Strategy::plain;
+    const BlockLinears lin = adahop_linears(plan, LpMatmulOptions{}, fallback)(m.config, m.weights.blocks[2], 2);
+    EXPECT_EQ(lin[Projection::up].describe(), "adahop BF16");
+    EXPECT_EQ(lin[Projection::gate].describe(), "adahop plain");
+}
+
+}  // namespace
+}  // namespace lowbit
