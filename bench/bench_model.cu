@@ -9,9 +9,8 @@
 //                      its ln PPL is printed next to the host-scored one (contract: |Δ| ≤ 1e-6)
 // Before timing, each GPU precision checks its logits of the first window against the CPU's (max|Δ|/max|logit|).
 // Napkin math: ~130 GFLOP per window (forward_cpu.h); 50 MB of logits per window cross to the host.
-// On the GPU host the CPU baseline runs without BLAS (scripts/gpu_check.sh builds with LOWBIT_NO_BLAS; its
-// plain-loop sgemm does ~2 GFLOP/s per core, so ~5 s per window on 16 cores):
-// compare with `lowbit eval` on a BLAS machine for the CPU's real speed.
+// The CPU baseline is the same OpenBLAS-backed reference on every machine (static OpenBLAS in the h200
+// preset's binaries), so its tokens/s are the host CPU's real speed.
 //
 //   bench_model [--json PATH] [--commit HASH] [--ctx N] [--windows N] [--batch N] [--cpu-windows N] [--layers N]
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc

@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 bash scripts/fetch_model.sh
-ctest --test-dir build --output-on-failure -j2
+ctest --preset dev  # build/, output on failure, -j2

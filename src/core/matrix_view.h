@@ -23,10 +23,6 @@ struct MatrixView {
     constexpr MatrixView(const MatrixView<U>& o) : data(o.data), rows(o.rows), cols(o.cols), ld(o.ld) {}
 
     constexpr T* row(int64_t r) const { return data + r * ld; }
-    // Rows [r0, r0 + n) of this view.
-    constexpr MatrixView row_range(int64_t r0, int64_t n) const { return MatrixView(data + r0 * ld, n, cols, ld); }
-    // Columns [c0, c0 + n) of this view (same row stride).
-    constexpr MatrixView col_range(int64_t c0, int64_t n) const { return MatrixView(data + c0, rows, n, ld); }
     constexpr int64_t size() const { return rows * cols; }
     constexpr bool dense() const { return ld == cols; }
 };

@@ -59,7 +59,6 @@ struct GgufValue {
 
     bool is_integer() const;  // u8..i64
     bool is_float() const { return type == GgufValueType::f32 || type == GgufValueType::f64; }
-    uint64_t as_u64_bits() const { return uint64_t(i); }
     // A short human-readable rendering (arrays abbreviated after `max_items`), for `lowbit info`.
     std::string to_string(size_t max_items = 8) const;
     bool operator==(const GgufValue& o) const;

@@ -68,7 +68,6 @@ struct LlamaConfig {
 
     int64_t q_dim() const { return n_heads * head_dim; }
     int64_t kv_dim() const { return n_kv_heads * head_dim; }
-    int64_t group_size() const { return n_heads / n_kv_heads; }
     // Parameters of one transformer block and of the whole model (embeddings counted once when tied).
     int64_t block_params() const;
     int64_t total_params() const;

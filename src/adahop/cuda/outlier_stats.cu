@@ -557,11 +557,6 @@ __global__ void __launch_bounds__(kThreads) detector_from_partials_kernel(const 
     moments_in_last_cta(it.pow_part, it.row_tiles, it.tiles, it.rows, it.cols, it.powers, it.moments, it.counter, s_red);
 }
 
-__global__ void variance_moments_kernel(const double* powers, int64_t rows, int64_t cols, double* moments) {
-    moments_from_powers(powers, rows, moments);
-    moments_from_powers(powers + 4, cols, moments + 3);
-}
-
 size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 // The finalising launches' last-CTA counters (one per operand): allocated and zeroed when the workspace grows
@@ -786,12 +781,6 @@ void detector_stats_cuda(const float* x, int64_t rows, int64_t cols, OutlierStat
 void detector_stats_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                          cudaStream_t stream) {
     launch_stats<__nv_bfloat16, true, true, true, false>(x, rows, cols, ws, stream);
-}
-
-void variance_moments_cuda(int64_t rows, int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream) {
-    ws.reserve(rows, cols);
-    variance_moments_kernel<<<1, 1, 0, stream>>>(ws.powers.data(), rows, cols, ws.moments.data());
-    CUDA_CHECK(cudaGetLastError());
 }
 
 PatternStats detect_outlier_pattern_cuda(const float* x, int64_t rows, int64_t cols, const DetectorOptions& opt,

@@ -67,10 +67,6 @@ void detector_stats_cuda(const float* x, int64_t rows, int64_t cols, OutlierStat
 void detector_stats_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, OutlierStatsWorkspace& ws,
                          cudaStream_t stream = 0);
 
-// Recomputes ws.moments from ws.powers (asynchronous; after row_col_sums_cuda or detector_stats_cuda, which
-// already leave the moments there — kept for callers of the two-step interface).
-void variance_moments_cuda(int64_t rows, int64_t cols, OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
-
 // The whole detector: two launches, then (after synchronising `stream`) the label on the host.
 PatternStats detect_outlier_pattern_cuda(const float* x, int64_t rows, int64_t cols, const DetectorOptions& opt,
                                          OutlierStatsWorkspace& ws, cudaStream_t stream = 0);
