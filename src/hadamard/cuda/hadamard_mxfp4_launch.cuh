@@ -10,8 +10,9 @@
 //            32 rows, all 5 stages in registers read from the warp's rows staged in shared memory (by one TMA
 //            tensor copy per CTA tile, or by the lanes' cp.async copies); the CTA's codes and scales are
 //            staged in shared memory and written as whole column runs (one TMA tensor store for the codes).
-//   both   → on sm_90 the TMA column kernel's both-orientations variant (one read of the input: each warp
-//            also quantizes the 32 rows of its tile along the rows); elsewhere the two passes above.
+//   both   → with statistics or stochastic rounding, on sm_90, the TMA column kernel's both-orientations
+//            variant (one read of the input: each warp also quantizes the 32 rows of its tile along the
+//            rows); otherwise (and on other devices) the two passes above.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,7 +56,13 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
     constexpr MxElement E = MxElement::e2m1;
     const float hs = hadamard_inv_sqrt(32);
     const MxScaleRuleBits rb = mx_scale_rule_bits(mx_spec(E), opt.rule);
-    if (along_rows.requested() && along_cols.requested()) {
+    // Both orientations without statistics and with deterministic rounding: two single passes, which the
+    // H200 runs faster than the one-read kernel (8192² BF16, bench_kernels at e803c75: 51.6 + 60.4 µs against
+    // 139.9 µs; at 23d6f02 113-114 µs against 119-123 µs): that kernel's row work per warp costs more than the
+    // second read of the input saves. With stochastic rounding (284 µs against 144 + 157) or statistics
+    // (training's path) the one-read kernel stays.
+    constexpr bool kTwoPasses = kRoundT != Rounding::stochastic && !Rows::kEnabled && !Cols::kEnabled && !BothRows::kEnabled;
+    if (along_rows.requested() && along_cols.requested() && !kTwoPasses) {
         const RowsTmaOut<BothRows> rows_out{along_rows.codes, along_rows.scales, stats.both_rows};
         if (launch_mx_cols_e2m1_tma<Prologue, kRoundT, Cols, true, BothRows>(x, rows, cols, opt.rule, rb, hs, opt.seed, along_cols.codes,
                                                                            along_cols.scales, stats.cols, ColsGrid(rows, cols, kColsTileCols),
@@ -63,6 +70,11 @@ void launch_hadamard_mxfp4(const __nv_bfloat16* x, int64_t rows, int64_t cols, c
             CUDA_CHECK(cudaGetLastError());
             return;
         }
+        launch_hadamard_mxfp4<kRoundT>(x, rows, cols, opt, along_rows, Mxfp4DeviceCodes{}, stats, stream);
+        launch_hadamard_mxfp4<kRoundT>(x, rows, cols, opt, Mxfp4DeviceCodes{}, along_cols, stats, stream);
+        return;
+    }
+    if (along_rows.requested() && along_cols.requested()) {
         launch_hadamard_mxfp4<kRoundT>(x, rows, cols, opt, along_rows, Mxfp4DeviceCodes{}, stats, stream);
         launch_hadamard_mxfp4<kRoundT>(x, rows, cols, opt, Mxfp4DeviceCodes{}, along_cols, stats, stream);
         return;
