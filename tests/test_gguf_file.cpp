@@ -16,6 +16,7 @@
 #include "formats/element_codec.h"
 #include "io/gguf_file.h"
 #include "io/model_registry.h"
+#include "error_test_util.h"
 
 using namespace lowbit;
 
@@ -65,17 +66,6 @@ void expect_input_error(const std::vector<uint8_t>& bytes, const std::string& ne
         const std::string what = e.what();
         EXPECT_NE(what.find("bad.gguf"), std::string::npos) << what;
         EXPECT_NE(what.find(needle), std::string::npos) << "expected '" << needle << "' in: " << what;
-    }
-}
-
-template <typename F>
-void expect_error_with(F&& f, ErrorKind kind, const std::vector<std::string>& needles) {
-    try {
-        f();
-        ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), kind) << e.what();
-        for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in: " << e.what();
     }
 }
 

@@ -16,6 +16,7 @@
 #include "formats/format_registry.h"
 #include "formats/gguf_types.h"
 #include "io/gguf_file.h"
+#include "error_test_util.h"
 
 using namespace lowbit;
 
@@ -33,17 +34,6 @@ static_assert(block_is(GgufType::Q6_K, 256, sizeof(BlockQ6_K)));
 static_assert(block_is(GgufType::MXFP4, 32, sizeof(BlockMxfp4)));
 static_assert(block_is(GgufType::F32, 1, sizeof(float)));
 static_assert(block_is(GgufType::F16, 1, sizeof(uint16_t)) && block_is(GgufType::BF16, 1, sizeof(uint16_t)));
-
-template <typename F>
-void expect_error_with(F&& f, ErrorKind kind, const std::vector<std::string>& needles) {
-    try {
-        f();
-        ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), kind) << e.what();
-        for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in: " << e.what();
-    }
-}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
