@@ -8,7 +8,7 @@ transcribed from a text record rather than a report also name it in "source").
         --command "bash scripts/gpu_check.sh" [--commit C] [--date D] [--history-only]
 
 REPORT is the --json output of bench_kernels, bench_adahop, bench_model, bench_cpu, bench_model_cpu,
-`lowbit eval` or `lowbit analyze pairs`. --commit, --machine and --date default to the report's own fields
+`lowbit eval` (one model, or a --weights list) or `lowbit analyze pairs`. --commit, --machine and --date default to the report's own fields
 (the benchmarks write commit and date; `lowbit eval` and `analyze pairs` write neither). The history
 is append-only: a run (benchmark, commit, date) already in it is refused. Python standard library only.
 """
@@ -59,6 +59,14 @@ def _eval_metrics(result):
             yield key, result[key], "tokens/s" if key == "tokens_per_second" else ""
 
 
+def _format_table_metrics(runs):
+    # `lowbit eval --weights A,B,...`: one set of figures per weight format.
+    for run in runs:
+        for key, value, unit in _eval_metrics(run):
+            yield f"{run['weights']}: {key}", value, unit
+        yield f"{run['weights']}: linear_weight_bits", run["linear_weight_bits"], "bits"
+
+
 def _pair_metrics(report):
     yield "detector correct", report["detector_correct"], f"of {report.get('detector_total', 18)}"
     for p in report["pairs"]:
@@ -85,6 +93,8 @@ def metrics(report):
         for key in ("copy_gbps", "baseline_gbps"):
             if key in report:
                 out.append((key, report[key], "GB/s"))
+    elif isinstance(report.get("runs"), list):
+        out += _format_table_metrics(report["runs"])
     elif "pairs" in report:
         out += _pair_metrics(report)
     elif "ppl" in report or "ppl" in report.get("result", {}):
