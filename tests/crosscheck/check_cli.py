@@ -104,4 +104,37 @@ c.check("tokenize without text exits 2", r.returncode == 2 and "--text FILE or a
 r = c.lowbit("tokenize", "--model", tok_json, "--text", empty_file, "", expect_rc=None)
 c.check("tokenize with --text and a STRING exits 2", r.returncode == 2, (r.returncode, r.stderr))
 
+# eval through the model's Linear seam (the real SmolLM2 model, when scripts/fetch_model.sh has fetched it):
+# a --weights list gives one table, a single format reports its linears and bits, --adahop runs, and bad
+# combinations are refused before anything long starts.
+if c.lowbit("info", "--model", "smollm2-135m", expect_rc=None).returncode == 0:
+    text = c.path("cli_eval.txt")
+    open(text, "w").write("The state of the union is strong, and the work of the people goes on. " * 40)
+    base = ["eval", "--model", "smollm2-135m", "--text", text, "--ctx", "64", "--chunks", "2", "--no-progress"]
+    r = c.lowbit(*base, "--weights", "none,q8_0", "--json", expect_rc=None)
+    rep = json.loads(r.stdout) if r.returncode == 0 else {}
+    runs = rep.get("runs", [])
+    c.check("eval --weights none,q8_0 gives two runs", r.returncode == 0 and [x["weights"] for x in runs] == ["none", "q8_0"],
+            (r.returncode, r.stderr[-300:]))
+    if len(runs) == 2:
+        c.check("eval --weights: 32 and 8.5 bits per weight", runs[0]["linear_weight_bits"] == 32 and
+                runs[1]["linear_weight_bits"] == 8.5, runs)
+        c.check("eval --weights: q8_0 stays within 5 % of the unquantized perplexity",
+                abs(runs[1]["ppl"] / runs[0]["ppl"] - 1) < 0.05, runs)
+    r = c.lowbit(*base, "--weights", "q4_0", "--acts", "int8", "--json", expect_rc=None)
+    rep = json.loads(r.stdout) if r.returncode == 0 else {}
+    c.check("eval --weights q4_0 --acts int8 reports its linears", "q4_0" in rep.get("linears", "") and
+            "int8" in rep.get("linears", "") and rep.get("linear_weight_bits") == 4.5, (r.returncode, rep, r.stderr[-300:]))
+    r = c.lowbit(*base, "--adahop", "hadamard", "--json", expect_rc=None)
+    c.check("eval --adahop hadamard runs every projection through lp_matmul", r.returncode == 0 and
+            "IHT" in json.loads(r.stdout).get("linears", ""), (r.returncode, r.stderr[-300:]))
+    r = c.lowbit(*base, "--acts", "int8", expect_rc=None)
+    c.check("eval --acts without --weights exits 2", r.returncode == 2, (r.returncode, r.stderr))
+    r = c.lowbit(*base, "--weights", "none,int4", "--group", "128", expect_rc=None)
+    c.check("eval --weights int4 --group 128 on 576 columns exits 3 before evaluating",
+            r.returncode == 3 and "multiple of the block size 128" in r.stderr and "eval: dense" not in r.stderr,
+            (r.returncode, r.stderr))
+else:
+    print("SKIP: eval --weights checks (smollm2-135m not fetched: scripts/fetch_model.sh)")
+
 c.finish()
