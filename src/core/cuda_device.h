@@ -93,6 +93,18 @@ public:
         if (count_ < count) resize(count);
         return ptr_;
     }
+    // Holds exactly the n host elements from `host` afterwards (grown when too small, released when n is 0),
+    // copied in order on `stream`. From pageable memory cudaMemcpyAsync returns once the data is staged, so
+    // the host buffer may be reused when this returns.
+    void assign_async(const T* host, size_t n, cudaStream_t stream) {
+        if (n == 0) {
+            release();
+            return;
+        }
+        grow(n);
+        const cudaError_t err = cudaMemcpyAsync(ptr_, host, n * sizeof(T), cudaMemcpyHostToDevice, stream);
+        if (err != cudaSuccess) cuda_fail(err, "cudaMemcpyAsync(host to device)", __FILE__, __LINE__);
+    }
     void release() noexcept {
         if (ptr_) cudaFree(ptr_);
         ptr_ = nullptr;

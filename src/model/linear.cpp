@@ -92,11 +92,13 @@ QuantSpec along_rows(QuantSpec s) {
     return s;
 }
 
-// The dense copy of a view (quantize_dequantize wants contiguous rows).
-std::vector<float> dense_copy(ConstMatF m) {
-    std::vector<float> v(size_t(m.size()));
-    for (int64_t r = 0; r < m.rows; ++r) std::copy(m.row(r), m.row(r) + m.cols, v.begin() + r * m.cols);
-    return v;
+// The rows of a view contiguous (quantize_dequantize and lp_prepare want them so): the view's own memory
+// when it is dense, else a copy kept in `storage`.
+const float* contiguous(ConstMatF m, std::vector<float>& storage) {
+    if (m.dense()) return m.data;
+    storage.resize(size_t(m.size()));
+    for (int64_t r = 0; r < m.rows; ++r) std::copy(m.row(r), m.row(r) + m.cols, storage.begin() + r * m.cols);
+    return storage.data();
 }
 
 }  // namespace
@@ -104,8 +106,8 @@ std::vector<float> dense_copy(ConstMatF m) {
 FakeQuantLinear::FakeQuantLinear(ConstMatF w, const QuantSpec& weights, const QuantSpec& activations)
     : out_(w.rows), in_(w.cols), weight_spec_(along_rows(weights)), act_spec_(along_rows(activations)) {
     LOWBIT_CHECK(weights.format, ErrorKind::usage, "fake-quant linear: no weight format given");
-    const std::vector<float> src = dense_copy(w);
-    w_ = quantize_dequantize(*weight_spec_.format, src.data(), out_, in_, weight_spec_.options);
+    std::vector<float> copy;
+    w_ = quantize_dequantize(*weight_spec_.format, contiguous(w, copy), out_, in_, weight_spec_.options);
 }
 
 void FakeQuantLinear::forward(ConstMatF x, MatF y, float beta) const {
@@ -115,8 +117,8 @@ void FakeQuantLinear::forward(ConstMatF x, MatF y, float beta) const {
         gemm_f32(x, Trans::no, w, Trans::yes, y, beta);
         return;
     }
-    const std::vector<float> xs = dense_copy(x);
-    const std::vector<float> xq = quantize_dequantize(*act_spec_.format, xs.data(), x.rows, x.cols, act_spec_.options);
+    std::vector<float> copy;
+    const std::vector<float> xq = quantize_dequantize(*act_spec_.format, contiguous(x, copy), x.rows, x.cols, act_spec_.options);
     gemm_f32(ConstMatF(xq.data(), x.rows, x.cols), Trans::no, w, Trans::yes, y, beta);
 }
 
@@ -129,8 +131,6 @@ std::string FakeQuantLinear::describe() const {
 // ---------------------------------------------------------------------------------------------------
 // adahop
 
-namespace {
-
 std::vector<float> transposed(ConstMatF m) {
     std::vector<float> t(size_t(m.size()));
     parallel_for(m.rows, 64, [&](int64_t r0, int64_t r1) {
@@ -140,8 +140,6 @@ std::vector<float> transposed(ConstMatF m) {
     return t;
 }
 
-}  // namespace
-
 AdahopLinear::AdahopLinear(ConstMatF w, const LayerPlan& plan, const LpMatmulOptions& opts)
     : out_(w.rows), in_(w.cols), plan_(plan), opts_(opts) {
     const std::vector<float> wt = transposed(w);  // B = Wᵀ [in, out]: quantized along K = in_features
@@ -150,8 +148,8 @@ AdahopLinear::AdahopLinear(ConstMatF w, const LayerPlan& plan, const LpMatmulOpt
 
 void AdahopLinear::forward(ConstMatF x, MatF y, float beta) const {
     check_shapes(x, y);
-    const std::vector<float> xs = dense_copy(x);
-    const PreparedOperand px = lp_prepare(xs.data(), x.rows, in_, Side::left, plan_.fwd, opts_);
+    std::vector<float> copy;
+    const PreparedOperand px = lp_prepare(contiguous(x, copy), x.rows, in_, Side::left, plan_.fwd, opts_);
     if (beta == 0.0f && y.dense()) {
         lp_matmul_prepared(px, w_t_, opts_, y.data);
         return;

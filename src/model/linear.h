@@ -41,6 +41,9 @@ const std::vector<float>& projection_weight(const BlockWeights& b, Projection p)
 int64_t projection_out_features(const LlamaConfig& c, Projection p);
 int64_t projection_in_features(const LlamaConfig& c, Projection p);
 
+// The dense transpose of a matrix view ([cols, rows] row-major): Wᵀ, the right operand of lp_matmul.
+std::vector<float> transposed(ConstMatF m);
+
 class Linear {
 public:
     virtual ~Linear() = default;

@@ -24,26 +24,6 @@
 
 namespace lowbit {
 
-namespace {
-
-// Copies n host elements into b (resized when too small), in order on `stream`. The host buffer may be
-// reused once this returns: from pageable memory, cudaMemcpyAsync returns after staging the data.
-template <typename T>
-void upload_to(DeviceBuffer<T>& b, const T* host, size_t n, cudaStream_t stream) {
-    if (n == 0) {
-        b.release();
-        return;
-    }
-    if (b.size() < n) b.resize(n);
-    CUDA_CHECK(cudaMemcpyAsync(b.data(), host, n * sizeof(T), cudaMemcpyHostToDevice, stream));
-}
-
-void upload_vector(DeviceBuffer<float>& b, const std::vector<float>& v, cudaStream_t stream) {
-    upload_to(b, v.data(), v.size(), stream);
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------------
 // weights
 
@@ -51,11 +31,11 @@ void CudaBlockWeights::upload(const LlamaConfig& c, const BlockWeights& b, int64
                               cudaStream_t stream, const CudaLinearFactory& make_linears) {
     check_block_shapes(c, b, layer, "block upload to the GPU");
     precision = p;
-    upload_vector(attn_norm, b.attn_norm, stream);
-    upload_vector(ffn_norm, b.ffn_norm, stream);
-    upload_vector(bq, c.qkv_bias ? b.bq : std::vector<float>{}, stream);
-    upload_vector(bk, c.qkv_bias ? b.bk : std::vector<float>{}, stream);
-    upload_vector(bv, c.qkv_bias ? b.bv : std::vector<float>{}, stream);
+    attn_norm.assign_async(b.attn_norm.data(), b.attn_norm.size(), stream);
+    ffn_norm.assign_async(b.ffn_norm.data(), b.ffn_norm.size(), stream);
+    bq.assign_async(b.bq.data(), c.qkv_bias ? b.bq.size() : 0, stream);
+    bk.assign_async(b.bk.data(), c.qkv_bias ? b.bk.size() : 0, stream);
+    bv.assign_async(b.bv.data(), c.qkv_bias ? b.bv.size() : 0, stream);
     (make_linears ? make_linears : cuda_dense_linears())(c, b, layer, p, stream, linears);
 }
 
@@ -81,7 +61,7 @@ void CudaHeadWeights::upload(const LlamaConfig& c, const std::vector<float>& emb
                          (c.tied_embeddings ? std::string("none (tied)") : std::to_string(V * d)));
     precision = p;
     token_embd.upload(embd.data(), V, d, p, stream);
-    upload_vector(output_norm, norm, stream);
+    output_norm.assign_async(norm.data(), norm.size(), stream);
     if (out.empty()) {
         output = CudaMatrix{};
     } else {
@@ -101,7 +81,7 @@ void cuda_embed_tokens(const LlamaConfig& c, const CudaHeadWeights& head, const 
                              " of sequence " + std::to_string(r / shape.n_tok) + " is outside the vocabulary (0.." +
                              std::to_string(c.vocab_size - 1) + "); were the tokens made by this model's tokenizer?");
     if (rows <= 0) return;
-    upload_to(s.tokens, tokens, size_t(rows), blas.stream());
+    s.tokens.assign_async(tokens, size_t(rows), blas.stream());
     if (head.token_embd.precision == CudaPrecision::bf16)
         embed_rows_cuda(head.token_embd.bf16.data(), s.tokens.data(), rows, c.hidden_size, d_hidden, blas.stream());
     else
@@ -143,8 +123,8 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
     if (s.rope_n_tok != shape.n_tok) {
         std::vector<float> cos_t, sin_t;
         rope_tables(c, shape.n_tok, cos_t, sin_t);  // the CPU's own tables: RoPE is then bit-equal
-        upload_vector(s.rope_cos, cos_t, st);
-        upload_vector(s.rope_sin, sin_t, st);
+        s.rope_cos.assign_async(cos_t.data(), cos_t.size(), st);
+        s.rope_sin.assign_async(sin_t.data(), sin_t.size(), st);
         s.rope_n_tok = shape.n_tok;
     }
 
@@ -275,7 +255,7 @@ void CudaLlama::forward_nll(const int32_t* tokens, BatchShape shape, int64_t fir
     if (n == 0) return;
     const float* logits = forward_logits_device(tokens, shape, first_pos);
     const cudaStream_t st = blas_.stream();
-    upload_to(targets_, targets, size_t(n), st);
+    targets_.assign_async(targets, size_t(n), st);
     double* d_nll = nll_.grow(n);
     int32_t* d_argmax = argmax ? argmax_.grow(n) : nullptr;
     token_nll_rows_cuda(logits, V, shape.n_seq, shape.n_tok - first_pos, n_score, targets_.data(), d_nll, d_argmax, st);

@@ -38,22 +38,17 @@ void CudaMatrix::upload(const float* host, int64_t r, int64_t c, CudaPrecision p
     rows = r;
     cols = c;
     precision = p;
-    // From pageable memory cudaMemcpyAsync returns once the data is staged, so `tmp` may go right after.
     if (p == CudaPrecision::fp32) {
         bf16.release();
-        if (n == 0) return;
-        f32.grow(int64_t(n));
-        CUDA_CHECK(cudaMemcpyAsync(f32.data(), host, n * sizeof(float), cudaMemcpyHostToDevice, stream));
+        f32.assign_async(host, n, stream);
         return;
     }
     f32.release();
-    if (n == 0) return;
     std::vector<__nv_bfloat16> tmp(n);
     parallel_for(int64_t(n), 1 << 16, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) tmp[size_t(i)] = __float2bfloat16_rn(host[i]);
     });
-    bf16.grow(int64_t(n));
-    CUDA_CHECK(cudaMemcpyAsync(bf16.data(), tmp.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice, stream));
+    bf16.assign_async(tmp.data(), n, stream);  // `tmp` may go once this returns (staged)
 }
 
 void cuda_matrix_product(const CudaBlas& blas, const CudaMatrix& w, const float* x_f32, const __nv_bfloat16* x_bf16,
@@ -127,13 +122,9 @@ void CudaFakeQuantLinear::forward(const CudaBlas& blas, CudaLinearInput x, float
 
 CudaAdahopLinear::CudaAdahopLinear(ConstMatF w, const LayerPlan& plan, const LpMatmulOptions& opts, cudaStream_t stream)
     : out_(w.rows), in_(w.cols), plan_(plan), opts_(opts), lp_(std::make_unique<LpMatmulCuda>(stream)) {
-    std::vector<float> wt(size_t(in_ * out_));  // B = Wᵀ [in, out]: quantized along K = in_features
-    parallel_for(out_, 64, [&](int64_t o0, int64_t o1) {
-        for (int64_t o = o0; o < o1; ++o)
-            for (int64_t i = 0; i < in_; ++i) wt[size_t(i * out_ + o)] = w.row(o)[i];
-    });
-    DeviceBuffer<float> d(wt.size());
-    CUDA_CHECK(cudaMemcpyAsync(d.data(), wt.data(), wt.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    const std::vector<float> wt = transposed(w);  // B = Wᵀ [in, out]: quantized along K = in_features
+    DeviceBuffer<float> d;
+    d.assign_async(wt.data(), wt.size(), stream);
     w_t_ = lp_->prepare(d.data(), in_, out_, Side::right, plan_.fwd, opts_);  // synchronizes: `d` may go
 }
 
