@@ -15,6 +15,7 @@
 #include "core/random_fill.h"
 #include "formats/format_registry.h"
 #include "formats/gguf_types.h"
+#include "formats/kquants.h"
 #include "io/gguf_file.h"
 #include "error_test_util.h"
 
@@ -90,7 +91,9 @@ TEST(GgufTypes, EveryEncoderRoundTripsThroughItsDecoder) {
             ref2 += double(x[i]) * x[i];
         }
         EXPECT_LT(std::sqrt(err2 / ref2), 0.5) << "decoded values far from the input: codec pair mismatched";
-        // Decoded values lie on the grid, so encoding them again must give them back bit for bit.
+        // Decoded values lie on the grid, so encoding them again must give them back bit for bit — except for
+        // ggml's searching quantizers (K-quants, IQ4_NL), which are not idempotent in ggml itself either.
+        if (is_kquant(t.type) || t.type == GgufType::IQ4_NL) continue;
         const auto again = gguf_quantize_matrix(t.type, y.data(), rows, cols);
         gguf_dequantize_matrix(t.type, again.data(), rows, cols, y2.data());
         EXPECT_TRUE(same_bits(y, y2));
@@ -144,16 +147,16 @@ TEST(GgufTypes, FormatRegistryHoldsTheEncodableWeightFormats) {
 TEST(GgufTypes, ReaderAndWriterNameWhatTheyCannotHandle) {
     GgufWriter w;
     w.add_tensor_raw("future", {5}, GgufType(77), std::vector<uint8_t>(40, 0));
-    w.add_tensor_raw("k4", {256}, GgufType::Q4_K, std::vector<uint8_t>(144, 0));
+    w.add_tensor_raw("k4", {256}, GgufType::IQ4_XS, std::vector<uint8_t>(136, 0));
     GgufFile g = GgufFile::parse(w.serialize(), "types.gguf");
     expect_error_with([&] { g.tensor_to_f32("future"); }, ErrorKind::input,
                       {"types.gguf", "tensor 'future'", "type id 77", "cannot dequantize", gguf_type_support()});
     expect_error_with([&] { g.tensor_to_f32("k4"); }, ErrorKind::input,
-                      {"tensor 'k4'", "type Q4_K", "cannot dequantize", "lowbit decodes F32"});
+                      {"tensor 'k4'", "type IQ4_XS", "cannot dequantize", "lowbit decodes F32"});
     const std::vector<float> x(256, 0.0f);
-    expect_error_with([&] { w.add_tensor("q", {256}, GgufType::Q4_K, x.data()); }, ErrorKind::usage,
-                      {"tensor 'q'", "cannot encode floats as Q4_K", "encodes F32"});
+    expect_error_with([&] { w.add_tensor("q", {256}, GgufType::IQ4_XS, x.data()); }, ErrorKind::usage,
+                      {"tensor 'q'", "cannot encode floats as IQ4_XS", "encodes F32"});
     expect_error_with([&] { w.add_tensor("q", {256}, GgufType(77), x.data()); }, ErrorKind::usage,
                       {"tensor 'q'", "unknown type id 77"});
-    expect_error_with([&] { gguf_quantize_matrix(GgufType::Q6_K, x.data(), 1, 256); }, ErrorKind::usage, {"Q6_K"});
+    expect_error_with([&] { gguf_quantize_matrix(GgufType::IQ4_XS, x.data(), 1, 256); }, ErrorKind::usage, {"IQ4_XS"});
 }

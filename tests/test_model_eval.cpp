@@ -1,11 +1,13 @@
-// test_model_eval.cpp — the evaluator (model/eval.h): the perplexity protocol against a hand-computed NLL,
-// the token score, the scoring-provider path (same targets, same result), and the KLD base file (record
-// encoding compatible with llama.cpp's, write and read back).
+// test_model_eval.cpp — the evaluator (model/eval.h): both perplexity protocols (llama.cpp's and the HF /
+// GPTQ-paper one) against hand-computed NLLs and their window plans, the token score, the scoring-provider
+// path (same targets, same result), and the KLD base file (record encoding compatible with llama.cpp's,
+// write and read back).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -52,6 +54,114 @@ TEST(ModelEval, PerplexityProtocolMatchesHandComputedNll) {
     EXPECT_EQ(evaluate_perplexity(text, V, opt, cpu_window_logits(m)).n_chunks, 1);
     const std::vector<int32_t> short_text(text.begin(), text.begin() + 15);
     expect_error_mentions([&] { evaluate_perplexity(short_text, V, opt, cpu_window_logits(m)); }, "at least 16");
+}
+
+// The window plans: how many windows, which positions are scored, where BOS goes, and the length rules.
+TEST(ModelEval, WindowPlansOfBothProtocols) {
+    PerplexityOptions opt = bos_options(8, 1);
+    const PerplexityWindows llama = plan_perplexity_windows(27, opt);
+    EXPECT_EQ(llama.n_chunks, 3);  // 27 / 8, the remainder dropped
+    EXPECT_EQ(llama.first_pos, 4);
+    EXPECT_EQ(llama.n_score, 3);   // positions 4, 5, 6 score tokens 5, 6, 7
+    EXPECT_TRUE(llama.bos_first);
+    expect_error_mentions([&] { plan_perplexity_windows(15, opt); }, "at least 16 (llama.cpp's rule)");
+
+    opt.protocol = PerplexityProtocol::hf;
+    const PerplexityWindows hf = plan_perplexity_windows(27, opt);
+    EXPECT_EQ(hf.n_chunks, 3);
+    EXPECT_EQ(hf.first_pos, 0);
+    EXPECT_EQ(hf.n_score, 7);      // positions 0 … 6 score tokens 1 … 7
+    EXPECT_FALSE(hf.bos_first);    // add_bos puts BOS at the text's start only (the tokenizer's job)
+    EXPECT_EQ(plan_perplexity_windows(8, opt).n_chunks, 1);  // one window is enough
+    expect_error_mentions([&] { plan_perplexity_windows(7, opt); }, "at least 8 (the hf protocol's rule)");
+    opt.max_chunks = 2;
+    EXPECT_EQ(plan_perplexity_windows(27, opt).n_chunks, 2);
+
+    EXPECT_EQ(default_perplexity_ctx(PerplexityProtocol::llama), 512);
+    EXPECT_EQ(default_perplexity_ctx(PerplexityProtocol::hf), 2048);
+    EXPECT_EQ(parse_perplexity_protocol("hf"), PerplexityProtocol::hf);
+    EXPECT_STREQ(perplexity_protocol_name(PerplexityProtocol::llama), "llama");
+    expect_error_mentions([] { parse_perplexity_protocol("wikitext"); }, "llama (llama.cpp's");
+}
+
+// The hf protocol against the GPTQ repository's llama_eval written out by hand: each window of the text as
+// it is, shifted labels, loss·seqlen summed over windows, exp(Σ / (nsamples·seqlen)).
+TEST(ModelEval, HfProtocolMatchesTheGptqScriptsPerplexity) {
+    const LlamaModel m = tiny_model(false, true, 4);
+    const int64_t V = m.config.vocab_size, n_ctx = 9;
+    std::vector<int32_t> text = random_tokens(40, V, 79);  // 4 windows, 4 tokens dropped
+    text[0] = 1;                                           // the tokenizer's BOS, once
+    PerplexityOptions opt = bos_options(n_ctx, 3);         // add_bos is set: hf must still not touch the windows
+    opt.protocol = PerplexityProtocol::hf;
+    int calls = 0;
+    const WindowLogitsFn logits = [&](const int32_t* t, BatchShape shape, int64_t first_pos, float* out) {
+        ++calls;
+        EXPECT_EQ(first_pos, 0);
+        const int64_t c0 = calls == 1 ? 0 : 3;
+        for (int64_t i = 0; i < shape.n_seq * shape.n_tok; ++i) EXPECT_EQ(t[i], text[size_t(c0 * n_ctx + i)]) << i;
+        forward_logits(m, t, shape, first_pos, out);
+    };
+    const PerplexityResult r = evaluate_perplexity(text, V, opt, logits);
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(r.protocol, PerplexityProtocol::hf);
+    EXPECT_EQ(r.first_pos, 0);
+    EXPECT_EQ(r.n_chunks, 4);
+    EXPECT_EQ(r.n_scored, 4 * 8);
+
+    double nll_sum = 0;  // Σ_windows CrossEntropy(shift_logits, shift_labels) · seqlen
+    for (int64_t c = 0; c < 4; ++c) {
+        const std::vector<int32_t> w(text.begin() + c * n_ctx, text.begin() + (c + 1) * n_ctx);
+        const auto lg = forward_logits(m, w.data(), {1, n_ctx});
+        double loss = 0;
+        for (int64_t pos = 0; pos + 1 < n_ctx; ++pos) {
+            double mx = -1e300, z = 0;
+            for (int64_t i = 0; i < V; ++i) mx = std::max(mx, double(lg[pos * V + i]));
+            for (int64_t i = 0; i < V; ++i) z += std::exp(double(lg[pos * V + i]) - mx);
+            loss += mx + std::log(z) - double(lg[pos * V + w[pos + 1]]);
+        }
+        loss /= double(n_ctx - 1);
+        nll_sum += loss * double(n_ctx);
+        if (c == 2) {
+            EXPECT_NEAR(std::log(r.chunk_ppl[2]), loss, 1e-5);
+        }
+    }
+    const double ppl = std::exp(nll_sum / double(4 * n_ctx));
+    EXPECT_NEAR(r.ppl, ppl, 1e-5 * ppl);
+    // Not the llama protocol's number on the same text.
+    opt.protocol = PerplexityProtocol::llama;
+    opt.n_ctx = 8;
+    EXPECT_GT(std::abs(evaluate_perplexity(text, V, opt, cpu_window_logits(m)).ppl - ppl), 1e-3 * ppl);
+    // KLD base files hold llama-protocol windows only.
+    opt.protocol = PerplexityProtocol::hf;
+    opt.save_logits = temp_path("hf.kld");
+    expect_error_mentions([&] { evaluate_perplexity(text, V, opt, cpu_window_logits(m)); }, "--protocol llama");
+    EXPECT_FALSE(std::filesystem::exists(opt.save_logits));
+}
+
+// The scoring provider gets the hf protocol's positions and targets (every token after the window's first).
+TEST(ModelEval, ScoringProviderGetsTheHfProtocolsTargets) {
+    const LlamaModel m = tiny_model(false, true, 3);
+    const int64_t V = m.config.vocab_size, n_ctx = 6;
+    const std::vector<int32_t> text = random_tokens(13, V, 80);  // 2 windows
+    PerplexityOptions opt = bos_options(n_ctx, 2);
+    opt.protocol = PerplexityProtocol::hf;
+    std::vector<int32_t> seen_targets;
+    const WindowNllFn scoring = [&](const int32_t* t, BatchShape shape, int64_t first_pos, int64_t ns,
+                                    const int32_t* targets, double* nll, int32_t*) {
+        EXPECT_EQ(first_pos, 0);
+        EXPECT_EQ(ns, n_ctx - 1);
+        EXPECT_EQ(t[n_ctx], text[n_ctx]) << "no BOS in the second window";
+        seen_targets.insert(seen_targets.end(), targets, targets + shape.n_seq * ns);
+        const auto lg = forward_logits(m, t, shape, first_pos);
+        for (int64_t s = 0; s < shape.n_seq; ++s)
+            for (int64_t r = 0; r < ns; ++r) nll[s * ns + r] = token_nll(lg.data() + (s * n_ctx + r) * V, V, targets[s * ns + r]);
+    };
+    const PerplexityResult prov = evaluate_perplexity(text, V, opt, {}, scoring);
+    std::vector<int32_t> want;
+    for (int64_t c = 0; c < 2; ++c)
+        for (int64_t k = 1; k < n_ctx; ++k) want.push_back(text[size_t(c * n_ctx + k)]);
+    EXPECT_EQ(seen_targets, want);
+    EXPECT_EQ(prov.mean_nll, evaluate_perplexity(text, V, opt, cpu_window_logits(m)).mean_nll);
 }
 
 TEST(ModelEval, TokenScoreIsTheFirstMaximumAndTheNll) {

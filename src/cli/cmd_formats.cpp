@@ -1,6 +1,7 @@
-// cmd_formats.cpp — `lowbit formats {list, gguf-types, roundtrip, pack, cast, codes}`: the number formats
-// from the command line, on .npy files. `pack`, `cast` and `codes` expose raw codes and bytes for
-// cross-checks; `gguf-types` prints the GGUF type table (what lowbit reads and writes in GGUF files).
+// cmd_formats.cpp — `lowbit formats {list, gguf-types, mix, roundtrip, pack, cast, codes}`: the number
+// formats from the command line, on .npy files. `pack`, `cast` and `codes` expose raw codes and bytes for
+// cross-checks; `gguf-types` prints the GGUF type table (what lowbit reads and writes in GGUF files), `mix`
+// the type llama-quantize would give each tensor of a GGUF model under a file-type mix.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,7 +14,9 @@
 #include "core/counter_rng.h"
 #include "core/error.h"
 #include "formats/format_registry.h"
+#include "formats/gguf_mixes.h"
 #include "formats/gguf_types.h"
+#include "io/gguf_file.h"
 #include "io/npy.h"
 
 namespace lowbit {
@@ -29,6 +32,7 @@ struct FormatArgs {
     uint64_t seed = 0;
     int axis = 1;
     bool json = false;
+    std::string imatrix;  // pack: importance matrix (.npy, one weight per column)
     std::string in, out;
 };
 
@@ -143,12 +147,54 @@ void run_roundtrip(const FormatArgs& a) {
 void run_pack(const FormatArgs& a) {
     const FormatInfo& f = find_format(a.format);
     NpyArray x = npy_read_matrix(a.in);
-    std::vector<uint8_t> bytes = quantize_to_bytes(f, x.data.data(), x.rows(), x.cols(), to_options(a));
+    std::vector<uint8_t> bytes;
+    if (a.imatrix.empty()) {
+        bytes = quantize_to_bytes(f, x.data.data(), x.rows(), x.cols(), to_options(a));
+    } else {
+        LOWBIT_CHECK(f.kind == FormatKind::gguf && a.axis == 1, ErrorKind::usage,
+                     "--imatrix applies to the GGUF formats (blocks along rows), not to {}", f.name);
+        const NpyArray w = npy_read(a.imatrix);
+        LOWBIT_CHECK(int64_t(w.data.size()) == x.cols(), ErrorKind::input,
+                     "{}: {} importance weights for {} columns", a.imatrix, w.data.size(), x.cols());
+        bytes = gguf_quantize_matrix_imatrix(f.gguf, x.data.data(), x.rows(), x.cols(), w.data.data());
+    }
     write_file_atomic(a.out, bytes.data(), bytes.size());
     if (a.json)
         std::printf("%s\n", nlohmann::json({{"format", f.name}, {"bytes", bytes.size()}, {"output", a.out}}).dump().c_str());
     else
         std::printf("%s: %zu bytes -> %s\n", f.name, bytes.size(), a.out.c_str());
+}
+
+struct MixArgs {
+    std::string mix, model;
+    bool has_imatrix = false, json = false;
+};
+
+void run_mix(const MixArgs& a) {
+    const GgufMix& mix = gguf_mix_by_name(a.mix);
+    const GgufFile g = GgufFile::open(a.model);
+    const std::string arch = g.get_string("general.architecture");
+    MixModel m;
+    m.n_layers = int(g.get_int(arch + ".block_count"));
+    m.n_heads = int(g.get_int(arch + ".attention.head_count"));
+    m.n_kv_heads = int(g.get_int_or(arch + ".attention.head_count_kv", m.n_heads));
+    m.n_experts = int(g.get_int_or(arch + ".expert_count", 0));
+    m.has_imatrix = a.has_imatrix;
+    std::vector<MixTensor> tensors;
+    for (const GgufTensorInfo& t : g.tensors()) tensors.push_back({t.name, t.ne, t.type});
+    const std::vector<GgufType> types = gguf_mix_types(mix, m, tensors);
+    if (a.json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (size_t i = 0; i < tensors.size(); ++i)
+            j.push_back({{"name", tensors[i].name}, {"ne", tensors[i].ne}, {"source", gguf_type_label(tensors[i].type)},
+                         {"type", gguf_type_label(types[i])}});
+        std::printf("%s\n", nlohmann::json({{"mix", mix.name}, {"ftype", uint32_t(mix.ftype)}, {"tensors", j}}).dump(2).c_str());
+        return;
+    }
+    std::printf("%s (llama_ftype %u), arch %s: %d layers, %d heads, %d kv heads%s\n", mix.name, uint32_t(mix.ftype),
+                arch.c_str(), m.n_layers, m.n_heads, m.n_kv_heads, m.has_imatrix ? ", with an imatrix" : "");
+    for (size_t i = 0; i < tensors.size(); ++i)
+        std::printf("%-40s %-6s -> %s\n", tensors[i].name.c_str(), gguf_type_name(tensors[i].type), gguf_type_name(types[i]));
 }
 
 struct CastArgs {
@@ -202,6 +248,14 @@ void register_formats_command(CLI::App& app) {
     types->add_flag("--json", *types_json, "machine-readable output");
     types->callback([types_json] { run_gguf_types(*types_json); });
 
+    auto mx = std::make_shared<MixArgs>();
+    auto* mixc = formats->add_subcommand("mix", "the GGUF type of each tensor of a model under a llama.cpp file-type mix");
+    mixc->add_option("--mix", mx->mix, "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K")->required();
+    mixc->add_flag("--imatrix-used", mx->has_imatrix, "as llama-quantize --imatrix (changes Q4_0/Q5_0's first ffn_down layers)");
+    mixc->add_flag("--json", mx->json, "machine-readable output");
+    mixc->add_option("MODEL", mx->model, "a .gguf model")->required();
+    mixc->callback([mx] { run_mix(*mx); });
+
     auto rt = std::make_shared<FormatArgs>();
     auto* roundtrip = formats->add_subcommand("roundtrip", "quantize a 2-D .npy, write the dequantized float32 .npy, print errors");
     add_format_options(roundtrip, *rt);
@@ -212,6 +266,8 @@ void register_formats_command(CLI::App& app) {
     auto* pack = formats->add_subcommand("pack", "quantize a 2-D .npy and write the packed bytes (see format_registry.h)");
     add_format_options(pack, *pk);
     pack->add_flag("--json", pk->json, "machine-readable output");
+    pack->add_option("--imatrix", pk->imatrix,
+                     "GGUF K-quants, IQ4_NL: quantize as llama-quantize --imatrix with these per-column weights (.npy)");
     pack->callback([pk] { run_pack(*pk); });
 
     auto ca = std::make_shared<CastArgs>();

@@ -146,7 +146,7 @@ void run_tokenize(const TokenizeArgs& a, bool string_given) {
 
 struct EvalArgs {
     std::string model, tokenizer, text_file, corpus, bos = "auto", save_logits, kld_base, dump_logits;
-    std::string device = "cpu", precision = "fp32";
+    std::string device = "cpu", precision = "fp32", protocol = "llama";
     std::string weights, acts, adahop;  // the linear layers: fake-quant weights / activations, or AdaHOP
     int64_t group = 0;
     bool sym = false;
@@ -276,7 +276,8 @@ void compare_weight_formats(const EvalArgs& a, const std::vector<std::string>& f
                             {"mean_nll", row.r.mean_nll},
                             {"tokens_per_second", row.r.tokens_per_second}});
         const nlohmann::json j = {{"command", "eval"},         {"model", path},
-                                  {"text", source},            {"device", a.device},
+                                  {"text", source},            {"protocol", perplexity_protocol_name(opt.protocol)},
+                                  {"device", a.device},
                                   {"precision", a.precision},  {"device_description", device_desc},
                                   {"n_ctx", rows[0].r.n_ctx},  {"n_chunks", rows[0].r.n_chunks},
                                   {"n_scored", rows[0].r.n_scored}, {"projection_params", projection_params},
@@ -286,8 +287,9 @@ void compare_weight_formats(const EvalArgs& a, const std::vector<std::string>& f
     }
     std::printf("model   %s (%s), %lld projection weights in %lld blocks\n", path.c_str(), model.config.architecture.c_str(),
                 (long long)projection_params, (long long)model.config.n_layers);
-    std::printf("text    %s: %lld windows of %lld, %lld scored tokens; %s\n", source.c_str(), (long long)rows[0].r.n_chunks,
-                (long long)rows[0].r.n_ctx, (long long)rows[0].r.n_scored, device_desc.c_str());
+    std::printf("text    %s: %lld windows of %lld, %lld scored tokens (%s protocol); %s\n", source.c_str(),
+                (long long)rows[0].r.n_chunks, (long long)rows[0].r.n_ctx, (long long)rows[0].r.n_scored,
+                perplexity_protocol_name(opt.protocol), device_desc.c_str());
     std::printf("\n%-22s %10s %12s %20s %10s\n", "weights (RTN)", "bits/w", "proj. MiB", "PPL", "vs first");
     for (const Row& row : rows) {
         const std::string name = row.linears.weights.format ? row.linears.weights.describe() : "none (f32)";
@@ -340,7 +342,8 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
         LOWBIT_CHECK(a.adahop.empty(), ErrorKind::usage, "--weights LIST compares weight formats; give --adahop alone");
     }
     PerplexityOptions opt;
-    opt.n_ctx = a.ctx;
+    opt.protocol = parse_perplexity_protocol(a.protocol);
+    opt.n_ctx = ctx_given ? a.ctx : default_perplexity_ctx(opt.protocol);
     if (!a.kld_base.empty() && !ctx_given) opt.n_ctx = read_kld_base_header(a.kld_base).n_ctx;
     opt.max_chunks = a.chunks;
     opt.seqs_per_batch = a.batch;
@@ -377,13 +380,14 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
     const PerplexityResult r = evaluate_perplexity(tokens, model.config.vocab_size, opt, logits_fn, nll_fn);
     const char* scoring = r.scored_by_provider ? "device" : "host";  // where the log-softmax ran
     if (!a.dump_logits.empty())
-        npy_write_f32(a.dump_logits, {r.n_chunks, r.n_ctx - r.n_ctx / 2, model.config.vocab_size}, dumped.data());
+        npy_write_f32(a.dump_logits, {r.n_chunks, r.n_ctx - r.first_pos, model.config.vocab_size}, dumped.data());
 
     if (a.json) {
         nlohmann::json j = {{"command", "eval"},
                             {"model", path},
                             {"architecture", model.config.architecture},
                             {"text", source},
+                            {"protocol", perplexity_protocol_name(r.protocol)},
                             {"device", a.device},
                             {"precision", a.precision},
                             {"linears", linears.description},
@@ -427,6 +431,10 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
     std::printf("text    %s: %lld tokens%s; %lld windows of %lld, %lld scored tokens\n", source.c_str(),
                 (long long)r.n_text_tokens, add_bos ? " (BOS first)" : "", (long long)r.n_chunks, (long long)r.n_ctx,
                 (long long)r.n_scored);
+    std::printf("protocol %s: %s\n", perplexity_protocol_name(r.protocol),
+                r.protocol == PerplexityProtocol::hf
+                    ? "the GPTQ papers' (every token of each window after its first scored, no BOS per window)"
+                    : "llama.cpp's (second half of each window scored, BOS first in each window when the vocabulary adds it)");
     std::printf("PPL     %.4f +/- %.5f\n", r.ppl, r.ppl_err);
     if (r.has_kld) {
         std::printf("KLD     %.6f +/- %.6f (median %.6f, 99%% %.6f, max %.6f)\n", r.kld_mean, r.kld_err, r.kld_median,
@@ -491,12 +499,17 @@ void register_model_commands(CLI::App& app) {
 
     auto ev = std::make_shared<EvalArgs>();
     auto* ce = app.add_subcommand(
-        "eval", "perplexity with llama.cpp's protocol (second half of each n_ctx window), KLD against saved logits");
+        "eval", "perplexity with llama.cpp's protocol (second half of each n_ctx window) or the HF/GPTQ-paper one, KLD "
+                "against saved logits");
     ce->add_option("--model", ev->model, model_help)->required();
     ce->add_option("--tokenizer", ev->tokenizer, "use this .gguf or tokenizer.json instead of the model's");
     ce->add_option("--text", ev->text_file, "evaluate this text file");
     ce->add_option("--corpus", ev->corpus, "a named corpus: sotu-test | sotu-validation | sotu-train");
-    auto* ctx_opt = ce->add_option("--ctx", ev->ctx, "window length n_ctx (default 512, llama.cpp's)");
+    auto* ctx_opt = ce->add_option("--ctx", ev->ctx, "window length n_ctx (default 512 for --protocol llama, 2048 for hf)");
+    ce->add_option("--protocol", ev->protocol,
+                   "llama (default: llama.cpp's llama-perplexity, second half of each window scored, BOS first in each) | "
+                   "hf (the GPTQ papers' Hugging Face evaluation: every token of each window after its first scored)")
+        ->check(CLI::IsMember({"llama", "hf"}));
     ce->add_option("--chunks", ev->chunks, "evaluate at most N windows (default: all)");
     ce->add_option("--batch", ev->batch, "windows per forward pass (default 1)");
     ce->add_option("--bos", ev->bos, "BOS as each window's first token: auto (the vocabulary's add_bos) | on | off")

@@ -10,5 +10,6 @@ void register_hadamard_command(CLI::App& app);
 void register_demo_command(CLI::App& app);
 void register_analyze_command(CLI::App& app);
 void register_model_commands(CLI::App& app);  // info, tokenize, eval, export-hf
+void register_quantize_command(CLI::App& app);
 
 }  // namespace lowbit

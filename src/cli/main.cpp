@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     lowbit::register_demo_command(app);
     lowbit::register_analyze_command(app);
     lowbit::register_model_commands(app);
+    lowbit::register_quantize_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/bits.h"
 #include "formats/element_codec.h"
+#include "formats/iq4nl.h"
 
 namespace lowbit {
 
@@ -15,10 +17,15 @@ namespace {
 
 constexpr int kQk = 32;  // elements of the 32-element blocks (ggml's QK4_0, QK8_0, QK_MXFP4, ...)
 
-uint16_t to_fp16(float x) {
-    return uint16_t(encode_element(element_spec(ElementType::fp16), x, Rounding::nearest_even, Overflow::special));
+uint16_t to_fp16(float x) { return gguf_fp16_from_float(x); }
+float from_fp16(uint16_t h) { return gguf_fp16_to_float(h); }
+
+// C's float → int conversion as x86-64 executes it (cvttss2si): truncation toward zero, and INT_MIN for
+// NaN and values outside int's range — where ggml's `(int8_t)(x + 16.5f)`-style casts would otherwise be
+// undefined behaviour in C++.
+int trunc_to_int(float x) {
+    return x > -2147483904.0f && x < 2147483648.0f ? int(x) : std::numeric_limits<int>::min();
 }
-float from_fp16(uint16_t h) { return decode_element(element_spec(ElementType::fp16), h); }
 
 // ggml's kvalues_mxfp4: E2M1 values doubled.
 constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -57,8 +64,8 @@ void quantize_q4_0(const float* x, BlockQ4_0* y) {
     y->d = to_fp16(d);
     for (int j = 0; j < 16; ++j) {
         const float x0 = x[j] * id, x1 = x[16 + j] * id;
-        const uint8_t q0 = uint8_t(std::min(15, int(x0 + 8.5f)));
-        const uint8_t q1 = uint8_t(std::min(15, int(x1 + 8.5f)));
+        const uint8_t q0 = uint8_t(std::min(15, int(int8_t(trunc_to_int(x0 + 8.5f)))));
+        const uint8_t q1 = uint8_t(std::min(15, int(int8_t(trunc_to_int(x1 + 8.5f)))));
         y->qs[j] = uint8_t(q0 | q1 << 4);
     }
 }
@@ -75,19 +82,22 @@ void quantize_q4_1(const float* x, BlockQ4_1* y) {
     y->m = to_fp16(min);
     for (int j = 0; j < 16; ++j) {
         const float x0 = (x[j] - min) * id, x1 = (x[16 + j] - min) * id;
-        const uint8_t q0 = uint8_t(std::min(15, int(x0 + 0.5f)));
-        const uint8_t q1 = uint8_t(std::min(15, int(x1 + 0.5f)));
+        const uint8_t q0 = uint8_t(std::min(15, int(int8_t(trunc_to_int(x0 + 0.5f)))));
+        const uint8_t q1 = uint8_t(std::min(15, int(int8_t(trunc_to_int(x1 + 0.5f)))));
         y->qs[j] = uint8_t(q0 | q1 << 4);
     }
 }
 
 void quantize_q8_0(const float* x, BlockQ8_0* y) {
     float amax = 0.0f;
-    for (int j = 0; j < kQk; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int j = 0; j < kQk; ++j) {
+        const float a = std::fabs(x[j]);
+        amax = amax > a ? amax : a;  // ggml's MAX(amax, a): a NaN stays only until the next element
+    }
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y->d = to_fp16(d);
-    for (int j = 0; j < kQk; ++j) y->qs[j] = int8_t(std::round(x[j] * id));  // half away from zero
+    for (int j = 0; j < kQk; ++j) y->qs[j] = int8_t(trunc_to_int(std::round(x[j] * id)));  // half away from zero
 }
 
 void quantize_mxfp4(const float* x, BlockMxfp4* y) {
@@ -116,6 +126,70 @@ void quantize_mxfp4(const float* x, BlockMxfp4* y) {
     for (int j = 0; j < 16; ++j) y->qs[j] = uint8_t(q[j] | q[16 + j] << 4);
 }
 
+// The low nibbles and the 5th-bit mask of 32 five-bit codes (Q5_0, Q5_1).
+void pack_q5_codes(const uint8_t q[kQk], uint8_t* qh_bytes, uint8_t* qs) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+        qs[j] = uint8_t((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
+        qh |= uint32_t(q[j] >> 4 & 1) << j | uint32_t(q[j + 16] >> 4 & 1) << (j + 16);
+    }
+    for (int i = 0; i < 4; ++i) qh_bytes[i] = uint8_t(qh >> (8 * i));
+}
+
+void quantize_q5_0(const float* x, BlockQ5_0* y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQk; ++j)
+        if (amax < std::fabs(x[j])) {  // first element of largest |x| wins (signed value kept)
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y->d = to_fp16(d);
+    uint8_t q[kQk];
+    for (int j = 0; j < kQk; ++j) q[j] = uint8_t(std::min(31, int(int8_t(trunc_to_int(x[j] * id + 16.5f)))));
+    pack_q5_codes(q, y->qh, y->qs);
+}
+
+void quantize_q5_1(const float* x, BlockQ5_1* y) {
+    float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
+    for (int j = 0; j < kQk; ++j) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / 31.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y->d = to_fp16(d);
+    y->m = to_fp16(min);
+    uint8_t q[kQk];
+    for (int j = 0; j < kQk; ++j) q[j] = uint8_t(trunc_to_int((x[j] - min) * id + 0.5f));  // no clamp, as ggml
+    pack_q5_codes(q, y->qh, y->qs);
+}
+
+// ggml's best_index_int8 over kIq4nlValues: the nearest entry by bisection; ties go to the upper entry.
+int iq4nl_nearest(float x) {
+    const int8_t* v = kIq4nlValues;
+    if (x <= float(v[0])) return 0;
+    if (x >= float(v[15])) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (x < float(v[mid])) hi = mid;
+        else lo = mid;
+    }
+    return x - float(v[hi - 1]) < float(v[hi]) - x ? hi - 1 : hi;
+}
+
+// The sums Σw·q·x and Σw·q² of the codes nearest to id·x.
+void iq4nl_sums(const float* x, const float* w, float id, float* sumqx, float* sumq2) {
+    *sumqx = *sumq2 = 0.0f;
+    for (int j = 0; j < kIq4nlBlock; ++j) {
+        const float q = float(kIq4nlValues[iq4nl_nearest(id * x[j])]);
+        *sumqx += w[j] * q * x[j];
+        *sumq2 += w[j] * q * q;
+    }
+}
+
 // The 5-bit codes of a Q5 block: low nibbles from qs, the 5th bit from the qh mask.
 void q5_codes(const uint8_t* qh_bytes, const uint8_t* qs, int q[kQk]) {
     const uint32_t qh = load_u32_le(qh_bytes);
@@ -125,21 +199,9 @@ void q5_codes(const uint8_t* qh_bytes, const uint8_t* qs, int q[kQk]) {
     }
 }
 
-void dequantize_q6_k(const BlockQ6_K& b, float* y) {
-    const float d = from_fp16(b.d);
-    // Two halves of 128 elements; in half h, element i takes its low nibble from ql[64h + i%64]
-    // (shifted by 4 for i ≥ 64) and its top 2 bits from qh[32h + i%32] (shifted by 2·(i/32)).
-    for (int h = 0; h < 2; ++h) {
-        const uint8_t* ql = b.ql + 64 * h;
-        const uint8_t* qh = b.qh + 32 * h;
-        for (int i = 0; i < 128; ++i) {
-            const int lo = (ql[i % 64] >> (4 * (i / 64))) & 0xF;
-            const int hi = (qh[i % 32] >> (2 * (i / 32))) & 0x3;
-            const int e = 128 * h + i;
-            const float group_scale = d * float(b.scales[e / 16]);  // ggml: (d·sc)·q, in that order
-            y[e] = group_scale * float((lo | hi << 4) - 32);
-        }
-    }
+void quantize_iq4_nl(const float* x, BlockIq4Nl* y) {
+    const Iq4nlBlock b = iq4nl_fit(x, nullptr);
+    iq4nl_pack(b, reinterpret_cast<uint8_t*>(y));
 }
 
 // F16/BF16 by the element codec: round to nearest even, Inf/NaN kept (Overflow::special).
@@ -153,6 +215,53 @@ void encode_16bit(ElementType t, const float* x, int64_t n, uint8_t* out) {
 
 }  // namespace
 
+uint16_t gguf_fp16_from_float(float x) {
+    return uint16_t(encode_element(element_spec(ElementType::fp16), x, Rounding::nearest_even, Overflow::special));
+}
+float gguf_fp16_to_float(uint16_t h) { return decode_element(element_spec(ElementType::fp16), h); }
+
+// quantize_row_iq4_nl_impl with one block per super-block and ntry = 7 (quantize_iq4_nl).
+Iq4nlBlock iq4nl_fit(const float* x, const float* weights) {
+    constexpr int kTries = 7;
+    float sigma2 = 0.0f;
+    for (int j = 0; j < kIq4nlBlock; ++j) sigma2 += x[j] * x[j];
+    sigma2 *= 2.0f / float(kIq4nlBlock);
+    float w[kIq4nlBlock];
+    for (int j = 0; j < kIq4nlBlock; ++j) w[j] = weights ? weights[j] * std::sqrt(sigma2 + x[j] * x[j]) : x[j] * x[j];
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kIq4nlBlock; ++j)
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    float d = 0.0f;
+    if (amax >= 1e-15f) {  // ggml's GROUP_MAX_EPS; below it the block is all zero
+        float sumqx, sumq2;
+        iq4nl_sums(x, w, 1.0f / (-max / float(kIq4nlValues[0])), &sumqx, &sumq2);
+        d = sumq2 > 0.0f ? sumqx / sumq2 : 0.0f;
+        float best = d * sumqx;
+        for (int t = -kTries; t <= kTries; ++t) {
+            iq4nl_sums(x, w, float(t + kIq4nlValues[0]) / max, &sumqx, &sumq2);
+            if (sumq2 > 0.0f && sumqx * sumqx > best * sumq2) {
+                d = sumqx / sumq2;
+                best = d * sumqx;
+            }
+        }
+    }
+    Iq4nlBlock b;
+    b.d = to_fp16(d);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;  // the codes are re-picked with the unrounded scale
+    for (int j = 0; j < kIq4nlBlock; ++j) b.q[j] = uint8_t(iq4nl_nearest(id * x[j]));
+    return b;
+}
+
+float iq4nl_value(uint16_t d, int q) { return from_fp16(d) * float(kIq4nlValues[q]); }
+
+void iq4nl_pack(const Iq4nlBlock& b, uint8_t* out) {
+    std::memcpy(out, &b.d, 2);
+    for (int j = 0; j < 16; ++j) out[2 + j] = uint8_t((b.q[j] & 0xF) | (b.q[j + 16] & 0xF) << 4);
+}
+
 void gguf_encode_q4_0(const float* x, int64_t n_blocks, uint8_t* out) {
     each_encoded_block<BlockQ4_0>(x, n_blocks, out, quantize_q4_0);
 }
@@ -162,8 +271,17 @@ void gguf_encode_q4_1(const float* x, int64_t n_blocks, uint8_t* out) {
 void gguf_encode_q8_0(const float* x, int64_t n_blocks, uint8_t* out) {
     each_encoded_block<BlockQ8_0>(x, n_blocks, out, quantize_q8_0);
 }
+void gguf_encode_q5_0(const float* x, int64_t n_blocks, uint8_t* out) {
+    each_encoded_block<BlockQ5_0>(x, n_blocks, out, quantize_q5_0);
+}
+void gguf_encode_q5_1(const float* x, int64_t n_blocks, uint8_t* out) {
+    each_encoded_block<BlockQ5_1>(x, n_blocks, out, quantize_q5_1);
+}
 void gguf_encode_mxfp4(const float* x, int64_t n_blocks, uint8_t* out) {
     each_encoded_block<BlockMxfp4>(x, n_blocks, out, quantize_mxfp4);
+}
+void gguf_encode_iq4_nl(const float* x, int64_t n_blocks, uint8_t* out) {
+    each_encoded_block<BlockIq4Nl>(x, n_blocks, out, quantize_iq4_nl);
 }
 
 void gguf_decode_q4_0(const uint8_t* blocks, int64_t n_blocks, float* out) {
@@ -211,9 +329,6 @@ void gguf_decode_q8_0(const uint8_t* blocks, int64_t n_blocks, float* out) {
     });
 }
 
-void gguf_decode_q6_k(const uint8_t* blocks, int64_t n_blocks, float* out) {
-    each_decoded_block<BlockQ6_K, 256>(blocks, n_blocks, out, dequantize_q6_k);
-}
 
 void gguf_decode_mxfp4(const uint8_t* blocks, int64_t n_blocks, float* out) {
     each_decoded_block<BlockMxfp4>(blocks, n_blocks, out, [](const BlockMxfp4& b, float* y) {
@@ -221,6 +336,15 @@ void gguf_decode_mxfp4(const uint8_t* blocks, int64_t n_blocks, float* out) {
         for (int j = 0; j < 16; ++j) {
             y[j] = float(kMxfp4Doubled[b.qs[j] & 0xF]) * d;
             y[j + 16] = float(kMxfp4Doubled[b.qs[j] >> 4]) * d;
+        }
+    });
+}
+
+void gguf_decode_iq4_nl(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockIq4Nl>(blocks, n_blocks, out, [](const BlockIq4Nl& b, float* y) {
+        for (int j = 0; j < 16; ++j) {
+            y[j] = iq4nl_value(b.d, b.qs[j] & 0xF);
+            y[j + 16] = iq4nl_value(b.d, b.qs[j] >> 4);
         }
     });
 }

@@ -2,12 +2,14 @@
 // ggml-common.h) and their block codecs. The rest of lowbit reaches these codecs through the type table
 // in formats/gguf_types.h, which also holds each type's block size and byte count.
 //
-// Encoders follow ggml's reference quantizers (`quantize_row_*_ref`, which gguf-py's NumPy code
-// reproduces) operation for operation in FP32, so files we write are what llama.cpp would write; decoders
-// compute exactly what ggml's dequantize_row_* computes. Blocks run along rows (GGUF rows are contiguous).
-// Nibble order (Q4_0, Q4_1, Q5_0, Q5_1, MXFP4): byte qs[j] holds element j (low nibble) and j+16 (high).
+// Encoders follow the quantizers llama-quantize runs without an importance matrix — ggml's reference
+// quantizers `quantize_row_*_ref` (which gguf-py's NumPy code reproduces for the 32-element types), and
+// quantize_iq4_nl for IQ4_NL — operation for operation in FP32, so files we write are what llama.cpp would
+// write; decoders compute exactly what ggml's dequantize_row_* computes. Blocks run along rows (GGUF rows are contiguous).
+// Nibble order (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): byte qs[j] holds element j (low nibble) and j+16 (high).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace lowbit {
@@ -37,6 +39,37 @@ struct BlockQ8_0 {
     uint16_t d;       // fp16 scale
     int8_t qs[32];    // value q·d
 };
+struct BlockIq4Nl {
+    uint16_t d;       // fp16 scale
+    uint8_t qs[16];   // 4-bit indices into kIq4nlValues (formats/iq4nl.h), value d·kIq4nlValues[q]
+};
+// K-quants: super-blocks of 256 elements (formats/kquants.h has the field meanings and the codec). The
+// element order inside qs/ql/qh/hmask is in kquants.cpp (bit planes).
+struct BlockQ2_K {
+    uint8_t scales[16];  // sub-block j (16 elements): low nibble scale code, high nibble min code
+    uint8_t qs[64];      // 2-bit codes
+    uint16_t d;          // fp16 super-block scale of the scale codes
+    uint16_t dmin;       // fp16 super-block scale of the min codes
+};
+struct BlockQ3_K {
+    uint8_t hmask[32];   // high bit of the 3-bit codes
+    uint8_t qs[64];      // low 2 bits
+    uint8_t scales[12];  // sixteen 6-bit scale codes (value code − 32)
+    uint16_t d;          // fp16 super-block scale
+};
+struct BlockQ4_K {
+    uint16_t d;          // fp16 super-block scale of the scale codes
+    uint16_t dmin;       // fp16 super-block scale of the min codes
+    uint8_t scales[12];  // eight 6-bit scale codes and eight 6-bit min codes (ggml's get_scale_min_k4)
+    uint8_t qs[128];     // 4-bit codes
+};
+struct BlockQ5_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];  // as Q4_K
+    uint8_t qh[32];      // 5th bit of the codes
+    uint8_t qs[128];     // low 4 bits
+};
 struct BlockQ6_K {    // a 256-element super-block of sixteen 16-element groups
     uint8_t ql[128];  // low 4 bits of the 6-bit codes
     uint8_t qh[64];   // high 2 bits
@@ -49,19 +82,50 @@ struct BlockMxfp4 {
 };
 #pragma pack(pop)
 
+static_assert(sizeof(BlockIq4Nl) == 18);
+static_assert(sizeof(BlockQ2_K) == 84 && offsetof(BlockQ2_K, qs) == 16 && offsetof(BlockQ2_K, d) == 80 &&
+              offsetof(BlockQ2_K, dmin) == 82);
+static_assert(sizeof(BlockQ3_K) == 110 && offsetof(BlockQ3_K, qs) == 32 && offsetof(BlockQ3_K, scales) == 96 &&
+              offsetof(BlockQ3_K, d) == 108);
+static_assert(sizeof(BlockQ4_K) == 144 && offsetof(BlockQ4_K, dmin) == 2 && offsetof(BlockQ4_K, scales) == 4 &&
+              offsetof(BlockQ4_K, qs) == 16);
+static_assert(sizeof(BlockQ5_K) == 176 && offsetof(BlockQ5_K, scales) == 4 && offsetof(BlockQ5_K, qh) == 16 &&
+              offsetof(BlockQ5_K, qs) == 48);
+static_assert(sizeof(BlockQ6_K) == 210 && offsetof(BlockQ6_K, qh) == 128 && offsetof(BlockQ6_K, scales) == 192 &&
+              offsetof(BlockQ6_K, d) == 208);
+
+// ggml's GGML_FP32_TO_FP16 (round to nearest even, overflow to Inf, NaN kept as a quiet NaN with its sign)
+// and GGML_FP16_TO_FP32, on the bits.
+uint16_t gguf_fp16_from_float(float x);
+float gguf_fp16_to_float(uint16_t h);
+
 // Block codecs: `n_blocks` consecutive blocks ↔ n_blocks·(block elements) floats. Encoders exist for the
 // types lowbit writes; a type it only reads has a decoder alone.
 void gguf_encode_q4_0(const float* x, int64_t n_blocks, uint8_t* out);
 void gguf_encode_q4_1(const float* x, int64_t n_blocks, uint8_t* out);
 void gguf_encode_q8_0(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_q5_0(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_q5_1(const float* x, int64_t n_blocks, uint8_t* out);
 void gguf_encode_mxfp4(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_iq4_nl(const float* x, int64_t n_blocks, uint8_t* out);  // llama-quantize's search (iq4nl.h)
 void gguf_decode_q4_0(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_q4_1(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_q5_0(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_q5_1(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_q8_0(const uint8_t* blocks, int64_t n_blocks, float* out);
-void gguf_decode_q6_k(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_mxfp4(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_iq4_nl(const uint8_t* blocks, int64_t n_blocks, float* out);
+// K-quants (defined in kquants.cpp): encoders = kquant_fit without weights (ggml's quantize_row_q*_K_ref).
+void gguf_encode_q2_k(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_q3_k(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_q4_k(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_q5_k(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_q6_k(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_decode_q2_k(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q3_k(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q4_k(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q5_k(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_q6_k(const uint8_t* blocks, int64_t n_blocks, float* out);
 
 // The scalar types, one element per "block": F32 (bits copied), F16 and BF16 (round to nearest even on
 // encode; every bit kept on decode, NaN payloads included).

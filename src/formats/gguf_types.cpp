@@ -3,6 +3,8 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "formats/iq4nl.h"
+#include "formats/kquants.h"
 #include "formats/mx_block.h"
 
 namespace lowbit {
@@ -74,6 +76,27 @@ void gguf_dequantize_matrix(GgufType t, const uint8_t* blocks, int64_t rows, int
     parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
         info->decode(blocks + r0 * row_bytes, (r1 - r0) * blocks_per_row, out + r0 * cols);
     });
+}
+
+std::vector<uint8_t> gguf_quantize_matrix_imatrix(GgufType t, const float* x, int64_t rows, int64_t cols,
+                                                  const float* imatrix) {
+    const GgufTypeInfo* info = gguf_type_info(t);
+    if (!info || !(is_kquant(t) || t == GgufType::IQ4_NL))
+        fail(ErrorKind::usage, "lowbit has no importance-matrix quantizer for GGUF {} (it has them for Q2_K, Q3_K, "
+             "Q4_K, Q5_K, Q6_K and IQ4_NL)", gguf_type_label(t));
+    check_block_divisible(cols, info->block_elements, "columns", info->name);
+    const int64_t be = info->block_elements, blocks_per_row = cols / be, bb = info->block_bytes;
+    std::vector<uint8_t> out(size_t(rows * blocks_per_row * bb));
+    parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+            for (int64_t b = 0; b < blocks_per_row; ++b) {
+                const float* xb = x + r * cols + b * be;
+                uint8_t* dst = out.data() + (r * blocks_per_row + b) * bb;
+                if (t == GgufType::IQ4_NL) iq4nl_pack(iq4nl_fit(xb, imatrix + b * be), dst);
+                else kquant_pack(t, kquant_fit(t, xb, imatrix + b * be), dst);
+            }
+    });
+    return out;
 }
 
 }  // namespace lowbit

@@ -1,9 +1,10 @@
 // gguf_types.h — everything lowbit knows about ggml tensor types, in one table (kGgufTypes): the ggml type
 // id, its name, the block shape (elements and bytes, as gguf-py's GGML_QUANT_SIZES with QK_K = 256), and
-// the block decoder and encoder where lowbit has them. A type lowbit cannot write has a null encoder, one
-// it cannot read a null decoder; there is no other list. The GGUF reader and writer (io/gguf_file.h), the
-// `formats` registry, the CLI's messages and the exporters all read this table, so a new encoder (say
-// Q4_K) is one function filled into its row.
+// the block decoder and encoder where lowbit has them (an encoder writes what llama-quantize writes without
+// an importance matrix). A type lowbit cannot write has a null encoder, one it cannot read a null decoder;
+// there is no other list. The GGUF reader and writer (io/gguf_file.h), the `formats` registry, the CLI's
+// messages and the exporters all read this table, so a new encoder (say IQ4_XS) is one function filled
+// into its row.
 #pragma once
 
 #include <cstdint>
@@ -47,27 +48,30 @@ inline constexpr GgufTypeInfo kGgufTypes[] = {
      "GGUF Q4_0: 4-bit, fp16 scale per 32 (ggml reference)"},
     {GgufType::Q4_1, "Q4_1", 32, 20, gguf_decode_q4_1, gguf_encode_q4_1, "q4_1",
      "GGUF Q4_1: 4-bit, fp16 scale + min per 32 (ggml reference)"},
-    {GgufType::Q5_0, "Q5_0", 32, 22, gguf_decode_q5_0, nullptr, "q5_0", "GGUF Q5_0: 5-bit, fp16 scale per 32"},
-    {GgufType::Q5_1, "Q5_1", 32, 24, gguf_decode_q5_1, nullptr, "q5_1", "GGUF Q5_1: 5-bit, fp16 scale + min per 32"},
+    {GgufType::Q5_0, "Q5_0", 32, 22, gguf_decode_q5_0, gguf_encode_q5_0, "q5_0",
+     "GGUF Q5_0: 5-bit, fp16 scale per 32 (ggml reference)"},
+    {GgufType::Q5_1, "Q5_1", 32, 24, gguf_decode_q5_1, gguf_encode_q5_1, "q5_1",
+     "GGUF Q5_1: 5-bit, fp16 scale + min per 32 (ggml reference)"},
     {GgufType::Q8_0, "Q8_0", 32, 34, gguf_decode_q8_0, gguf_encode_q8_0, "q8_0",
      "GGUF Q8_0: 8-bit, fp16 scale per 32 (ggml reference)"},
     {GgufType::Q8_1, "Q8_1", 32, 40, nullptr, nullptr, nullptr, nullptr},  // ggml's activation type
-    {GgufType::Q2_K, "Q2_K", 256, 84, nullptr, nullptr, "q2_k",
-     "GGUF Q2_K: 2-bit, 4-bit scale + min per 16, fp16 super-scales per 256"},
-    {GgufType::Q3_K, "Q3_K", 256, 110, nullptr, nullptr, "q3_k",
-     "GGUF Q3_K: 3-bit, 6-bit scale per 16, fp16 super-scale per 256"},
-    {GgufType::Q4_K, "Q4_K", 256, 144, nullptr, nullptr, "q4_k",
-     "GGUF Q4_K: 4-bit, 6-bit scale + min per 32, fp16 super-scales per 256"},
-    {GgufType::Q5_K, "Q5_K", 256, 176, nullptr, nullptr, "q5_k",
-     "GGUF Q5_K: 5-bit, 6-bit scale + min per 32, fp16 super-scales per 256"},
-    {GgufType::Q6_K, "Q6_K", 256, 210, gguf_decode_q6_k, nullptr, "q6_k",
-     "GGUF Q6_K: 6-bit, int8 scale per 16, fp16 super-scale per 256"},
+    {GgufType::Q2_K, "Q2_K", 256, 84, gguf_decode_q2_k, gguf_encode_q2_k, "q2_k",
+     "GGUF Q2_K: 2-bit, 4-bit scale + min per 16, fp16 super-scales per 256 (ggml reference)"},
+    {GgufType::Q3_K, "Q3_K", 256, 110, gguf_decode_q3_k, gguf_encode_q3_k, "q3_k",
+     "GGUF Q3_K: 3-bit, 6-bit scale per 16, fp16 super-scale per 256 (ggml reference)"},
+    {GgufType::Q4_K, "Q4_K", 256, 144, gguf_decode_q4_k, gguf_encode_q4_k, "q4_k",
+     "GGUF Q4_K: 4-bit, 6-bit scale + min per 32, fp16 super-scales per 256 (ggml reference)"},
+    {GgufType::Q5_K, "Q5_K", 256, 176, gguf_decode_q5_k, gguf_encode_q5_k, "q5_k",
+     "GGUF Q5_K: 5-bit, 6-bit scale + min per 32, fp16 super-scales per 256 (ggml reference)"},
+    {GgufType::Q6_K, "Q6_K", 256, 210, gguf_decode_q6_k, gguf_encode_q6_k, "q6_k",
+     "GGUF Q6_K: 6-bit, int8 scale per 16, fp16 super-scale per 256 (ggml reference)"},
     {GgufType::Q8_K, "Q8_K", 256, 292, nullptr, nullptr, nullptr, nullptr},  // ggml's activation type
     {GgufType::IQ2_XXS, "IQ2_XXS", 256, 66, nullptr, nullptr, nullptr, nullptr},
     {GgufType::IQ2_XS, "IQ2_XS", 256, 74, nullptr, nullptr, nullptr, nullptr},
     {GgufType::IQ3_XXS, "IQ3_XXS", 256, 98, nullptr, nullptr, nullptr, nullptr},
     {GgufType::IQ1_S, "IQ1_S", 256, 50, nullptr, nullptr, nullptr, nullptr},
-    {GgufType::IQ4_NL, "IQ4_NL", 32, 18, nullptr, nullptr, nullptr, nullptr},
+    {GgufType::IQ4_NL, "IQ4_NL", 32, 18, gguf_decode_iq4_nl, gguf_encode_iq4_nl, "iq4_nl",
+     "GGUF IQ4_NL: 4-bit non-linear levels, fp16 scale per 32 (llama-quantize's search)"},
     {GgufType::IQ3_S, "IQ3_S", 256, 110, nullptr, nullptr, nullptr, nullptr},
     {GgufType::IQ2_S, "IQ2_S", 256, 82, nullptr, nullptr, nullptr, nullptr},
     {GgufType::IQ4_XS, "IQ4_XS", 256, 136, nullptr, nullptr, nullptr, nullptr},
@@ -110,5 +114,10 @@ std::string gguf_type_support();
 // encoder, Error(input) for one without a decoder, both naming what lowbit supports.
 std::vector<uint8_t> gguf_quantize_matrix(GgufType t, const float* x, int64_t rows, int64_t cols);
 void gguf_dequantize_matrix(GgufType t, const uint8_t* blocks, int64_t rows, int64_t cols, float* out);
+// With an importance matrix (`imatrix`: one non-negative weight per column, what llama-imatrix collects):
+// the quantizers llama-quantize --imatrix runs, for the types lowbit has them for — the K-quants
+// (kquants.h: kquant_fit with weights) and IQ4_NL (iq4nl.h); Error(usage) for the others.
+std::vector<uint8_t> gguf_quantize_matrix_imatrix(GgufType t, const float* x, int64_t rows, int64_t cols,
+                                                  const float* imatrix);
 
 }  // namespace lowbit

@@ -1,4 +1,4 @@
-// eval.cpp — llama.cpp-compatible perplexity windows and the KLD base file (write and compare). The
+// eval.cpp — perplexity windows (llama.cpp's and the HF/GPTQ-paper protocol) and the KLD base file (write and compare). The
 // log-softmax arithmetic follows llama.cpp's (float max, double Σexpf, float log) so that the 16-bit
 // records written here match llama.cpp's for the same logits. The windows are scored on the host
 // from a WindowLogitsFn, or where their logits are made by a WindowNllFn (the GPU), with the same targets.
@@ -189,6 +189,42 @@ MeanErr mean_err(double sum, double sum2, int64_t n) {
 // ---------------------------------------------------------------------------------------------------
 // evaluation
 
+const char* perplexity_protocol_name(PerplexityProtocol p) { return p == PerplexityProtocol::hf ? "hf" : "llama"; }
+
+PerplexityProtocol parse_perplexity_protocol(const std::string& name) {
+    if (name == "llama") return PerplexityProtocol::llama;
+    if (name == "hf") return PerplexityProtocol::hf;
+    fail(ErrorKind::usage,
+         "unknown perplexity protocol '{}': llama (llama.cpp's: second half of each window scored, BOS first in each) "
+         "or hf (the GPTQ papers': every token of each window after its first scored)",
+         name);
+}
+
+int64_t default_perplexity_ctx(PerplexityProtocol p) { return p == PerplexityProtocol::hf ? 2048 : 512; }
+
+PerplexityWindows plan_perplexity_windows(int64_t n_tokens, const PerplexityOptions& opt) {
+    const bool hf = opt.protocol == PerplexityProtocol::hf;
+    PerplexityWindows w;
+    w.n_ctx = opt.n_ctx;
+    LOWBIT_CHECK(w.n_ctx >= 4, ErrorKind::usage, "--ctx {} is too small (at least 4)", w.n_ctx);
+    // llama.cpp refuses texts shorter than two windows, the GPTQ scripts need one; a KLD base file holds
+    // whole windows that passed the rule when it was written.
+    const int64_t min_tokens = hf || !opt.kld_base.empty() ? w.n_ctx : 2 * w.n_ctx;
+    LOWBIT_CHECK(n_tokens >= min_tokens, ErrorKind::input,
+                 "the text tokenizes to {} tokens; perplexity with a context of {} needs at least {} ({}'s rule) — use a "
+                 "longer text or a smaller --ctx",
+                 n_tokens, w.n_ctx, min_tokens, hf ? "the hf protocol" : "llama.cpp");
+    const int64_t n_chunk_max = n_tokens / w.n_ctx;
+    w.n_chunks = opt.max_chunks < 0 ? n_chunk_max : std::min(opt.max_chunks, n_chunk_max);
+    LOWBIT_CHECK(w.n_chunks > 0, ErrorKind::usage, "--chunks {} leaves nothing to evaluate", opt.max_chunks);
+    w.first_pos = hf ? 0 : w.n_ctx / 2;
+    w.n_score = w.n_ctx - 1 - w.first_pos;
+    w.bos_first = !hf && opt.add_bos;
+    LOWBIT_CHECK(!w.bos_first || opt.bos_id >= 0, ErrorKind::input,
+                 "the vocabulary adds BOS but has no BOS id (tokenizer.ggml.bos_token_id)");
+    return w;
+}
+
 PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, int64_t n_vocab,
                                      const PerplexityOptions& opt, const WindowLogitsFn& logits_fn,
                                      const WindowNllFn& nll_fn) {
@@ -199,11 +235,14 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
     LOWBIT_CHECK(provider_scoring || logits_fn, ErrorKind::usage,
                  "evaluate_perplexity: no logits provider given; a scoring provider alone serves plain perplexity "
                  "only (--save-logits and --kld-base need the logits on the host)");
+    LOWBIT_CHECK(opt.protocol == PerplexityProtocol::llama || (opt.save_logits.empty() && opt.kld_base.empty()),
+                 ErrorKind::usage,
+                 "--save-logits and --kld-base use llama.cpp's KLD base file, whose records are the second halves of "
+                 "llama-protocol windows: use --protocol llama with them");
     PerplexityResult res;
     res.n_vocab = n_vocab;
     res.scored_by_provider = provider_scoring;
-    int64_t n_ctx = opt.n_ctx;
-    std::vector<int32_t> base_tokens;
+    const int64_t n_ctx = opt.n_ctx;
     KldBaseHeader base;
     std::ifstream base_in;
     if (!opt.kld_base.empty()) {
@@ -225,20 +264,13 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
     }
     const std::vector<int32_t>& tokens = opt.kld_base.empty() ? text_tokens : base.tokens;
     res.n_text_tokens = int64_t(tokens.size());
-    LOWBIT_CHECK(n_ctx >= 4, ErrorKind::usage, "--ctx {} is too small (at least 4)", n_ctx);
-    if (opt.kld_base.empty())
-        LOWBIT_CHECK(int64_t(tokens.size()) >= 2 * n_ctx, ErrorKind::input,
-                     "the text tokenizes to {} tokens; perplexity with a context of {} needs at least {} (llama.cpp's "
-                     "rule) — use a longer text or a smaller --ctx",
-                     tokens.size(), n_ctx, 2 * n_ctx);
-    const int64_t n_chunk_max = int64_t(tokens.size()) / n_ctx;
-    const int64_t n_chunk = opt.max_chunks < 0 ? n_chunk_max : std::min(opt.max_chunks, n_chunk_max);
-    LOWBIT_CHECK(n_chunk > 0, ErrorKind::usage, "--chunks {} leaves nothing to evaluate", opt.max_chunks);
-    LOWBIT_CHECK(!opt.add_bos || opt.bos_id >= 0, ErrorKind::input,
-                 "the vocabulary adds BOS but has no BOS id (tokenizer.ggml.bos_token_id)");
-    const int64_t first = n_ctx / 2, n_score = n_ctx - 1 - first, slots = kld_record_slots(n_vocab);
+    const PerplexityWindows plan = plan_perplexity_windows(int64_t(tokens.size()), opt);
+    const int64_t n_chunk = plan.n_chunks, first = plan.first_pos, n_score = plan.n_score;
+    const int64_t slots = kld_record_slots(n_vocab);
+    res.protocol = opt.protocol;
     res.n_ctx = n_ctx;
     res.n_chunks = n_chunk;
+    res.first_pos = first;
 
     std::unique_ptr<KldBaseWriter> writer;
     if (!opt.save_logits.empty())
@@ -263,7 +295,7 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
     for (int64_t c0 = 0; c0 < n_chunk; c0 += batch) {
         const int64_t nb = std::min(batch, n_chunk - c0);
         window.assign(tokens.begin() + c0 * n_ctx, tokens.begin() + (c0 + nb) * n_ctx);
-        if (opt.add_bos)
+        if (plan.bos_first)
             for (int64_t s = 0; s < nb; ++s) window[s * n_ctx] = opt.bos_id;
         // Positions first … n_ctx − 2 of each window predict the original tokens first + 1 … n_ctx − 1.
         targets.resize(size_t(nb * n_score));

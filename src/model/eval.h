@@ -1,14 +1,21 @@
-// eval.h — perplexity with llama.cpp's protocol (interop.md §7.2) and KL divergence against reference
-// logits stored in llama.cpp's KLD base-file format (§7.3). The text comes from io/corpus.h.
+// eval.h — perplexity with llama.cpp's protocol (interop.md §7.2) or the Hugging Face / GPTQ-paper one, and
+// KL divergence against reference logits stored in llama.cpp's KLD base-file format (§7.3). The text comes
+// from io/corpus.h.
 //
-// Protocol (tools/perplexity/perplexity.cpp, `perplexity()`): the whole text is tokenized once (with BOS
-// when the vocabulary adds one); the tokens are cut into n_chunk = n_tokens / n_ctx non-overlapping
-// windows (remainder dropped, at least 2·n_ctx tokens required); the first token of every window is
-// replaced by BOS when the vocabulary adds BOS; the logits of positions first = n_ctx/2 … n_ctx−2 score
-// tokens first+1 … n_ctx−1 (n_ctx − 1 − n_ctx/2 tokens per window). PPL = exp(mean NLL), and the ± is
-// PPL·sqrt(var(NLL)/(count − 1)).
+// Both protocols tokenize the whole text once (with BOS first when the vocabulary adds one) and cut the
+// tokens into n_chunk = n_tokens / n_ctx non-overlapping windows (remainder dropped). They differ in what a
+// window scores:
+//   llama (tools/perplexity/perplexity.cpp, `perplexity()`): at least 2·n_ctx tokens required; the first
+//     token of every window is replaced by BOS when the vocabulary adds BOS; the logits of positions
+//     first = n_ctx/2 … n_ctx−2 score tokens first+1 … n_ctx−1 (n_ctx − 1 − n_ctx/2 tokens per window).
+//   hf (the GPTQ repository's llama_eval / datautils, what GPTQ/AWQ/QuIP papers report; n_ctx 2048 there):
+//     windows of the text as tokenized (no BOS per window: only the text's first token is BOS); inside each
+//     window the labels are shifted, so positions 0 … n_ctx−2 score tokens 1 … n_ctx−1 (n_ctx − 1 per
+//     window); nsamples = n_tokens / n_ctx ≥ 1. Its PPL = exp(Σ_windows mean_loss·n_ctx / (nsamples·n_ctx))
+//     is exp(mean NLL over all scored tokens), since every window scores as many tokens.
+// PPL = exp(mean NLL), and the ± is PPL·sqrt(var(NLL)/(count − 1)) for both.
 //
-// KLD base file: "_logits_", i32 n_ctx, i32 n_vocab, i32 n_chunk, the n_ctx·n_chunk original tokens
+// KLD base file (llama protocol only: its records are the second halves of the windows): "_logits_", i32 n_ctx, i32 n_vocab, i32 n_chunk, the n_ctx·n_chunk original tokens
 // (i32), then per window and scored position nv = 2·⌈n_vocab/2⌉ + 4 u16 slots: f32 scale and f32
 // min_log_prob in the first four, then each logit quantized between max − 16 and max (log-probabilities
 // below max-logit − 16 are stored as 0 and skipped by the reader). lowbit writes it byte-compatibly
@@ -81,22 +88,43 @@ using WindowLogitsFn = std::function<void(const int32_t* tokens, BatchShape shap
 using WindowNllFn = std::function<void(const int32_t* tokens, BatchShape shape, int64_t first_pos, int64_t n_score,
                                        const int32_t* targets, double* nll, int32_t* argmax)>;
 
+enum class PerplexityProtocol : uint8_t { llama, hf };
+const char* perplexity_protocol_name(PerplexityProtocol p);  // "llama", "hf"
+// "llama" | "hf"; Error(usage) naming both otherwise.
+PerplexityProtocol parse_perplexity_protocol(const std::string& name);
+// The window length a protocol uses unless told: 512 (llama.cpp's default) or 2048 (the GPTQ papers').
+int64_t default_perplexity_ctx(PerplexityProtocol p);
+
 struct PerplexityOptions {
+    PerplexityProtocol protocol = PerplexityProtocol::llama;
     int64_t n_ctx = 512;
     int64_t max_chunks = -1;     // −1: all
     int64_t seqs_per_batch = 1;  // windows per forward call
-    bool add_bos = false;        // replace each window's first token by bos_id
+    bool add_bos = false;        // llama protocol: replace each window's first token by bos_id
     int32_t bos_id = -1;
-    std::string save_logits;     // write a KLD base file here
-    std::string kld_base;        // compare against this KLD base file (its tokens are used)
+    std::string save_logits;     // write a KLD base file here (llama protocol only)
+    std::string kld_base;        // compare against this KLD base file (its tokens are used; llama protocol only)
     bool progress = true;        // progress line on stderr
 };
 
+// How a protocol cuts `n_tokens` tokens into windows and which positions it scores: the logits of positions
+// first_pos … first_pos + n_score − 1 of window c (tokens c·n_ctx … c·n_ctx + n_ctx − 1) score the tokens one
+// position later. Error(usage/input) for a context or text the protocol cannot use.
+struct PerplexityWindows {
+    int64_t n_ctx = 0, n_chunks = 0;
+    int64_t first_pos = 0;     // llama: n_ctx/2; hf: 0
+    int64_t n_score = 0;       // scored tokens per window: n_ctx − 1 − first_pos
+    bool bos_first = false;    // the first token of every window is replaced by BOS (llama with add_bos)
+};
+PerplexityWindows plan_perplexity_windows(int64_t n_tokens, const PerplexityOptions& opt);
+
 struct PerplexityResult {
+    PerplexityProtocol protocol = PerplexityProtocol::llama;
     int64_t n_ctx = 0, n_chunks = 0, n_scored = 0, n_vocab = 0;
+    int64_t first_pos = 0;      // the first scored position of each window (logits rows start here)
     int64_t n_text_tokens = 0;  // tokens of the text (or of the KLD base file when one is given)
     double mean_nll = 0, ppl = 0, ppl_err = 0;
-    std::vector<double> chunk_ppl;  // perplexity of each window's scored half
+    std::vector<double> chunk_ppl;  // perplexity of each window's scored tokens
     double seconds = 0, tokens_per_second = 0;  // all n_chunks·n_ctx tokens through the model
     bool scored_by_provider = false;  // the NLLs came from the WindowNllFn (no logits crossed to the host)
     // With a KLD base:

@@ -87,6 +87,33 @@ private:
 
 }  // namespace
 
+namespace {
+
+// Row t of the attention matrix in place: softmax over keys 0..t of the scores·scale, zeros after t.
+void causal_softmax_row(float* st, int64_t t, int64_t n_keys, float scale) {
+    float m = st[0] * scale;
+    for (int64_t j = 0; j <= t; ++j) m = std::max(m, st[j] * scale);
+    double sum = 0.0;
+    for (int64_t j = 0; j <= t; ++j) {
+        st[j] = std::exp(st[j] * scale - m);
+        sum += st[j];
+    }
+    const float inv = float(1.0 / sum);
+    for (int64_t j = 0; j <= t; ++j) st[j] *= inv;
+    std::fill(st + t + 1, st + n_keys, 0.0f);  // causal mask
+}
+
+}  // namespace
+
+void attention_probabilities(const float* q, const float* k, BatchShape shape, int64_t n_heads, int64_t n_kv_heads,
+                             int64_t head_dim, int64_t seq, int64_t head, float* probs) {
+    const int64_t T = shape.n_tok, hd = head_dim, g = head / (n_heads / n_kv_heads);
+    const float scale = float(1.0 / std::sqrt(double(hd)));
+    gemm_f32(ConstMatF(q + seq * T * n_heads * hd + head * hd, T, hd, n_heads * hd), Trans::no,
+             ConstMatF(k + seq * T * n_kv_heads * hd + g * hd, T, hd, n_kv_heads * hd), Trans::yes, MatF(probs, T, T));
+    for (int64_t t = 0; t < T; ++t) causal_softmax_row(probs + t * T, t, T, scale);
+}
+
 void attention_causal(const float* q, const float* k, const float* v, BatchShape shape, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float* out) {
     const int64_t T = shape.n_tok, hd = head_dim;
@@ -114,19 +141,7 @@ void attention_causal(const float* q, const float* k, const float* v, BatchShape
                 const int64_t r1 = std::min(T, r0 + kQueryBlock), nk = r1;  // keys 0..r1-1
                 gemm_f32(ConstMatF(qs + r0 * q_width, r1 - r0, hd, q_width), Trans::no, ConstMatF(ks, nk, hd, kv_width),
                          Trans::yes, MatF(s.data(), r1 - r0, nk));
-                for (int64_t t = r0; t < r1; ++t) {  // query position t sees keys 0..t
-                    float* st = s.data() + (t - r0) * nk;
-                    float m = st[0] * scale;
-                    for (int64_t j = 0; j <= t; ++j) m = std::max(m, st[j] * scale);
-                    double sum = 0.0;
-                    for (int64_t j = 0; j <= t; ++j) {
-                        st[j] = std::exp(st[j] * scale - m);
-                        sum += st[j];
-                    }
-                    const float inv = float(1.0 / sum);
-                    for (int64_t j = 0; j <= t; ++j) st[j] *= inv;
-                    std::fill(st + t + 1, st + nk, 0.0f);  // causal mask
-                }
+                for (int64_t t = r0; t < r1; ++t) causal_softmax_row(s.data() + (t - r0) * nk, t, nk, scale);
                 gemm_f32(ConstMatF(s.data(), r1 - r0, nk), Trans::no, ConstMatF(vs, nk, hd, kv_width), Trans::no,
                          MatF(os + r0 * q_width, r1 - r0, hd, q_width));
             }

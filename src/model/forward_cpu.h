@@ -71,6 +71,13 @@ void apply_rope(float* x, BatchShape shape, int64_t n_heads, int64_t head_dim, R
 void attention_causal(const float* q, const float* k, const float* v, BatchShape shape, int64_t n_heads,
                       int64_t n_kv_heads, int64_t head_dim, float* out);
 
+// The causal attention probabilities of one (sequence, query head): probs [n_tok, n_tok], row t = softmax of
+// q_t·k_j/√head_dim over j ≤ t (zeros after t) — the A_h of attention-aware PTQ (turboboa.md §3.2),
+// with attention_causal's softmax (the scores come from their own sgemm call, so they may differ from
+// attention_causal's in the last bit).
+void attention_probabilities(const float* q, const float* k, BatchShape shape, int64_t n_heads, int64_t n_kv_heads,
+                             int64_t head_dim, int64_t seq, int64_t head, float* probs);
+
 // out = silu(gate) · up, elementwise; out may alias gate.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 

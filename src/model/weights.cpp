@@ -1,14 +1,21 @@
 // weights.cpp — shape checks, random models, the q/k row permutation, and ModelReader for GGUF files
-// (tensor names of interop.md §2.4) and HF safetensors checkpoints (model.layers.N.self_attn.q_proj...).
+// (tensor names of interop.md §2.4) and HF safetensors checkpoints (model.layers.N.self_attn.q_proj...),
+// unquantized or GPTQ-packed (dequantized on load).
 #include "model/weights.h"
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/random_fill.h"
 #include "io/gguf_file.h"
 #include "io/safetensors.h"
+#include "model/gptq_tensors.h"
 
 namespace lowbit {
 
@@ -131,24 +138,31 @@ LlamaWeights random_llama_weights(const LlamaConfig& c, uint64_t seed, float sca
 
 namespace {
 
-// to_gguf: destination row h·hd + 2i + j takes source row h·hd + j·hd/2 + i; to_hf the inverse.
+// to_gguf: destination row src[r] takes source row r; to_hf the inverse (src = qk_hf_row_sources).
 std::vector<float> permute_rows(const std::vector<float>& w, int64_t n_heads, int64_t head_dim, int64_t cols,
                                 bool to_gguf) {
     LOWBIT_CHECK(int64_t(w.size()) == n_heads * head_dim * cols && head_dim % 2 == 0, ErrorKind::input,
                  "q/k permutation: {} values do not form {} heads of {} rows of {}", w.size(), n_heads, head_dim, cols);
     std::vector<float> out(w.size());
-    const int64_t half = head_dim / 2;
-    for (int64_t h = 0; h < n_heads; ++h)
-        for (int64_t i = 0; i < half; ++i)
-            for (int64_t j = 0; j < 2; ++j) {
-                const int64_t gguf_row = h * head_dim + 2 * i + j, hf_row = h * head_dim + j * half + i;
-                const int64_t src = to_gguf ? hf_row : gguf_row, dst = to_gguf ? gguf_row : hf_row;
-                std::copy(w.begin() + src * cols, w.begin() + (src + 1) * cols, out.begin() + dst * cols);
-            }
+    const std::vector<int64_t> src = qk_hf_row_sources(n_heads, head_dim);
+    for (int64_t hf_row = 0; hf_row < int64_t(src.size()); ++hf_row) {
+        const int64_t from = to_gguf ? hf_row : src[size_t(hf_row)], to = to_gguf ? src[size_t(hf_row)] : hf_row;
+        std::copy(w.begin() + from * cols, w.begin() + (from + 1) * cols, out.begin() + to * cols);
+    }
     return out;
 }
 
 }  // namespace
+
+std::vector<int64_t> qk_hf_row_sources(int64_t n_heads, int64_t head_dim) {
+    // Within each head, HF row j·hd/2 + i (halves) is GGUF row 2i + j (adjacent pairs).
+    std::vector<int64_t> src(size_t(n_heads * head_dim));
+    const int64_t half = head_dim / 2;
+    for (int64_t h = 0; h < n_heads; ++h)
+        for (int64_t i = 0; i < half; ++i)
+            for (int64_t j = 0; j < 2; ++j) src[size_t(h * head_dim + j * half + i)] = h * head_dim + 2 * i + j;
+    return src;
+}
 
 std::vector<float> permute_qk_rows_to_gguf(const std::vector<float>& w, int64_t n_heads, int64_t head_dim, int64_t cols) {
     return permute_rows(w, n_heads, head_dim, cols, true);
@@ -219,6 +233,70 @@ private:
 
 namespace {
 
+// The GPTQ settings of a checkpoint: config.json's quantization_config (transformers, vLLM), else
+// quantize_config.json (AutoGPTQ, GPTQModel).
+struct GptqCheckpoint {
+    int bits = 4;
+    int64_t group_size = -1;  // −1: one group per output channel
+    GptqZeroConvention zeros = GptqZeroConvention::v1;
+};
+
+nlohmann::json read_json_file(const std::string& path) {
+    std::ifstream in(path);
+    LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: cannot open", path);
+    try {
+        return nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        fail(ErrorKind::input, "{}: not valid JSON ({})", path, e.what());
+    }
+}
+
+std::optional<GptqCheckpoint> read_quantization_config(const std::string& dir) {
+    namespace fs = std::filesystem;
+    const std::string config_path = (fs::path(dir) / "config.json").string();
+    const nlohmann::json config = read_json_file(config_path);
+    std::string source = config_path + " quantization_config";
+    nlohmann::json q;
+    if (config.is_object() && config.contains("quantization_config")) {
+        q = config["quantization_config"];
+    } else if (fs::exists(fs::path(dir) / "quantize_config.json")) {
+        source = (fs::path(dir) / "quantize_config.json").string();
+        q = read_json_file(source);
+    } else {
+        return std::nullopt;
+    }
+    LOWBIT_CHECK(q.is_object(), ErrorKind::input, "{}: must be a JSON object", source);
+    auto text = [&](const char* key, const char* fallback) {
+        if (!q.contains(key) || q[key].is_null()) return std::string(fallback);
+        LOWBIT_CHECK(q[key].is_string(), ErrorKind::input, "{}: '{}' must be a string", source, key);
+        return q[key].get<std::string>();
+    };
+    const std::string method = text("quant_method", "gptq");
+    LOWBIT_CHECK(method == "gptq", ErrorKind::input,
+                 "{}: quant_method '{}' is not supported; lowbit reads unquantized checkpoints and GPTQ ones "
+                 "(quant_method gptq, checkpoint_format gptq or gptq_v2)",
+                 source, method);
+    GptqCheckpoint g;
+    const std::string format = q.contains("checkpoint_format") ? text("checkpoint_format", "") : text("format", "");
+    LOWBIT_CHECK(parse_gptq_checkpoint_format(format, &g.zeros), ErrorKind::input,
+                 "{}: checkpoint_format '{}' is not supported; lowbit reads gptq (v1) and gptq_v2 (kernel-repacked "
+                 "layouts such as marlin are not GPTQ's)",
+                 source, format);
+    const std::string pack_dtype = text("pack_dtype", "int32");
+    LOWBIT_CHECK(pack_dtype == "int32", ErrorKind::input, "{}: pack_dtype '{}' is not supported (int32 only)", source,
+                 pack_dtype);
+    LOWBIT_CHECK(q.contains("bits") && q["bits"].is_number_integer() && gptq_bits_supported(q["bits"].get<int>()),
+                 ErrorKind::input, "{}: 'bits' must be 2, 3, 4 or 8 (got {})", source,
+                 q.contains("bits") ? q["bits"].dump() : "nothing");
+    g.bits = q["bits"].get<int>();
+    LOWBIT_CHECK(q.contains("group_size") && q["group_size"].is_number_integer() &&
+                     (q["group_size"].get<int64_t>() == -1 || q["group_size"].get<int64_t>() > 0),
+                 ErrorKind::input, "{}: 'group_size' must be −1 or positive (got {})", source,
+                 q.contains("group_size") ? q["group_size"].dump() : "nothing");
+    g.group_size = q["group_size"].get<int64_t>();
+    return g;
+}
+
 class SafetensorsModelReader final : public ModelReader {
 public:
     explicit SafetensorsModelReader(const std::string& dir)
@@ -227,8 +305,14 @@ public:
         config_ = config_from_hf_file((std::filesystem::path(dir) / "config.json").string());
         config_.name = std::filesystem::path(dir).filename().string();
         if (config_.name.empty()) config_.name = std::filesystem::path(dir).parent_path().filename().string();
+        gptq_ = read_quantization_config(dir);
     }
-    std::string format() const override { return "safetensors"; }
+    std::string format() const override {
+        if (!gptq_) return "safetensors";
+        return fmt::format("safetensors, GPTQ {}-bit {} ({})", gptq_->bits,
+                           gptq_->group_size > 0 ? fmt::format("g{}", gptq_->group_size) : std::string("per channel"),
+                           gptq_checkpoint_format(gptq_->zeros));
+    }
 
     std::vector<float> token_embedding() const override {
         return get("model.embed_tokens.weight", {config_.vocab_size, config_.hidden_size});
@@ -254,6 +338,12 @@ public:
 
 private:
     std::vector<float> get(const std::string& name, const std::vector<int64_t>& shape) const {
+        const std::string suffix = ".weight";
+        if (gptq_ && !st_.has(name) && shape.size() == 2 && name.size() > suffix.size() &&
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+            const std::string stem = name.substr(0, name.size() - suffix.size());
+            if (st_.has(stem + ".qweight")) return gptq_weight(stem, shape[0], shape[1]);
+        }
         LOWBIT_CHECK(st_.has(name), ErrorKind::input, "{}: tensor '{}' is missing", path_, name);
         const SafetensorsTensor& t = st_.tensor(name);
         LOWBIT_CHECK(t.shape == shape, ErrorKind::input, "{}: tensor '{}' has shape [{}], the config needs [{}]", path_,
@@ -261,7 +351,48 @@ private:
         return st_.tensor_to_f32(name);
     }
 
+    // An int32 tensor of exactly `shape`.
+    std::vector<int32_t> int32_tensor(const std::string& name, const std::vector<int64_t>& shape) const {
+        LOWBIT_CHECK(st_.has(name), ErrorKind::input, "{}: tensor '{}' is missing (a GPTQ linear has qweight, qzeros "
+                     "and scales)", path_, name);
+        const SafetensorsTensor& t = st_.tensor(name);
+        LOWBIT_CHECK(t.dtype == SafetensorsDtype::I32, ErrorKind::input, "{}: tensor '{}' is {}, GPTQ packs into I32",
+                     path_, name, safetensors_dtype_name(t.dtype));
+        LOWBIT_CHECK(t.shape == shape, ErrorKind::input,
+                     "{}: tensor '{}' has shape [{}], but {}-bit GPTQ of this config needs [{}]", path_, name,
+                     fmt::join(t.shape, ", "), gptq_->bits, fmt::join(shape, ", "));
+        std::vector<int32_t> v(size_t(t.n_elements()));
+        const std::span<const uint8_t> bytes = st_.tensor_bytes(name);
+        if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
+        return v;
+    }
+
+    // The dense [rows, cols] weight of the GPTQ linear `stem` (qweight, qzeros, scales, g_idx).
+    std::vector<float> gptq_weight(const std::string& stem, int64_t rows, int64_t cols) const {
+        GptqLinear t;
+        t.bits = gptq_->bits;
+        t.out_features = rows;
+        t.in_features = cols;
+        t.group_size = gptq_->group_size > 0 ? gptq_->group_size : cols;
+        t.qweight = int32_tensor(stem + ".qweight", {t.qweight_rows(), rows});
+        t.qzeros = int32_tensor(stem + ".qzeros", {t.n_groups(), t.qzeros_cols()});
+        const std::string scales = stem + ".scales";
+        LOWBIT_CHECK(st_.has(scales), ErrorKind::input, "{}: tensor '{}' is missing", path_, scales);
+        LOWBIT_CHECK(st_.tensor(scales).shape == std::vector<int64_t>({t.n_groups(), rows}), ErrorKind::input,
+                     "{}: tensor '{}' has shape [{}], but groups of {} need [{}, {}]", path_, scales,
+                     fmt::join(st_.tensor(scales).shape, ", "), t.group_size, t.n_groups(), rows);
+        t.scales = st_.tensor_to_f32(scales);
+        if (st_.has(stem + ".g_idx")) {
+            t.g_idx = int32_tensor(stem + ".g_idx", {cols});
+        } else {
+            t.g_idx.resize(size_t(cols));
+            for (int64_t k = 0; k < cols; ++k) t.g_idx[size_t(k)] = int32_t(k / t.group_size);
+        }
+        return gptq_dequantize(t, gptq_->zeros, fmt::format("{}: {}", path_, stem));
+    }
+
     SafetensorsModel st_;
+    std::optional<GptqCheckpoint> gptq_;
 };
 
 std::unique_ptr<ModelReader> open_safetensors_model_reader(const std::string& dir) {

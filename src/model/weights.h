@@ -1,6 +1,9 @@
 // weights.h — float32 weights of a Llama-family decoder, one struct per transformer block, and the
 // reader that loads them from a GGUF file (dequantized with GgufFile::tensor_to_f32) or a Hugging Face
-// checkpoint directory (config.json + model.safetensors or a sharded index).
+// checkpoint directory (config.json + model.safetensors or a sharded index). A GPTQ checkpoint
+// (config.json `quantization_config.quant_method = "gptq"`, checkpoint_format gptq or gptq_v2, as
+// GPTQModel and lowbit's export write it) is read by dequantizing each packed linear's qweight, qzeros,
+// scales and g_idx to f32 on load (model/gptq_tensors.h).
 //
 // Every matrix is stored like an nn.Linear weight: row-major [out_features, in_features] (GGUF
 // ne = [in, out]), so y = x·Wᵀ. q/k rows stay in the file's order; LlamaConfig::rope_pairing says which
@@ -108,5 +111,8 @@ LlamaModel load_llama_model(const ModelReader& r);
 // adjacent pairing); `rows_to_hf` undoes it. `cols` is the row length (1 for a bias vector).
 std::vector<float> permute_qk_rows_to_gguf(const std::vector<float>& w, int64_t n_heads, int64_t head_dim, int64_t cols);
 std::vector<float> permute_qk_rows_to_hf(const std::vector<float>& w, int64_t n_heads, int64_t head_dim, int64_t cols);
+// The permutation itself: HF row r comes from row qk_hf_row_sources(…)[r] of the adjacent (GGUF) order, so
+// per-row data other than floats (codes, grids of a quantized q/k) can follow the rows.
+std::vector<int64_t> qk_hf_row_sources(int64_t n_heads, int64_t head_dim);
 
 }  // namespace lowbit

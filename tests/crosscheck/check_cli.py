@@ -134,7 +134,18 @@ if c.lowbit("info", "--model", "smollm2-135m", expect_rc=None).returncode == 0:
     c.check("eval --weights int4 --group 128 on 576 columns exits 3 before evaluating",
             r.returncode == 3 and "multiple of the block size 128" in r.stderr and "eval: dense" not in r.stderr,
             (r.returncode, r.stderr))
+    # --protocol hf (the GPTQ papers'): every token of a window after its first is scored, default ctx 2048.
+    r = c.lowbit(*base, "--protocol", "hf", "--json", expect_rc=None)
+    rep = json.loads(r.stdout) if r.returncode == 0 else {}
+    c.check("eval --protocol hf scores 63 tokens in each of 2 windows of 64", rep.get("protocol") == "hf" and
+            rep.get("n_chunks") == 2 and rep.get("n_scored") == 2 * 63 and rep.get("ppl", 0) > 1, (r.returncode, rep, r.stderr[-300:]))
+    r = c.lowbit("eval", "--model", "smollm2-135m", "--text", text, "--protocol", "hf", "--no-progress", expect_rc=None)
+    c.check("eval --protocol hf defaults to windows of 2048", r.returncode == 3 and "context of 2048" in r.stderr,
+            (r.returncode, r.stderr[-300:]))
+    r = c.lowbit(*base, "--protocol", "hf", "--save-logits", c.path("cli_hf.kld"), expect_rc=None)
+    c.check("eval --protocol hf --save-logits exits 2", r.returncode == 2 and "--protocol llama" in r.stderr,
+            (r.returncode, r.stderr[-300:]))
 else:
-    print("SKIP: eval --weights checks (smollm2-135m not fetched: scripts/fetch_model.sh)")
+    print("SKIP: eval --weights and --protocol checks (smollm2-135m not fetched: scripts/fetch_model.sh)")
 
 c.finish()

@@ -139,7 +139,7 @@ def write_sample(path, alignment=None):
         w.add_tensor(f"t:{qt.name}", quants.quantize(x, qt), raw_dtype=qt)
     k = rng.integers(0, 256, (2, 210), dtype=np.uint8)  # Q6_K: random codes and sub-scales, sane fp16 d
     k[:, 208:210] = np.float16(rng.uniform(1e-3, 1e-2, 2)).view(np.uint8).reshape(2, 2)
-    w.add_tensor("k:Q6_K", k, raw_dtype=T.Q6_K)
+    w.add_tensor("k6", k, raw_dtype=T.Q6_K)
     w.add_tensor("v4:F32", rng.standard_normal((2, 1, 3, 32)).astype(np.float32))
     w.add_tensor("one:F32", np.float32([3.5]))
     w.write_header_to_file()

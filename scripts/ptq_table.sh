@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# ptq_table.sh — quantize SmolLM2-135M with several methods at one format and print a table of file size,
+# perplexity and KLD against the unquantized model (SOTU test split, llama.cpp's protocol, 8 windows of 512).
+#   scripts/ptq_table.sh --format F [--out DIR] [--methods "rtn gptq turboboa"] [--chunks N] [extra quantize args...]
+# Needs a built ./build/lowbit and the fetched model (scripts/run.sh does both).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+format=mxfp4; out=build/ptq_table; methods="rtn gptq turboboa"; chunks=8; extra=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --format) format="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --methods) methods="$2"; shift 2 ;;
+        --chunks) chunks="$2"; shift 2 ;;
+        *) extra+=("$1"); shift ;;
+    esac
+done
+lowbit=./build/lowbit
+model=smollm2-135m
+mkdir -p "$out"
+eval_args=(--corpus sotu-test --ctx 512 --chunks "$chunks" --no-progress --json)
+echo "ptq_table: reference logits of the unquantized model"
+"$lowbit" eval --model "$model" "${eval_args[@]}" --save-logits "$out/base.kld" > "$out/eval_base.json"
+for m in $methods; do
+    echo "ptq_table: quantize --method $m --format $format"
+    "$lowbit" quantize --model "$model" --method "$m" --format "$format" --out "$out/smollm2-$m-$format.gguf" \
+        --report "$out/quantize_$m.json" --quiet "${extra[@]}"
+    "$lowbit" eval --model "$out/smollm2-$m-$format.gguf" "${eval_args[@]}" --kld-base "$out/base.kld" \
+        > "$out/eval_$m.json"
+done
+python3 - "$out" "$format" "$methods" <<'PY'
+import json, os, sys
+out, fmt, methods = sys.argv[1], sys.argv[2], sys.argv[3].split()
+base = json.load(open(f"{out}/eval_base.json"))
+rows = [("as loaded (Q4_1)", os.path.getsize(base["model"]), base["ppl"], None, None)]
+for m in methods:
+    e = json.load(open(f"{out}/eval_{m}.json")); q = json.load(open(f"{out}/quantize_{m}.json"))
+    rows.append((f"{m} {fmt}", q["file_bytes"], e["ppl"], e["kld"]["kld_mean"], q["seconds"]))
+print(f"\nSmolLM2-135M, projections quantized to {fmt}; SOTU test, llama.cpp protocol, {base['n_chunks']} windows of {base['n_ctx']}")
+print(f"{'model':<22} {'file MB':>8} {'PPL':>8} {'KLD':>8} {'quantize s':>11}")
+for name, size, ppl, kld, sec in rows:
+    k = "" if kld is None else f"{kld:.4f}"
+    t = "" if sec is None else f"{sec:.1f}"
+    print(f"{name:<22} {size/1e6:8.2f} {ppl:8.3f} {k:>8} {t:>11}")
+json.dump([dict(model=r[0], file_bytes=r[1], ppl=r[2], kld=r[3], quantize_seconds=r[4]) for r in rows],
+          open(f"{out}/table.json", "w"), indent=1)
+PY

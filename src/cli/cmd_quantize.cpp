@@ -1,0 +1,196 @@
+// cmd_quantize.cpp — `lowbit quantize`: post-training quantization of a model (RTN, GPTQ, BoA, TurboBoA;
+// src/ptq/quantize.h) and its export as GGUF or Hugging Face safetensors (GPTQ-packed or fake-quantized),
+// with a per-layer table and an optional JSON report.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "io/model_registry.h"
+#include "io/npy.h"
+#include "model/tokenizer.h"
+#include "ptq/export_gguf.h"
+#include "ptq/export_safetensors.h"
+#include "ptq/quantize.h"
+
+namespace lowbit {
+
+namespace {
+
+struct QuantizeArgs {
+    std::string model, method = "turboboa", features = "f1,f2,f3", format, out, report, rotate = "none";
+    std::string packing = "auto";
+    std::string calib_corpus = "sotu-train", calib_text, grid_search = "hessian", device = "cpu";
+    int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
+    uint64_t seed = 0;
+    double alpha = 0.25, damping = 0.01;
+    bool sym = false, act_order = false, no_block_v = false, resume = false, quiet = false;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void run_quantize(const QuantizeArgs& a) {
+    LOWBIT_CHECK(a.device == "cpu", ErrorKind::usage,
+                 "quantize --device {}: only the CPU solver exists so far (the CUDA pipeline is not built yet)", a.device);
+    const bool to_gguf = ends_with(a.out, ".gguf");
+    LOWBIT_CHECK(a.packing == "auto" || a.packing == "gptq" || a.packing == "fake-quant", ErrorKind::usage,
+                 "--packing {}: auto | gptq | fake-quant", a.packing);
+    PtqOptions o;
+    o.method = parse_ptq_method(a.method);
+    if (o.method == PtqMethod::turboboa) {
+        o.f1 = o.f2 = o.f3 = false;
+        std::stringstream ss(a.features);
+        std::string f;
+        while (std::getline(ss, f, ','))
+            if (f == "f1") o.f1 = true;
+            else if (f == "f2") o.f2 = true;
+            else if (f == "f3") o.f3 = true;
+            else if (f != "none" && !f.empty())
+                fail(ErrorKind::usage, "--features: unknown feature '{}' (f1, f2, f3, comma-separated, or none)", f);
+    }
+    GridSearch search;
+    LOWBIT_CHECK(parse_grid_search(a.grid_search, &search), ErrorKind::usage,
+                 "--grid-search {}: minmax | mse | hessian", a.grid_search);
+    o.grid = parse_grid(a.format, a.group, a.sym, search);
+    LOWBIT_CHECK(!to_gguf || o.grid.is_gguf(), ErrorKind::usage,
+                 "--format {} has no GGUF block type: write a Hugging Face directory instead (--out DIR: GPTQ-packed "
+                 "safetensors), or pick a GGUF format (q4_0, q4_1, q5_0, q8_0, q2_k..q6_k, mxfp4, …)", a.format);
+    LOWBIT_CHECK(!to_gguf || gguf_type_can_dequantize(o.grid.gguf_type()), ErrorKind::usage,
+                 "--format {}: lowbit cannot read {} GGUF tensors back yet, so it does not write them; write a Hugging "
+                 "Face directory (--out DIR, fake-quantized) instead", a.format, gguf_type_name(o.grid.gguf_type()));
+    const SafetensorsPacking packing =
+        a.packing == "fake-quant" || (a.packing == "auto" && o.grid.is_gguf()) ? SafetensorsPacking::fake_quant
+                                                                              : SafetensorsPacking::gptq;
+    o.calibration.corpus = a.calib_corpus;
+    o.calibration.text_file = a.calib_text;
+    o.calibration.samples = a.calib_samples;
+    o.calibration.length = a.calib_len;
+    o.calibration.seed = a.seed;
+    o.alpha = a.alpha;
+    o.damping = a.damping;
+    o.row_block = a.row_block;
+    o.block_v = !a.no_block_v;
+    o.act_order = a.act_order;
+    o.batch = a.batch;
+    LOWBIT_CHECK(a.rotate == "none" || a.rotate == "hadamard", ErrorKind::usage, "--rotate {}: none | hadamard", a.rotate);
+    o.rotate = a.rotate == "hadamard";
+    o.rotation.seed = a.seed;
+    o.checkpoint_dir = a.out + ".partial";
+    o.resume = a.resume;
+
+    const std::string path = resolve_model_path(a.model);
+    const std::unique_ptr<ModelReader> reader = ModelReader::open(path);
+    LOWBIT_CHECK(!to_gguf || reader->format() == "gguf", ErrorKind::usage,
+                 "quantize: GGUF export needs a GGUF source (its tokenizer and metadata are copied); {} is {} — write a "
+                 "Hugging Face directory (--out DIR) instead", path, reader->format());
+    const LlamaConfig& c = reader->config();
+    for (Projection p : kProjections) o.grid.check_cols(projection_in_features(c, p), projection_name(p));
+    if (o.rotate) check_rotation_supported(c, o.rotation);
+    const Tokenizer tok = load_tokenizer(path, "");
+
+    PtqReport rep;
+    const std::vector<int32_t> windows =
+        o.method == PtqMethod::rtn ? std::vector<int32_t>() : calibration_windows(tok, o.calibration);
+    const QuantizedModel q = quantize_model(*reader, windows, o, &rep);
+    uint64_t file_bytes = 0;
+    nlohmann::json export_json;
+    if (to_gguf) {
+        const GgufExportReport ex = export_quantized_gguf(q, path, a.out, o.grid.name());
+        file_bytes = ex.bytes;
+        std::printf("quantize: wrote %s (%.2f MB, %lld tensors, %lld from solver codes)\n", a.out.c_str(),
+                    double(ex.bytes) / 1e6, (long long)ex.tensors, (long long)ex.quantized);
+    } else {
+        const QuantizedExportReport ex = export_quantized_safetensors(q, a.out, packing);
+        file_bytes = ex.hf.bytes;
+        export_json = ex.to_json();
+        std::printf("quantize: wrote %s (%s safetensors, %.2f MB of tensors%s)\n", a.out.c_str(),
+                    safetensors_packing_name(packing), double(ex.hf.bytes) / 1e6,
+                    packing == SafetensorsPacking::gptq ? (ex.marlin_compatible ? ", Marlin-compatible" : ", not Marlin-compatible")
+                                                        : "");
+    }
+    std::filesystem::remove_all(o.checkpoint_dir);
+
+    if (!a.quiet) {
+        std::printf("%-22s %-16s %12s %8s %8s\n", "layer", "grid", "loss", "seconds", "damping");
+        for (const LayerReport& l : rep.layers)
+            std::printf("%-22s %-16s %12.4g %8.2f %7.2f%%%s\n", l.name.c_str(), l.grid.c_str(), l.loss, l.seconds,
+                        l.damping * 100.0, l.flagged ? "  <- flagged" : "");
+    }
+    int64_t flagged = 0;
+    for (const LayerReport& l : rep.layers)
+        if (l.flagged) {
+            ++flagged;
+            std::fprintf(stderr, "quantize: %s: %s\n", l.name.c_str(),
+                         l.retries > 0 ? "the Hessian needed extra damping" : "loss ≥ 10x the median of its projection");
+        }
+    std::printf("quantize: %s %s%s%s, %lld calibration tokens, %.1f s (calibration %.1f s), peak memory %.0f MiB\n",
+                a.method.c_str(), o.grid.describe().c_str(), o.method == PtqMethod::turboboa ? " " : "",
+                o.describe_features().c_str(), (long long)rep.calibration_tokens, rep.seconds, rep.calibration_seconds,
+                double(rep.peak_rss_bytes) / 1048576.0);
+    if (!a.report.empty()) {
+        nlohmann::json j;
+        j["model"] = path;
+        j["out"] = a.out;
+        j["method"] = a.method;
+        j["features"] = o.describe_features();
+        j["format"] = o.grid.describe();
+        j["calibration"] = o.method == PtqMethod::rtn ? "" : o.calibration.describe();
+        j["rotation"] = q.record.rotation;
+        j["seconds"] = rep.seconds;
+        j["calibration_seconds"] = rep.calibration_seconds;
+        j["calibration_tokens"] = rep.calibration_tokens;
+        j["peak_rss_bytes"] = rep.peak_rss_bytes;
+        j["file_bytes"] = file_bytes;
+        if (!export_json.is_null()) j["export"] = export_json;
+        j["resumed_from_block"] = rep.resumed_from_block;
+        j["flagged_layers"] = flagged;
+        for (const LayerReport& l : rep.layers)
+            j["layers"].push_back({{"name", l.name}, {"grid", l.grid}, {"loss", l.loss}, {"seconds", l.seconds},
+                                   {"damping", l.damping}, {"retries", l.retries}, {"dead_inputs", l.dead},
+                                   {"flagged", l.flagged}});
+        const std::string text = j.dump(1);
+        write_file_atomic(a.report, text.data(), text.size());
+    }
+}
+
+}  // namespace
+
+void register_quantize_command(CLI::App& app) {
+    auto a = std::make_shared<QuantizeArgs>();
+    auto* cq = app.add_subcommand("quantize", "post-training quantization (RTN, GPTQ, BoA, TurboBoA) and GGUF export");
+    cq->add_option("--model", a->model, "source model (.gguf)")->required();
+    cq->add_option("--method", a->method, "rtn | gptq | boa | turboboa (default)");
+    cq->add_option("--features", a->features, "turboboa: f1,f2,f3 (default all; 'none' = BoA-like with fixed grids)");
+    cq->add_option("--format", a->format, "int2..int8 | q4_0 | q4_1 | q5_0 | q5_1 | q8_0 | iq4_nl | q2_k..q6_k | mxfp4 | nvfp4")
+        ->required();
+    cq->add_option("--group", a->group, "int grids: group size (0 = per channel)");
+    cq->add_flag("--sym", a->sym, "int grids: symmetric");
+    cq->add_option("--grid-search", a->grid_search, "grid fitting: minmax | mse | hessian (default)");
+    cq->add_option("--rotate", a->rotate, "none (default) | hadamard (QuaRot rotations fused into the weights)");
+    cq->add_option("--calib-corpus", a->calib_corpus, "calibration corpus (default sotu-train)");
+    cq->add_option("--calib-text", a->calib_text, "calibration text file (instead of a corpus)");
+    cq->add_option("--calib-samples", a->calib_samples, "calibration windows (default 16 on the CPU)");
+    cq->add_option("--calib-len", a->calib_len, "tokens per window (default 512 on the CPU)");
+    cq->add_option("--seed", a->seed, "seed of the window sampling and the rotations (default 0)");
+    cq->add_option("--alpha", a->alpha, "F2's α (default 0.25)");
+    cq->add_option("--row-block", a->row_block, "F1's N rows per block (default 16; 1 = BoA)");
+    cq->add_option("--damping", a->damping, "relative Hessian damping (default 0.01)");
+    cq->add_flag("--act-order", a->act_order, "quantize columns by descending Hessian diagonal");
+    cq->add_flag("--no-block-v", a->no_block_v, "BoA/TurboBoA: v with the plain input Hessian");
+    cq->add_option("--batch", a->batch, "calibration windows per forward pass (default 4)");
+    cq->add_option("--device", a->device, "cpu (default)");
+    cq->add_option("--out", a->out, "output: FILE.gguf, or a directory for a Hugging Face safetensors checkpoint")->required();
+    cq->add_option("--packing", a->packing,
+                   "safetensors: gptq (qweight/qzeros/scales/g_idx; int grids) | fake-quant (dequantized weights) | auto");
+    cq->add_option("--report", a->report, "write a JSON report (per-layer loss, time, memory)");
+    cq->add_flag("--resume", a->resume, "continue an interrupted run from OUT.partial/");
+    cq->add_flag("--quiet", a->quiet, "no per-layer table");
+    cq->callback([a] { run_quantize(*a); });
+}
+
+}  // namespace lowbit

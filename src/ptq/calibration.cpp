@@ -1,0 +1,198 @@
+// calibration.cpp — calibration windows and the per-block statistics of GPTQ, BoA and TurboBoA.
+#include "ptq/calibration.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+#include "io/corpus.h"
+
+namespace lowbit {
+
+std::string CalibrationSpec::describe() const {
+    return (text_file.empty() ? corpus : text_file) + " " + std::to_string(samples) + "x" + std::to_string(length) +
+           " seed " + std::to_string(seed);
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// dst (n × n) += xᵀx for x = rows × n (leading dimension ld).
+void add_gram(std::vector<float>& dst, const float* x, int64_t rows, int64_t n, int64_t ld) {
+    gemm_f32(ConstMatF(x, rows, n, ld), Trans::yes, ConstMatF(x, rows, n, ld), Trans::no, MatF(dst.data(), n, n), 1.0f);
+}
+
+// dst (n × n) += (a − b)ᵀ b for rows × n matrices.
+void add_cross(std::vector<float>& dst, const float* a, const float* b, int64_t rows, int64_t n) {
+    std::vector<float> diff(size_t(rows * n));
+    for (int64_t i = 0; i < rows * n; ++i) diff[size_t(i)] = a[i] - b[i];
+    gemm_f32(ConstMatF(diff.data(), rows, n), Trans::yes, ConstMatF(b, rows, n), Trans::no, MatF(dst.data(), n, n), 1.0f);
+}
+
+void scale(std::vector<float>& v, double f) {
+    for (float& x : v) x = float(double(x) * f);
+}
+
+}  // namespace
+
+std::vector<int32_t> calibration_windows(const Tokenizer& tok, const CalibrationSpec& spec) {
+    LOWBIT_CHECK(spec.samples > 0 && spec.length > 1, ErrorKind::usage, "calibration: {} windows of {} tokens",
+                 spec.samples, spec.length);
+    const std::string text = spec.text_file.empty() ? read_corpus_text(spec.corpus) : read_text_file(spec.text_file);
+    const std::vector<int32_t> ids = tok.encode(text, false);
+    const int64_t n = int64_t(ids.size());
+    LOWBIT_CHECK(n > spec.length, ErrorKind::input,
+                 "calibration text {} has {} tokens, fewer than one window of {} + 1 (use a longer text or --calib-len)",
+                 spec.text_file.empty() ? spec.corpus : spec.text_file, n, spec.length);
+    std::vector<int32_t> out(size_t(spec.samples * spec.length));
+    uint64_t state = spec.seed;
+    const bool bos = tok.add_bos();
+    for (int64_t s = 0; s < spec.samples; ++s) {
+        const int64_t start = int64_t(splitmix64(state) % uint64_t(n - spec.length));
+        std::copy(ids.begin() + start, ids.begin() + start + spec.length, out.begin() + s * spec.length);
+        if (bos) out[size_t(s * spec.length)] = tok.bos_id();
+    }
+    return out;
+}
+
+BlockStatsAccumulator::BlockStatsAccumulator(const LlamaConfig& c, const BlockStatsOptions& o) : c_(c), o_(o) {
+    const int64_t d = c.hidden_size, qd = c.q_dim(), f = c.ffn_size, hd = c.head_dim;
+    s_.h_attn.assign(size_t(d * d), 0.0f);
+    s_.h_o.assign(size_t(qd * qd), 0.0f);
+    s_.h_ffn.assign(size_t(d * d), 0.0f);
+    s_.h_down.assign(size_t(f * f), 0.0f);
+    if (o.attention_aware) {
+        c_k_.assign(size_t(c.n_kv_heads * hd * hd), 0.0f);
+        c_q_.assign(size_t(c.n_heads * hd * hd), 0.0f);
+    }
+    if (o.block_v) s_.h_v.assign(size_t(c.n_kv_heads * d * d), 0.0f);
+    if (o.cross) {
+        s_.d_attn.assign(size_t(d * d), 0.0f);
+        s_.d_o.assign(size_t(qd * qd), 0.0f);
+        s_.d_ffn.assign(size_t(d * d), 0.0f);
+        s_.d_down.assign(size_t(f * f), 0.0f);
+        if (o.block_v) s_.d_v.assign(size_t(c.n_kv_heads * d * d), 0.0f);
+    }
+}
+
+void BlockStatsAccumulator::add(const BlockScratch& q, const BlockScratch* fp, BatchShape shape) {
+    LOWBIT_CHECK(!o_.cross || fp, ErrorKind::usage, "calibration: F2 statistics need the full-precision path");
+    const int64_t rows = shape.rows(), d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), f = c_.ffn_size;
+    const int64_t hd = c_.head_dim, T = shape.n_tok, group = c_.n_heads / c_.n_kv_heads;
+    s_.tokens += rows;
+    add_gram(s_.h_attn, q.attn_in.data(), rows, d, d);
+    add_gram(s_.h_o, q.attn_ctx.data(), rows, qd, qd);
+    add_gram(s_.h_ffn, q.ffn_in.data(), rows, d, d);
+    add_gram(s_.h_down, q.ffn_act.data(), rows, f, f);
+    if (o_.cross) {
+        add_cross(s_.d_attn, fp->attn_in.data(), q.attn_in.data(), rows, d);
+        add_cross(s_.d_o, fp->attn_ctx.data(), q.attn_ctx.data(), rows, qd);
+        add_cross(s_.d_ffn, fp->ffn_in.data(), q.ffn_in.data(), rows, d);
+        add_cross(s_.d_down, fp->ffn_act.data(), q.ffn_act.data(), rows, f);
+    }
+    if (o_.attention_aware) {
+        for (int64_t g = 0; g < c_.n_kv_heads; ++g) {
+            std::vector<float> tmp(size_t(hd * hd), 0.0f);
+            add_gram(tmp, q.k.data() + g * hd, rows, hd, kvd);
+            for (size_t i = 0; i < tmp.size(); ++i) c_k_[size_t(g * hd * hd) + i] += tmp[i];
+        }
+        for (int64_t h = 0; h < c_.n_heads; ++h) {
+            std::vector<float> tmp(size_t(hd * hd), 0.0f);
+            add_gram(tmp, q.q.data() + h * hd, rows, hd, qd);
+            for (size_t i = 0; i < tmp.size(); ++i) c_q_[size_t(h * hd * hd) + i] += tmp[i];
+        }
+    }
+    if (o_.block_v) {
+        // Per (sequence, query head): AX = A_h·X (T × d); H_v[g] += AXᵀAX; F2: D_v[g] += (ÃX̃ − AX)ᵀ AX.
+        std::vector<float> probs(size_t(T * T)), ax(size_t(T * d)), ax_fp(o_.cross ? size_t(T * d) : 0);
+        for (int64_t sq = 0; sq < shape.n_seq; ++sq)
+            for (int64_t h = 0; h < c_.n_heads; ++h) {
+                const int64_t g = h / group;
+                attention_probabilities(q.q.data(), q.k.data(), shape, c_.n_heads, c_.n_kv_heads, hd, sq, h, probs.data());
+                gemm_f32(ConstMatF(probs.data(), T, T), Trans::no, ConstMatF(q.attn_in.data() + sq * T * d, T, d),
+                         Trans::no, MatF(ax.data(), T, d));
+                std::vector<float> hv(size_t(d * d), 0.0f);
+                add_gram(hv, ax.data(), T, d, d);
+                for (size_t i = 0; i < hv.size(); ++i) s_.h_v[size_t(g * d * d) + i] += hv[i];
+                if (o_.cross) {
+                    attention_probabilities(fp->q.data(), fp->k.data(), shape, c_.n_heads, c_.n_kv_heads, hd, sq, h,
+                                            probs.data());
+                    gemm_f32(ConstMatF(probs.data(), T, T), Trans::no, ConstMatF(fp->attn_in.data() + sq * T * d, T, d),
+                             Trans::no, MatF(ax_fp.data(), T, d));
+                    std::fill(hv.begin(), hv.end(), 0.0f);
+                    add_cross(hv, ax_fp.data(), ax.data(), T, d);
+                    for (size_t i = 0; i < hv.size(); ++i) s_.d_v[size_t(g * d * d) + i] += hv[i];
+                }
+            }
+    }
+}
+
+std::vector<float> rope_averaged(const LlamaConfig& c, const float* cov, int64_t length) {
+    const int64_t hd = c.head_dim, half = hd / 2;
+    const std::vector<double> inv = rope_inv_freq(c);
+    const bool adjacent = c.rope_pairing == RopePairing::adjacent;
+    const auto idx_a = [&](int64_t i) { return adjacent ? 2 * i : i; };
+    const auto idx_b = [&](int64_t i) { return adjacent ? 2 * i + 1 : i + half; };
+    std::vector<double> acc(size_t(hd * hd), 0.0);
+    std::vector<double> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    for (int64_t l = 0; l < length; ++l) {
+        for (int64_t i = 0; i < half; ++i) {
+            cs[size_t(i)] = std::cos(double(l) * inv[size_t(i)]);
+            sn[size_t(i)] = std::sin(double(l) * inv[size_t(i)]);
+        }
+        // R = [[c, −s], [s, c]] on (a, b) of each pair; block (i, j) of RᵀCR = R_iᵀ·C_ij·R_j.
+        for (int64_t i = 0; i < half; ++i)
+            for (int64_t j = 0; j < half; ++j) {
+                const int64_t ai = idx_a(i), bi = idx_b(i), aj = idx_a(j), bj = idx_b(j);
+                const double caa = cov[ai * hd + aj], cab = cov[ai * hd + bj], cba = cov[bi * hd + aj], cbb = cov[bi * hd + bj];
+                const double ci = cs[size_t(i)], si = sn[size_t(i)], cj = cs[size_t(j)], sj = sn[size_t(j)];
+                // M = C_ij·R_j
+                const double m_aa = caa * cj + cab * sj, m_ab = -caa * sj + cab * cj;
+                const double m_ba = cba * cj + cbb * sj, m_bb = -cba * sj + cbb * cj;
+                // R_iᵀ·M, R_iᵀ = [[c, s], [−s, c]]
+                acc[size_t(ai * hd + aj)] += ci * m_aa + si * m_ba;
+                acc[size_t(ai * hd + bj)] += ci * m_ab + si * m_bb;
+                acc[size_t(bi * hd + aj)] += -si * m_aa + ci * m_ba;
+                acc[size_t(bi * hd + bj)] += -si * m_ab + ci * m_bb;
+            }
+    }
+    std::vector<float> out(size_t(hd * hd));
+    for (int64_t i = 0; i < hd * hd; ++i) out[size_t(i)] = float(acc[size_t(i)] / double(length));
+    return out;
+}
+
+BlockStatistics BlockStatsAccumulator::finish(int64_t rope_length) {
+    LOWBIT_CHECK(s_.tokens > 0, ErrorKind::usage, "calibration: no tokens accumulated");
+    const double f = 2.0 / double(s_.tokens);
+    for (std::vector<float>* v : {&s_.h_attn, &s_.h_o, &s_.h_ffn, &s_.h_down, &s_.d_attn, &s_.d_o, &s_.d_ffn, &s_.d_down})
+        scale(*v, f);
+    const int64_t hd = c_.head_dim, group = c_.n_heads / c_.n_kv_heads;
+    scale(s_.h_v, f / double(group));  // mean over the query heads of a KV head
+    scale(s_.d_v, f / double(group));
+    if (o_.attention_aware) {
+        scale(c_k_, f);
+        scale(c_q_, f);
+        s_.h_out_q.resize(size_t(c_.n_heads * hd * hd));
+        s_.h_out_k.resize(size_t(c_.n_kv_heads * hd * hd));
+        std::vector<std::vector<float>> key_avg(size_t(c_.n_kv_heads));
+        for (int64_t g = 0; g < c_.n_kv_heads; ++g) {
+            key_avg[size_t(g)] = rope_averaged(c_, c_k_.data() + g * hd * hd, rope_length);
+            std::vector<float> q_mean(size_t(hd * hd), 0.0f);  // GQA folding: mean query covariance of the group
+            for (int64_t h = g * group; h < (g + 1) * group; ++h)
+                for (int64_t i = 0; i < hd * hd; ++i) q_mean[size_t(i)] += c_q_[size_t(h * hd * hd + i)] / float(group);
+            const std::vector<float> qa = rope_averaged(c_, q_mean.data(), rope_length);
+            std::copy(qa.begin(), qa.end(), s_.h_out_k.begin() + g * hd * hd);
+        }
+        for (int64_t h = 0; h < c_.n_heads; ++h)
+            std::copy(key_avg[size_t(h / group)].begin(), key_avg[size_t(h / group)].end(), s_.h_out_q.begin() + h * hd * hd);
+    }
+    return std::move(s_);
+}
+
+}  // namespace lowbit

@@ -1,0 +1,364 @@
+// quantize.cpp — the block loop of `lowbit quantize`: calibration statistics, per-layer solves,
+// propagation, progress, per-layer report and resumable checkpoints.
+#include "ptq/quantize.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "io/npy.h"
+#include "model/linear.h"
+
+namespace lowbit {
+
+const char* ptq_method_name(PtqMethod m) {
+    switch (m) {
+        case PtqMethod::rtn: return "rtn";
+        case PtqMethod::gptq: return "gptq";
+        case PtqMethod::boa: return "boa";
+        case PtqMethod::turboboa: return "turboboa";
+    }
+    return "?";
+}
+
+PtqMethod parse_ptq_method(const std::string& name) {
+    for (PtqMethod m : {PtqMethod::rtn, PtqMethod::gptq, PtqMethod::boa, PtqMethod::turboboa})
+        if (name == ptq_method_name(m)) return m;
+    fail(ErrorKind::usage, "unknown method '{}' (rtn | gptq | boa | turboboa)", name);
+}
+
+std::string PtqOptions::describe_features() const {
+    if (method != PtqMethod::turboboa) return "";
+    std::string s;
+    for (auto [on, name] : {std::pair{f1, "f1"}, std::pair{f2, "f2"}, std::pair{f3, "f3"}})
+        if (on) s += (s.empty() ? "" : ",") + std::string(name);
+    return s.empty() ? "none" : s;
+}
+
+uint64_t peak_rss_bytes() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return uint64_t(u.ru_maxrss) * 1024u;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<float>& projection_weight_mut(BlockWeights& b, Projection p) {
+    return const_cast<std::vector<float>&>(projection_weight(b, p));
+}
+
+// --- checkpoints: state.bin (next block, activations) + block_N.bin (the block's codes and grids) ---
+
+constexpr char kStateMagic[8] = {'L', 'B', 'P', 'T', 'Q', 'S', '0', '1'};
+
+template <typename T>
+void put(std::string& out, const T& v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+void put_vec(std::string& out, const std::vector<T>& v) {
+    put(out, uint64_t(v.size()));
+    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+void put_str(std::string& out, const std::string& s) {
+    put(out, uint64_t(s.size()));
+    out += s;
+}
+
+struct Reader {
+    const std::string& data;
+    size_t pos = 0;
+    std::string what;
+    void need(size_t n) {
+        LOWBIT_CHECK(pos + n <= data.size(), ErrorKind::input, "{}: truncated checkpoint (delete it or run without --resume)",
+                     what);
+    }
+    template <typename T>
+    T get() {
+        need(sizeof(T));
+        T v;
+        std::memcpy(&v, data.data() + pos, sizeof(T));
+        pos += sizeof(T);
+        return v;
+    }
+    template <typename T>
+    std::vector<T> get_vec() {
+        const uint64_t n = get<uint64_t>();
+        LOWBIT_CHECK(n <= data.size() / sizeof(T), ErrorKind::input, "{}: corrupt checkpoint", what);
+        need(n * sizeof(T));
+        std::vector<T> v(n);
+        std::memcpy(v.data(), data.data() + pos, n * sizeof(T));
+        pos += n * sizeof(T);
+        return v;
+    }
+    std::string get_str() {
+        const uint64_t n = get<uint64_t>();
+        need(n);
+        std::string s = data.substr(pos, n);
+        pos += n;
+        return s;
+    }
+};
+
+std::string read_all(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    LOWBIT_CHECK(f.good(), ErrorKind::input, "cannot read checkpoint {}", path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void put_weight(std::string& out, const QuantizedWeight& q) {
+    put(out, uint8_t(q.spec.format));
+    put(out, int32_t(q.spec.bits));
+    put(out, q.spec.group);
+    put(out, uint8_t(q.spec.sym));
+    put(out, uint8_t(q.spec.search));
+    put(out, q.rows);
+    put(out, q.cols);
+    put_vec(out, q.codes);
+    put_vec(out, q.grids);
+    put_vec(out, q.kscales);
+}
+
+QuantizedWeight get_weight(Reader& r) {
+    QuantizedWeight q;
+    q.spec.format = GridFormat(r.get<uint8_t>());
+    q.spec.bits = r.get<int32_t>();
+    q.spec.group = r.get<int64_t>();
+    q.spec.sym = r.get<uint8_t>() != 0;
+    q.spec.search = GridSearch(r.get<uint8_t>());
+    q.rows = r.get<int64_t>();
+    q.cols = r.get<int64_t>();
+    q.codes = r.get_vec<uint8_t>();
+    q.grids = r.get_vec<GroupGrid>();
+    q.kscales = r.get_vec<KQuantScales>();
+    LOWBIT_CHECK(int64_t(q.codes.size()) == q.rows * q.cols, ErrorKind::input, "{}: corrupt checkpoint", r.what);
+    return q;
+}
+
+std::string fingerprint(const ModelReader& r, const PtqOptions& o) {
+    return r.path() + "|" + ptq_method_name(o.method) + "|" + o.describe_features() + "|" + o.grid.describe() + "|" +
+           o.calibration.describe() + "|" + std::to_string(o.alpha) + "|" + std::to_string(o.row_block) + "|" +
+           (o.rotate ? describe(o.rotation) : "none") + "|" + std::to_string(o.act_order) + "|" +
+           std::to_string(o.block_v) + "|" + std::to_string(o.damping) + (o.per_tensor_grid ? "|mix" : "");
+}
+
+bool is_projection_layer(const std::string& linear, Projection p) {
+    const std::string suffix = std::string(".") + projection_name(p);
+    return linear.size() > suffix.size() && linear.compare(linear.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32_t>& windows, const PtqOptions& o,
+                              PtqReport* report) {
+    const Clock::time_point t0 = Clock::now();
+    QuantizedModel out;
+    out.model = load_llama_model(reader);
+    LlamaModel& m = out.model;
+    const LlamaConfig& c = m.config;
+    if (o.rotate) rotate_model(m, o.rotation);
+    out.record.method = ptq_method_name(o.method);
+    out.record.features = o.describe_features();
+    out.record.format = o.grid.describe();
+    out.record.rotation = o.rotate ? describe(o.rotation) : "none";
+    out.record.act_order = o.act_order;
+    out.record.damping = o.damping;
+    PtqReport rep;
+
+    const bool calibrated = o.method != PtqMethod::rtn;
+    const bool two_sided = o.method == PtqMethod::boa || o.method == PtqMethod::turboboa;
+    const bool cross = o.method == PtqMethod::turboboa && o.f2;
+    const bool block_v = two_sided && o.block_v;
+    const int64_t L = o.calibration.length, S = o.calibration.samples, d = c.hidden_size;
+    if (calibrated) out.record.calibration = o.calibration.describe();
+
+    std::vector<float> xq, xfp;
+    int64_t first_block = 0;
+    const std::string state_path = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/state.bin";
+    const std::string fp = fingerprint(reader, o);
+    if (calibrated && o.resume && !state_path.empty() && std::filesystem::exists(state_path)) {
+        const std::string data = read_all(state_path);
+        Reader r{data, 0, state_path};
+        char magic[8];
+        for (char& ch : magic) ch = r.get<char>();
+        LOWBIT_CHECK(std::memcmp(magic, kStateMagic, 8) == 0, ErrorKind::input, "{} is not a lowbit checkpoint", state_path);
+        const std::string saved = r.get_str();
+        LOWBIT_CHECK(saved == fp, ErrorKind::usage,
+                     "{} was written by a different run ({}); remove it or repeat that run's options", state_path, saved);
+        first_block = r.get<int64_t>();
+        xq = r.get_vec<float>();
+        xfp = r.get_vec<float>();
+        for (int64_t l = 0; l < first_block; ++l) {
+            const std::string bpath = o.checkpoint_dir + "/block_" + std::to_string(l) + ".bin";
+            const std::string bdata = read_all(bpath);
+            Reader br{bdata, 0, bpath};
+            for (Projection p : kProjections) {
+                QuantizedWeight q = get_weight(br);
+                projection_weight_mut(m.weights.blocks[size_t(l)], p) = q.dequantize();
+                out.linears[linear_name(l, p)] = std::move(q);
+            }
+        }
+        rep.resumed_from_block = first_block;
+        std::fprintf(stderr, "quantize: resuming after block %lld of %lld from %s\n", (long long)first_block,
+                     (long long)c.n_layers, state_path.c_str());
+    }
+
+    if (calibrated && first_block == 0) {
+        const Clock::time_point tc = Clock::now();
+        LOWBIT_CHECK(int64_t(windows.size()) == S * L, ErrorKind::usage, "quantize: {} calibration tokens for {} windows of {}",
+                     windows.size(), S, L);
+        xq = embed_tokens(c, m.weights.token_embd.data(), windows.data(), BatchShape{S, L});
+        if (cross) xfp = xq;
+        rep.calibration_seconds += seconds_since(tc);
+    }
+    rep.calibration_tokens = calibrated ? S * L : 0;
+
+    ProgressLine progress("quantize " + std::string(ptq_method_name(o.method)), c.n_layers, "blocks");
+    progress.update(first_block);
+    for (int64_t l = first_block; l < c.n_layers; ++l) {
+        BlockWeights& bw = m.weights.blocks[size_t(l)];
+        const BlockWeights fpw = bw;  // the full-precision block
+        BlockStatistics st;
+        if (calibrated) {
+            const Clock::time_point tc = Clock::now();
+            BlockStatsAccumulator acc(c, BlockStatsOptions{two_sided, block_v, cross});
+            BlockScratch sq, sfp;
+            std::vector<float> tmp;
+            for (int64_t s0 = 0; s0 < S; s0 += o.batch) {
+                const BatchShape shape{std::min(o.batch, S - s0), L};
+                if (cross) block_forward(c, fpw, l, xfp.data() + s0 * L * d, shape, sfp);  // Xfp advances here
+                tmp.assign(xq.begin() + s0 * L * d, xq.begin() + (s0 + shape.n_seq) * L * d);
+                block_forward(c, fpw, l, tmp.data(), shape, sq);
+                acc.add(sq, cross ? &sfp : nullptr, shape);
+            }
+            st = acc.finish(L);
+            rep.calibration_seconds += seconds_since(tc);
+        }
+        // The seven solves.
+        const auto alpha_scaled = [&](const std::vector<float>& v) {
+            std::vector<float> s(v);
+            for (float& x : s) x *= float(o.alpha);
+            return s;
+        };
+        std::vector<float> d_attn, d_o, d_ffn, d_down, d_v;
+        if (cross) {
+            d_attn = alpha_scaled(st.d_attn);
+            d_o = alpha_scaled(st.d_o);
+            d_ffn = alpha_scaled(st.d_ffn);
+            d_down = alpha_scaled(st.d_down);
+            if (block_v) d_v = alpha_scaled(st.d_v);
+        }
+        std::string block_bin;
+        for (Projection p : kProjections) {
+            const Clock::time_point tl = Clock::now();
+            const std::string name = linear_name(l, p);
+            const std::vector<float>& w = projection_weight(fpw, p);
+            LayerProblem pb;
+            pb.w = w.data();
+            pb.rows = projection_out_features(c, p);
+            pb.cols = projection_in_features(c, p);
+            pb.name = name;
+            const bool attn_in = p == Projection::q || p == Projection::k || p == Projection::v;
+            const bool ffn_in = p == Projection::gate || p == Projection::up;
+            if (calibrated) {
+                pb.h_in = attn_in ? st.h_attn.data()
+                          : p == Projection::o ? st.h_o.data()
+                          : ffn_in ? st.h_ffn.data()
+                                   : st.h_down.data();
+                if (cross)
+                    pb.d = attn_in ? d_attn.data() : p == Projection::o ? d_o.data() : ffn_in ? d_ffn.data() : d_down.data();
+                if (two_sided && (p == Projection::q || p == Projection::k)) {
+                    pb.h_out = p == Projection::q ? st.h_out_q.data() : st.h_out_k.data();
+                    pb.head_rows = c.head_dim;
+                }
+                if (block_v && p == Projection::v) {
+                    pb.h_in = nullptr;
+                    pb.h_in_heads = st.h_v.data();
+                    pb.head_rows = c.head_dim;
+                    if (cross) pb.d = d_v.data();
+                }
+            }
+            const GridSpec g = o.per_tensor_grid ? o.per_tensor_grid(name, pb.rows, pb.cols) : o.grid;
+            SolverOptions so;
+            so.grid = g;
+            so.sweep.act_order = o.act_order;
+            so.damping = o.damping;
+            so.dead_value = 1.0f / float(L);
+            SolveStats ss;
+            QuantizedWeight q;
+            switch (o.method) {
+                case PtqMethod::rtn: q = solve_rtn(pb, g, &ss); break;
+                case PtqMethod::gptq: q = solve_gptq(pb, so, &ss); break;
+                case PtqMethod::boa:
+                    so.row_block = 1;
+                    so.adaptive_grid = false;
+                    q = solve_turboboa(pb, so, &ss);
+                    break;
+                case PtqMethod::turboboa:
+                    so.row_block = o.f1 ? o.row_block : 1;
+                    so.adaptive_grid = o.f3;
+                    so.refine_scales = o.f3;
+                    so.refine_iters = o.refine_iters;
+                    q = solve_turboboa(pb, so, &ss);
+                    break;
+            }
+            projection_weight_mut(bw, p) = q.dequantize();
+            LayerReport lr;
+            lr.name = name;
+            lr.grid = g.describe();
+            lr.loss = calibrated ? layer_objective(pb, projection_weight(bw, p)) : 0.0;
+            lr.damping = ss.damping;
+            lr.retries = ss.retries;
+            lr.dead = ss.dead;
+            lr.seconds = seconds_since(tl);
+            rep.layers.push_back(lr);
+            if (!o.checkpoint_dir.empty()) put_weight(block_bin, q);
+            out.linears[name] = std::move(q);
+        }
+        if (calibrated) {  // propagate the quantized path
+            BlockScratch sq;
+            for (int64_t s0 = 0; s0 < S; s0 += o.batch)
+                block_forward(c, bw, l, xq.data() + s0 * L * d, BatchShape{std::min(o.batch, S - s0), L}, sq);
+        }
+        if (calibrated && !o.checkpoint_dir.empty()) {
+            std::filesystem::create_directories(o.checkpoint_dir);
+            write_file_atomic(o.checkpoint_dir + "/block_" + std::to_string(l) + ".bin", block_bin.data(), block_bin.size());
+            std::string state(kStateMagic, 8);
+            put_str(state, fp);
+            put(state, int64_t(l + 1));
+            put_vec(state, xq);
+            put_vec(state, xfp);
+            write_file_atomic(state_path, state.data(), state.size());
+        }
+        progress.update(l + 1);
+        if (o.on_block_done) o.on_block_done(l);
+    }
+    progress.finish();
+    // Flag layers whose loss is far above the median of their projection, or that needed more damping.
+    for (Projection p : kProjections) {
+        std::vector<double> losses;
+        for (const LayerReport& lr : rep.layers)
+            if (is_projection_layer(lr.name, p)) losses.push_back(lr.loss);
+        if (losses.empty()) continue;
+        std::nth_element(losses.begin(), losses.begin() + int64_t(losses.size() / 2), losses.end());
+        const double median = losses[losses.size() / 2];
+        for (LayerReport& lr : rep.layers)
+            if (is_projection_layer(lr.name, p)) lr.flagged = lr.retries > 0 || (median > 0 && lr.loss > 10.0 * median);
+    }
+    rep.seconds = seconds_since(t0);
+    rep.peak_rss_bytes = peak_rss_bytes();
+    if (report) *report = std::move(rep);
+    return out;
+}
+
+}  // namespace lowbit

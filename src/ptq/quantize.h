@@ -1,0 +1,83 @@
+// quantize.h — `lowbit quantize`: a whole model through RTN, GPTQ, BoA or TurboBoA, block by block
+// (turboboa.md §4.6):
+//   Xq ← embeddings of the calibration windows (Xfp ← the same, for F2)
+//   for each block: statistics of all seven linears from the full-precision block on Xq (and Xfp), then
+//   the linears quantized (q, k two-sided for BoA/TurboBoA; v with per-KV-head value Hessians; o and the
+//   MLP one-sided), then Xq ← quantized block(Xq), Xfp ← full-precision block(Xfp).
+// Only one block's weights and statistics are in flight; the calibration activations are the rest of the
+// memory. After every block the state (activations + the finished blocks' codes) is written atomically
+// to `checkpoint_dir`, so an interrupted run resumes from the last finished block (`resume`).
+//
+// Methods: rtn (no calibration); gptq (one-sided everywhere, grids fitted at each group from the current
+// weights, optional act-order); boa (two-sided q/k with one row at a time, grids fixed from the original
+// weights, block_v); turboboa with features f1 (rows in blocks of N = row_block), f2 (α·D propagated-error
+// terms), f3 (adaptive grids + scale refinement; without it: the fixed-grid mode). Which tensors the
+// statistics pass shares: q/k/v one H_in, gate/up one H_in (computed once each).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ptq/calibration.h"
+#include "ptq/quantized_model.h"
+#include "ptq/rotate.h"
+#include "ptq/solver.h"
+
+namespace lowbit {
+
+enum class PtqMethod : uint8_t { rtn, gptq, boa, turboboa };
+const char* ptq_method_name(PtqMethod m);
+PtqMethod parse_ptq_method(const std::string& name);  // Error(usage) listing the methods
+
+struct PtqOptions {
+    PtqMethod method = PtqMethod::turboboa;
+    bool f1 = true, f2 = true, f3 = true;     // turboboa features
+    GridSpec grid;                            // the projections' grid, unless per_tensor_grid is set
+    // Per linear ("blk.3.attn_v") grid, e.g. from a llama.cpp mix; null: `grid` everywhere.
+    std::function<GridSpec(const std::string& linear, int64_t rows, int64_t cols)> per_tensor_grid;
+    CalibrationSpec calibration;
+    double alpha = 0.25;                      // F2
+    int64_t row_block = 16;                   // F1's N
+    bool block_v = true;
+    bool act_order = false;
+    double damping = 0.01;
+    int refine_iters = 1;
+    bool rotate = false;
+    RotationOptions rotation;
+    int64_t batch = 4;                        // calibration windows per forward pass
+    std::string checkpoint_dir;               // empty: no checkpoints
+    bool resume = false;
+    std::function<void(int64_t block)> on_block_done;  // after each finished (and checkpointed) block
+    std::string describe_features() const;    // "f1,f2,f3" for turboboa, "" otherwise
+};
+
+struct LayerReport {
+    std::string name;
+    std::string grid;
+    double loss = 0;         // the solver's proxy loss (GPTQ error: Σ (w − q)²/U_cc² / 2)
+    double seconds = 0;
+    double damping = 0;
+    int retries = 0;
+    int64_t dead = 0;
+    bool flagged = false;    // loss explosion (≥ 10× the median of its projection) or extra damping
+};
+
+struct PtqReport {
+    std::vector<LayerReport> layers;
+    double seconds = 0, calibration_seconds = 0;
+    int64_t calibration_tokens = 0;
+    uint64_t peak_rss_bytes = 0;
+    int64_t resumed_from_block = 0;
+};
+
+// Quantizes the model read by `r`, calibrating on `windows` ([samples, length] token ids as
+// o.calibration says; calibration_windows makes them; ignored by rtn). Progress on stderr.
+QuantizedModel quantize_model(const ModelReader& r, const std::vector<int32_t>& windows, const PtqOptions& o,
+                              PtqReport* report);
+
+// Peak resident memory of this process so far (getrusage), in bytes.
+uint64_t peak_rss_bytes();
+
+}  // namespace lowbit

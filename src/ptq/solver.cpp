@@ -1,0 +1,512 @@
+// solver.cpp — RTN, GPTQ (lazy column sweep), BoA/TurboBoA row blocks (F1, F2, F3a) and the coordinate-
+// descent scale refinement (F3b); FP64 inverse Cholesky with the damping retry (turboboa.md §2–4).
+#include "ptq/solver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+#include "core/thread_pool.h"
+
+extern "C" {
+void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+}
+
+namespace lowbit {
+
+namespace {
+
+// In place: lower Cholesky in LAPACK's column-major view = row-major upper U with A = UᵀU.
+bool cholesky_upper_rowmajor(std::vector<double>& a, int64_t n) {
+    const int nn = int(n);
+    int info = 0;
+    dpotrf_("L", &nn, a.data(), &nn, &info);
+    if (info != 0) return false;
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < i; ++j) a[size_t(i * n + j)] = 0.0;  // row-major lower part: not referenced
+    return true;
+}
+
+}  // namespace
+
+InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what) {
+    InverseCholesky out;
+    out.dead.assign(size_t(n), 0);
+    std::vector<double> base(size_t(n * n));
+    for (int64_t i = 0; i < n * n; ++i) {
+        LOWBIT_CHECK(std::isfinite(h[i]), ErrorKind::input, "{}: the Hessian holds NaN/Inf (element {}, {}); the "
+                     "calibration activations overflowed", what, i / n, i % n);
+        base[size_t(i)] = double(h[i]);
+    }
+    double mean_diag = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+        double& djj = base[size_t(j * n + j)];
+        if (djj == 0.0) {
+            out.dead[size_t(j)] = 1;
+            djj = double(dead_value);
+        }
+        mean_diag += djj;
+    }
+    mean_diag /= double(n);
+    if (!(mean_diag > 0.0)) mean_diag = 1.0;
+    for (int attempt = 0; attempt <= 50; ++attempt) {
+        const double damp = damping * double(attempt + 1) * mean_diag;
+        std::vector<double> a = base;
+        for (int64_t j = 0; j < n; ++j) a[size_t(j * n + j)] += damp;
+        if (!cholesky_upper_rowmajor(a, n)) continue;
+        const int nn = int(n);
+        int info = 0;
+        dpotri_("L", &nn, a.data(), &nn, &info);  // H⁻¹ in the row-major upper triangle
+        if (info != 0) continue;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < i; ++j) a[size_t(i * n + j)] = a[size_t(j * n + i)];
+        out.h_inv = a;
+        if (!cholesky_upper_rowmajor(a, n)) continue;
+        out.u.resize(size_t(n * n));
+        for (int64_t i = 0; i < n * n; ++i) out.u[size_t(i)] = float(a[size_t(i)]);
+        out.damping = damping * double(attempt + 1);
+        out.retries = attempt;
+        return out;
+    }
+    fail(ErrorKind::input, "{}: the Hessian stays singular after 51 damping steps of {}% (a layer whose inputs are "
+         "all zero or collinear; more or different calibration text may help)", what, damping * 100.0);
+}
+
+namespace {
+
+bool is_kquant_grid(const GridSpec& g) {
+    return g.format == GridFormat::q2_k || g.format == GridFormat::q3_k || g.format == GridFormat::q4_k ||
+           g.format == GridFormat::q5_k || g.format == GridFormat::q6_k;
+}
+
+QuantizedWeight empty_result(const GridSpec& g, int64_t rows, int64_t cols) {
+    QuantizedWeight q;
+    q.spec = g;
+    q.rows = rows;
+    q.cols = cols;
+    q.codes.assign(size_t(rows * cols), 0);
+    q.grids.assign(size_t(rows * (cols / g.group_size(cols))), GroupGrid{});
+    if (is_kquant_grid(g)) q.kscales.assign(size_t(rows * (cols / kQK_K)), KQuantScales{});
+    return q;
+}
+
+// Fits the grids of rows [row0, row0 + n) of `out` for the span starting at column s0 from w (n rows of
+// leading dimension ldw, w pointing at column s0) and the Hessian block at (s0, s0) of h (ldh).
+void fit_rows_span(QuantizedWeight& out, int64_t row0, int64_t n, int64_t s0, const float* w, int64_t ldw,
+                   const float* h, int64_t ldh) {
+    const GridSpec& g = out.spec;
+    const int64_t span = g.fit_span(out.cols), group = g.group_size(out.cols);
+    const int64_t per_row = out.cols / group, per_span = span / group;
+    SpanGrids sg = fit_span_grids(g, w, ldw, n, span, h, ldh);
+    for (int64_t r = 0; r < n; ++r) {
+        std::copy_n(sg.grids.begin() + r * per_span, per_span, out.grids.begin() + (row0 + r) * per_row + s0 / group);
+        if (!sg.kscales.empty()) out.kscales[size_t((row0 + r) * (out.cols / span) + s0 / span)] = sg.kscales[size_t(r)];
+    }
+}
+
+// The column sweep of GPTQ over n rows (row-major, leading dimension cols, modified in place: afterwards
+// the rows hold their last compensated values). Columns are visited in `order` (act-order permutation;
+// identity otherwise); u, p are in that order too. Codes go to out rows [row0, row0 + n) at the original
+// columns. Grids: when `fit_at_group`, each span's grids are fitted from the rows' current values when the
+// sweep reaches the span (h = H_in in original order); otherwise they must already be in `out`.
+// With p (F2, GPTAQ): W[:, c:] −= e⊗U[c, c:] − w_c⊗P[c, c:], w_c the column's pre-quantization value.
+double sweep_rows(float* w, int64_t n, int64_t cols, const float* u, const float* p, const std::vector<int64_t>& order,
+                  bool fit_at_group, const float* h, int64_t lazy_block, QuantizedWeight& out, int64_t row0) {
+    const GridSpec& g = out.spec;
+    const int64_t span = g.fit_span(cols), group = g.group_size(cols), per_row = cols / group;
+    int64_t block = std::max<int64_t>(1, lazy_block);
+    if (fit_at_group && span < block) block = std::max<int64_t>(span, block / span * span);  // spans inside blocks
+    std::vector<float> err(size_t(n * block)), pre(p ? size_t(n * block) : 0);
+    std::vector<double> loss_rows(size_t(n), 0.0);
+    for (int64_t i1 = 0; i1 < cols; i1 += block) {
+        const int64_t i2 = std::min(cols, i1 + block), nb = i2 - i1;
+        if (fit_at_group)  // spans that start in this block, from the current values (all updates so far)
+            for (int64_t s0 = (i1 + span - 1) / span * span; s0 < i2; s0 += span)
+                fit_rows_span(out, row0, n, s0, w + s0, cols, h + s0 * cols + s0, cols);
+        parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+                float* row = w + r * cols;
+                float* er = err.data() + r * nb;
+                float* pr = p ? pre.data() + r * nb : nullptr;
+                double loss = 0.0;
+                for (int64_t c = i1; c < i2; ++c) {
+                    const int64_t oc = order[size_t(c)];
+                    const GroupGrid& gg = out.grids[size_t((row0 + r) * per_row + oc / group)];
+                    const float x = row[c];
+                    const uint32_t q = grid_nearest(g, gg, x);
+                    out.codes[size_t((row0 + r) * cols + oc)] = uint8_t(q);
+                    const float qv = grid_value(g, gg, q);
+                    const float d = u[c * cols + c];
+                    const float e = (x - qv) / d;
+                    loss += double(x - qv) * double(x - qv) / (double(d) * double(d)) * 0.5;
+                    const float* uc = u + c * cols;
+                    if (p) {
+                        const float* pc = p + c * cols;
+                        for (int64_t j = c + 1; j < i2; ++j) row[j] -= e * uc[j] - x * pc[j];
+                        pr[c - i1] = x;
+                    } else {
+                        for (int64_t j = c + 1; j < i2; ++j) row[j] -= e * uc[j];
+                    }
+                    row[c] = qv;
+                    er[c - i1] = -e;
+                }
+                loss_rows[size_t(r)] += loss;
+            }
+        });
+        if (i2 < cols) {  // the lazy update of the columns after the block: one GEMM (two with F2)
+            const MatF rest(w + i2, n, cols - i2, cols);
+            gemm_f32(ConstMatF(err.data(), n, nb), Trans::no, ConstMatF(u + i1 * cols + i2, nb, cols - i2, cols),
+                     Trans::no, rest, 1.0f);
+            if (p)
+                gemm_f32(ConstMatF(pre.data(), n, nb), Trans::no, ConstMatF(p + i1 * cols + i2, nb, cols - i2, cols),
+                         Trans::no, rest, 1.0f);
+        }
+    }
+    return std::accumulate(loss_rows.begin(), loss_rows.end(), 0.0);
+}
+
+// Permutes a square matrix: out[i][j] = a[order[i]][order[j]].
+std::vector<float> permute_square(const float* a, int64_t n, const std::vector<int64_t>& order) {
+    std::vector<float> out(size_t(n * n));
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) out[size_t(i * n + j)] = a[order[size_t(i)] * n + order[size_t(j)]];
+    return out;
+}
+
+// One input side (H_in, and F2's D) prepared for sweeps: dead columns, damping, act-order, chol_U(H⁻¹),
+// GPTAQ's P = triu₁(D·Uᵀ)·U and, for row blocks, RH = D·H⁻¹ — all in sweep order.
+struct InputSide {
+    std::vector<int64_t> order;  // sweep position → original column
+    InverseCholesky chol;
+    std::vector<float> u;        // chol.u in sweep order
+    std::vector<float> p;        // empty without D
+    std::vector<float> rh;       // D·H⁻¹ in original order (row blocks with F2), else empty
+    const float* h = nullptr;    // H_in in original order (grid fitting)
+};
+
+InputSide prepare_input(const float* h, const float* d, int64_t n, const SolverOptions& o, bool need_rh,
+                        const std::string& what) {
+    InputSide s;
+    s.h = h;
+    s.order.resize(size_t(n));
+    std::iota(s.order.begin(), s.order.end(), int64_t(0));
+    if (o.sweep.act_order)
+        std::stable_sort(s.order.begin(), s.order.end(),
+                         [&](int64_t a, int64_t b) { return h[a * n + a] > h[b * n + b]; });
+    const bool permuted = o.sweep.act_order;
+    const std::vector<float> hp = permuted ? permute_square(h, n, s.order) : std::vector<float>();
+    s.chol = inverse_cholesky(permuted ? hp.data() : h, n, o.damping, o.dead_value, what);
+    s.u = s.chol.u;
+    if (d) {
+        // D in sweep order with dead columns zeroed; P = triu₁(D·Uᵀ)·U.
+        std::vector<float> dp(size_t(n * n));
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j)
+                dp[size_t(i * n + j)] = s.chol.dead[size_t(j)] ? 0.0f : d[s.order[size_t(i)] * n + s.order[size_t(j)]];
+        std::vector<float> dut(size_t(n * n));
+        gemm_f32(ConstMatF(dp.data(), n, n), Trans::no, ConstMatF(s.u.data(), n, n), Trans::yes, MatF(dut.data(), n, n));
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j <= i; ++j) dut[size_t(i * n + j)] = 0.0f;  // strictly upper part only
+        s.p.resize(size_t(n * n));
+        gemm_f32(ConstMatF(dut.data(), n, n), Trans::no, ConstMatF(s.u.data(), n, n), Trans::no, MatF(s.p.data(), n, n));
+        if (need_rh) {
+            LOWBIT_CHECK(!permuted, ErrorKind::usage, "{}: act-order is not supported with F2 row blocks", what);
+            std::vector<float> hinv(s.chol.h_inv.begin(), s.chol.h_inv.end());
+            s.rh.resize(size_t(n * n));
+            gemm_f32(ConstMatF(dp.data(), n, n), Trans::no, ConstMatF(hinv.data(), n, n), Trans::no,
+                     MatF(s.rh.data(), n, n));
+        }
+    }
+    return s;
+}
+
+// Rows in sweep order: a copy of rows [r0, r0 + n) of w with columns permuted.
+std::vector<float> rows_in_order(const float* w, int64_t r0, int64_t n, int64_t cols, const std::vector<int64_t>& order) {
+    std::vector<float> out(size_t(n * cols));
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = w[(r0 + r) * cols + order[size_t(c)]];
+    return out;
+}
+
+// Fits every span of rows [r0, r0 + n) from w (original order) — static groups / fixed grids.
+void fit_rows_up_front(QuantizedWeight& out, const float* w, int64_t r0, int64_t n, const float* h) {
+    const int64_t cols = out.cols, span = out.spec.fit_span(cols);
+    for (int64_t s0 = 0; s0 < cols; s0 += span)
+        fit_rows_span(out, r0, n, s0, w + r0 * cols + s0, cols, h ? h + s0 * cols + s0 : nullptr, cols);
+}
+
+// How a sweep gets its grids: fitted when the sweep reaches each span (GPTQ), all fitted from the sweep's
+// input first (static groups, TurboBoA), or already in `out` (fixed grids, row blocks).
+enum class GridFit { at_group, from_input, given };
+
+// A one-sided GPTQ/GPTAQ solve of rows [r0, r0 + n) of `w` (the sweep's input, original order).
+double solve_rows_one_sided(const float* w, int64_t r0, int64_t n, const InputSide& in, const SolverOptions& o,
+                            GridFit fit, QuantizedWeight& out) {
+    const int64_t cols = out.cols;
+    if (fit == GridFit::from_input) fit_rows_up_front(out, w, r0, n, in.h);
+    std::vector<float> work = rows_in_order(w, r0, n, cols, in.order);
+    return sweep_rows(work.data(), n, cols, in.u.data(), in.p.empty() ? nullptr : in.p.data(), in.order,
+                      fit == GridFit::at_group, in.h, o.sweep.lazy_block, out, r0);
+}
+
+void check_problem(const LayerProblem& p, bool needs_hessian) {
+    LOWBIT_CHECK(p.w && p.rows > 0 && p.cols > 0, ErrorKind::usage, "{}: empty layer", p.name);
+    if (!needs_hessian) return;
+    LOWBIT_CHECK(p.h_in || p.h_in_heads, ErrorKind::usage, "{}: no input Hessian", p.name);
+    if (p.h_in_heads || p.h_out)
+        LOWBIT_CHECK(p.head_rows > 0 && p.rows % p.head_rows == 0, ErrorKind::usage,
+                     "{}: {} rows are not whole heads of {}", p.name, p.rows, p.head_rows);
+}
+
+// F3b: coordinate descent on every (row, group) scale with the codes fixed (turboboa.md §4.5, extended to
+// groups). Rows are refined head by head: within a head of hd rows coupled by H_out (hd = 1, H_out = 1 for
+// one-sided layers). For a row j and group g with Z = level(q) − zero on the group's columns:
+//   Δs = [ Σ_k H_out[j,k] ((W − Q)_k H_in Zᵀ + (W D)_k Zᵀ) ] / (H_out[j,j] · Z H_in Zᵀ)
+// The objective changes by −2·Δ·num + Δ²·den; on constrained scale grids the best projected candidate is
+// taken only when that change is negative.
+void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
+    const GridSpec& g = q.spec;
+    const int64_t rows = p.rows, cols = p.cols, group = g.group_size(cols), per_row = cols / group;
+    const int64_t hd = p.h_out ? p.head_rows : 1;
+    const float* levels = grid_levels(g);
+    const bool kq = is_kquant_grid(g);
+    const int64_t span = g.fit_span(cols);
+    // a = (W − Q)·H_in and b = W·D for every row, by sgemm per group of rows sharing H_in.
+    const int64_t hin_rows = p.h_in_heads ? p.head_rows : rows;
+    std::vector<float> a(size_t(rows * cols)), b(size_t(rows * cols), 0.0f), diff(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+            diff[size_t(r * cols + c)] =
+                p.w[r * cols + c] - grid_value(g, q.grids[size_t(r * per_row + c / group)], q.codes[size_t(r * cols + c)]);
+    for (int64_t r0 = 0; r0 < rows; r0 += hin_rows) {
+        const float* hin = p.h_in_heads ? p.h_in_heads + (r0 / p.head_rows) * cols * cols : p.h_in;
+        gemm_f32(ConstMatF(diff.data() + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(hin, cols, cols), Trans::no,
+                 MatF(a.data() + r0 * cols, hin_rows, cols));
+        if (p.d)
+            gemm_f32(ConstMatF(p.w + r0 * cols, hin_rows, cols), Trans::no,
+                     ConstMatF(p.h_in_heads ? p.d + (r0 / p.head_rows) * cols * cols : p.d, cols, cols), Trans::no,
+                     MatF(b.data() + r0 * cols, hin_rows, cols));
+    }
+    parallel_for(rows / hd, 1, [&](int64_t h0, int64_t h1) {
+        for (int64_t head = h0; head < h1; ++head) {
+            const int64_t r0 = head * hd;
+            const float* hin = p.h_in_heads ? p.h_in_heads + (r0 / p.head_rows) * cols * cols : p.h_in;
+            const float* hout = p.h_out ? p.h_out + head * hd * hd : nullptr;
+            const auto hout_at = [&](int64_t x, int64_t y) { return hout ? double(hout[x * hd + y]) : 1.0; };
+            std::vector<float> z(static_cast<size_t>(group)), zh(static_cast<size_t>(cols));
+            for (int iter = 0; iter < o.refine_iters; ++iter)
+                for (int64_t j = 0; j < hd; ++j)
+                    for (int64_t gi = 0; gi < per_row; ++gi) {
+                        const int64_t c0 = gi * group, row = r0 + j;
+                        GroupGrid& gg = q.grids[size_t(row * per_row + gi)];
+                        bool any = false;
+                        for (int64_t t = 0; t < group; ++t) {
+                            const uint32_t code = q.codes[size_t(row * cols + c0 + t)];
+                            z[size_t(t)] = (levels ? levels[code] : float(code)) - gg.zero;
+                            any |= z[size_t(t)] != 0.0f;
+                        }
+                        if (!any) continue;
+                        // zh = Z H_in (over all columns), den = Z H_in Zᵀ.
+                        std::fill(zh.begin(), zh.end(), 0.0f);
+                        for (int64_t t = 0; t < group; ++t) {
+                            const float zt = z[size_t(t)];
+                            if (zt == 0.0f) continue;
+                            const float* hrow = hin + (c0 + t) * cols;
+                            for (int64_t c = 0; c < cols; ++c) zh[size_t(c)] += zt * hrow[c];
+                        }
+                        double zhz = 0.0;
+                        for (int64_t t = 0; t < group; ++t) zhz += double(zh[size_t(c0 + t)]) * double(z[size_t(t)]);
+                        const double den = hout_at(j, j) * zhz;
+                        if (!(den > 0.0)) continue;
+                        double num = 0.0;
+                        for (int64_t k = 0; k < hd; ++k) {
+                            const double hk = hout_at(j, k);
+                            if (hk == 0.0) continue;
+                            double s = 0.0;
+                            const int64_t rk = (r0 + k) * cols + c0;
+                            for (int64_t t = 0; t < group; ++t)
+                                s += (double(a[size_t(rk + t)]) + double(b[size_t(rk + t)])) * double(z[size_t(t)]);
+                            num += hk * s;
+                        }
+                        const double step = num / den;
+                        const KQuantScales* ks = kq ? &q.kscales[size_t(row * (cols / span) + c0 / span)] : nullptr;
+                        const int sub = kq ? int((c0 % span) / group) : 0;
+                        const std::vector<ScaleCandidate> cands =
+                            scale_candidates(g, gg, ks, sub, float(double(gg.scale) + step));
+                        double best_change = 0.0;
+                        int best = -1;
+                        for (size_t ci = 0; ci < cands.size(); ++ci) {
+                            const double dlt = double(cands[ci].grid.scale) - double(gg.scale);
+                            const double change = -2.0 * dlt * num + dlt * dlt * den;
+                            if (change < best_change) {
+                                best_change = change;
+                                best = int(ci);
+                            }
+                        }
+                        if (best < 0) continue;
+                        const double dlt = double(cands[size_t(best)].grid.scale) - double(gg.scale);
+                        if (dlt == 0.0) continue;
+                        if (cands[size_t(best)].has_kquant_code)
+                            set_kquant_scale_code(g, q.kscales[size_t(row * (cols / span) + c0 / span)], sub,
+                                                  cands[size_t(best)].kquant_code);
+                        gg = cands[size_t(best)].grid;
+                        // a_j = (W − Q)_j H_in loses dlt·Z H_in (the other rows of the head did not move).
+                        const float fd = float(dlt);
+                        float* aj = a.data() + row * cols;
+                        for (int64_t c = 0; c < cols; ++c) aj[c] -= fd * zh[size_t(c)];
+                    }
+        }
+    });
+}
+
+}  // namespace
+
+QuantizedWeight solve_rtn(const LayerProblem& p, const GridSpec& g, SolveStats* stats) {
+    check_problem(p, false);
+    g.check_cols(p.cols, p.name);
+    QuantizedWeight q = quantize_rtn(g, p.w, p.rows, p.cols, g.search == GridSearch::hessian ? p.h_in : nullptr);
+    if (stats) *stats = SolveStats{};
+    return q;
+}
+
+QuantizedWeight solve_gptq(const LayerProblem& p, const SolverOptions& o, SolveStats* stats) {
+    check_problem(p, true);
+    o.grid.check_cols(p.cols, p.name);
+    QuantizedWeight q = empty_result(o.grid, p.rows, p.cols);
+    const bool up_front = o.sweep.grids_up_front || o.sweep.act_order;
+    SolveStats st;
+    const int64_t heads = p.h_in_heads ? p.rows / p.head_rows : 1;
+    const int64_t rows_per = p.h_in_heads ? p.head_rows : p.rows;
+    for (int64_t hh = 0; hh < heads; ++hh) {
+        const int64_t n2 = p.cols * p.cols;
+        const float* h = p.h_in_heads ? p.h_in_heads + hh * n2 : p.h_in;
+        const float* d = p.d ? (p.h_in_heads ? p.d + hh * n2 : p.d) : nullptr;
+        const InputSide in = prepare_input(h, d, p.cols, o, false, p.name);
+        // Dead inputs: their weights are zeroed before the sweep (they never reach the output).
+        std::vector<float> w(p.w + hh * rows_per * p.cols, p.w + (hh + 1) * rows_per * p.cols);
+        for (int64_t c = 0; c < p.cols; ++c)
+            if (in.chol.dead[size_t(c)])
+                for (int64_t r = 0; r < rows_per; ++r) w[size_t(r * p.cols + c)] = 0.0f;
+        QuantizedWeight part = empty_result(o.grid, rows_per, p.cols);
+        st.loss += solve_rows_one_sided(w.data(), 0, rows_per, in, o, up_front ? GridFit::from_input : GridFit::at_group, part);
+        st.damping = std::max(st.damping, in.chol.damping);
+        st.retries = std::max(st.retries, in.chol.retries);
+        st.dead += int64_t(std::count(in.chol.dead.begin(), in.chol.dead.end(), uint8_t(1)));
+        const int64_t gpr = part.groups_per_row();
+        std::copy(part.codes.begin(), part.codes.end(), q.codes.begin() + hh * rows_per * p.cols);
+        std::copy(part.grids.begin(), part.grids.end(), q.grids.begin() + hh * rows_per * gpr);
+        std::copy(part.kscales.begin(), part.kscales.end(), q.kscales.begin() + hh * int64_t(part.kscales.size()));
+    }
+    if (stats) *stats = st;
+    return q;
+}
+
+QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, SolveStats* stats) {
+    if (!p.h_out) {  // one-sided layers: GPTAQ sweep with TurboBoA's grid (+ F3b)
+        SolverOptions one = o;
+        one.sweep.grids_up_front = true;  // grids from the sweep's input W (static groups), turboboa.md §4.5
+        QuantizedWeight q = solve_gptq(p, one, stats);
+        if (o.refine_scales) refine_scales(p, o, q);
+        return q;
+    }
+    check_problem(p, true);
+    LOWBIT_CHECK(p.h_in, ErrorKind::usage, "{}: two-sided layers take one shared H_in", p.name);
+    o.grid.check_cols(p.cols, p.name);
+    const int64_t rows = p.rows, cols = p.cols, hd = p.head_rows, heads = rows / hd;
+    const int64_t nblk = std::max<int64_t>(1, o.row_block);
+    QuantizedWeight q = empty_result(o.grid, rows, cols);
+    SolverOptions so = o;
+    InputSide in = prepare_input(p.h_in, p.d, cols, so, p.d != nullptr, p.name);
+    SolveStats st;
+    st.damping = in.chol.damping;
+    st.retries = in.chol.retries;
+    st.dead = int64_t(std::count(in.chol.dead.begin(), in.chol.dead.end(), uint8_t(1)));
+    std::vector<float> wu(p.w, p.w + rows * cols);  // the row-compensated weights
+    for (int64_t c = 0; c < cols; ++c)
+        if (in.chol.dead[size_t(c)])
+            for (int64_t r = 0; r < rows; ++r) wu[size_t(r * cols + c)] = 0.0f;
+    if (!o.adaptive_grid) fit_rows_up_front(q, wu.data(), 0, rows, p.h_in);  // fixed grids from the original W
+    for (int64_t head = 0; head < heads; ++head) {
+        const InverseCholesky out_side =
+            inverse_cholesky(p.h_out + head * hd * hd, hd, o.damping, o.dead_value, p.name + " (H_out)");
+        st.retries = std::max(st.retries, out_side.retries);
+        const std::vector<float>& uo = out_side.u;
+        for (int64_t r1 = 0; r1 < hd; r1 += nblk) {
+            const int64_t r2 = std::min(hd, r1 + nblk), nb = r2 - r1, row0 = head * hd + r1, rest = hd - r2;
+            const std::vector<float> before(wu.begin() + row0 * cols, wu.begin() + (row0 + nb) * cols);
+            if (o.adaptive_grid) fit_rows_up_front(q, wu.data(), row0, nb, p.h_in);  // F3a: from the compensated rows
+            st.loss += solve_rows_one_sided(wu.data(), row0, nb, in, so, GridFit::given, q);
+            if (rest == 0) continue;
+            // E = (W_B − Q_B) [+ W_B·D·H⁻¹], W_B the rows before their own sweep (Prop. 3.1/3.2).
+            std::vector<float> e(size_t(nb * cols));
+            for (int64_t b = 0; b < nb; ++b)
+                for (int64_t c = 0; c < cols; ++c)
+                    e[size_t(b * cols + c)] = before[size_t(b * cols + c)] -
+                                              grid_value(q.spec, q.grid(row0 + b, c), q.codes[size_t((row0 + b) * cols + c)]);
+            if (!in.rh.empty())
+                gemm_f32(ConstMatF(before.data(), nb, cols), Trans::no, ConstMatF(in.rh.data(), cols, cols), Trans::no,
+                         MatF(e.data(), nb, cols), 1.0f);
+            // T = Uout[B,B]⁻¹·Uout[B, R] (nb × rest, in double), so that ΔW_R = −Tᵀ·E.
+            std::vector<double> inv(size_t(nb * nb), 0.0);  // upper-triangular inverse by back substitution
+            for (int64_t j = 0; j < nb; ++j) {
+                inv[size_t(j * nb + j)] = 1.0 / double(uo[(r1 + j) * hd + r1 + j]);
+                for (int64_t i = j - 1; i >= 0; --i) {
+                    double s = 0.0;
+                    for (int64_t k = i + 1; k <= j; ++k) s += double(uo[(r1 + i) * hd + r1 + k]) * inv[size_t(k * nb + j)];
+                    inv[size_t(i * nb + j)] = -s / double(uo[(r1 + i) * hd + r1 + i]);
+                }
+            }
+            std::vector<float> t(size_t(nb * rest));
+            for (int64_t b = 0; b < nb; ++b)
+                for (int64_t i = 0; i < rest; ++i) {
+                    double s = 0.0;
+                    for (int64_t k = b; k < nb; ++k) s += inv[size_t(b * nb + k)] * double(uo[(r1 + k) * hd + r2 + i]);
+                    t[size_t(b * rest + i)] = float(-s);
+                }
+            gemm_f32(ConstMatF(t.data(), nb, rest), Trans::yes, ConstMatF(e.data(), nb, cols), Trans::no,
+                     MatF(wu.data() + (head * hd + r2) * cols, rest, cols), 1.0f);
+        }
+    }
+    if (o.refine_scales) refine_scales(p, o, q);
+    if (stats) *stats = st;
+    return q;
+}
+
+double layer_objective(const LayerProblem& p, const std::vector<float>& q) {
+    const int64_t rows = p.rows, cols = p.cols;
+    const int64_t hd = p.h_out ? p.head_rows : 1;
+    const int64_t hin_rows = p.h_in_heads ? p.head_rows : rows;  // rows sharing one H_in (and D)
+    std::vector<float> dw(size_t(rows * cols)), m(size_t(rows * cols)), nd(p.d ? size_t(rows * cols) : 0);
+    for (int64_t i = 0; i < rows * cols; ++i) dw[size_t(i)] = q[size_t(i)] - p.w[i];
+    // M = ΔW·H_in and N = W·D, per group of rows sharing H_in (sgemm).
+    for (int64_t r0 = 0; r0 < rows; r0 += hin_rows) {
+        const float* hin = p.h_in_heads ? p.h_in_heads + (r0 / p.head_rows) * cols * cols : p.h_in;
+        gemm_f32(ConstMatF(dw.data() + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(hin, cols, cols), Trans::no,
+                 MatF(m.data() + r0 * cols, hin_rows, cols));
+        if (p.d) {
+            const float* dm = p.h_in_heads ? p.d + (r0 / p.head_rows) * cols * cols : p.d;
+            gemm_f32(ConstMatF(p.w + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(dm, cols, cols), Trans::no,
+                     MatF(nd.data() + r0 * cols, hin_rows, cols));
+        }
+    }
+    // Σ_head Σ_{j,k} H_out[j,k]·(M_k − 2·N_k)·ΔW_jᵀ (H_out = I for one-sided layers), in double.
+    double total = 0.0;
+    for (int64_t head = 0; head < rows / hd; ++head)
+        for (int64_t j = 0; j < hd; ++j)
+            for (int64_t k = 0; k < hd; ++k) {
+                const double hjk = p.h_out ? double(p.h_out[head * hd * hd + j * hd + k]) : 1.0;
+                if (hjk == 0.0) continue;
+                const int64_t rj = head * hd + j, rk = head * hd + k;
+                double s = 0.0;
+                for (int64_t c = 0; c < cols; ++c)
+                    s += (double(m[size_t(rk * cols + c)]) - (p.d ? 2.0 * double(nd[size_t(rk * cols + c)]) : 0.0)) *
+                         double(dw[size_t(rj * cols + c)]);
+                total += hjk * s;
+            }
+    return total;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,280 @@
+// test_ptq_pipeline.cpp — the PTQ pipeline around the solvers: calibration statistics against one-shot
+// products, RoPE averaging against explicit rotations, the block loop (every method on a tiny GGUF model),
+// the GGUF export read back bit for bit, and resuming an interrupted run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+#include "io/gguf_file.h"
+#include "model_test_util.h"
+#include "ptq/calibration.h"
+#include "ptq/export_gguf.h"
+#include "ptq/quantize.h"
+
+namespace lowbit {
+namespace {
+
+// A tiny model whose widths are multiples of 32 (the GGUF block formats' block).
+LlamaModel ptq_model(uint64_t seed = 3) {
+    LlamaModel m;
+    m.config = tiny_llama_config(false, true);
+    m.config.ffn_size = 64;
+    m.config.rope_pairing = RopePairing::adjacent;  // what a GGUF of arch llama holds
+    m.weights = random_llama_weights(m.config, seed, 0.3f);
+    return m;
+}
+
+std::string ptq_gguf(const LlamaModel& m, const std::string& name) {
+    const std::string path = test::temp_path(name);
+    test::write_model_gguf(m, "llama", path);
+    return path;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<double>& b) {
+    double m = 0, s = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        m = std::max(m, std::fabs(double(a[i]) - b[i]));
+        s = std::max(s, std::fabs(b[i]));
+    }
+    return m / s;
+}
+
+// 2/T·XᵀX in double.
+std::vector<double> gram(const std::vector<std::vector<float>>& batches, int64_t n) {
+    std::vector<double> g(size_t(n * n), 0.0);
+    int64_t t = 0;
+    for (const auto& x : batches) {
+        const int64_t rows = int64_t(x.size()) / n;
+        t += rows;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t j = 0; j < n; ++j) g[size_t(i * n + j)] += double(x[size_t(r * n + i)]) * double(x[size_t(r * n + j)]);
+    }
+    for (double& v : g) v *= 2.0 / double(t);
+    return g;
+}
+
+TEST(PtqCalibration, HessiansEqualOneShotProducts) {
+    const LlamaModel m = ptq_model();
+    const LlamaConfig& c = m.config;
+    const BatchShape shape{2, 16};
+    BlockStatsAccumulator acc(c, BlockStatsOptions{true, true, true});
+    std::vector<std::vector<float>> attn_in, ffn_act, diff_attn;
+    for (uint64_t b = 0; b < 2; ++b) {
+        const std::vector<int32_t> tok = test::random_tokens(shape.rows(), c.vocab_size, 11 + b);
+        std::vector<float> x = embed_tokens(c, m.weights.token_embd.data(), tok.data(), shape);
+        std::vector<float> xfp = x;
+        for (float& v : xfp) v *= 1.01f;  // a "full-precision path" that differs
+        BlockScratch sq, sfp;
+        block_forward(c, m.weights.blocks[0], 0, xfp.data(), shape, sfp);
+        block_forward(c, m.weights.blocks[0], 0, x.data(), shape, sq);
+        acc.add(sq, &sfp, shape);
+        attn_in.push_back(sq.attn_in);
+        ffn_act.push_back(sq.ffn_act);
+    }
+    const BlockStatistics st = acc.finish(shape.n_tok);
+    EXPECT_EQ(st.tokens, 2 * shape.rows());
+    EXPECT_LT(max_rel_diff(st.h_attn, gram(attn_in, c.hidden_size)), 1e-5);
+    EXPECT_LT(max_rel_diff(st.h_down, gram(ffn_act, c.ffn_size)), 1e-5);
+    // Value Hessians and D exist with their shapes; H_out per head is symmetric positive semi-definite.
+    EXPECT_EQ(st.h_v.size(), size_t(c.n_kv_heads * c.hidden_size * c.hidden_size));
+    EXPECT_EQ(st.d_v.size(), st.h_v.size());
+    const int64_t hd = c.head_dim;
+    for (int64_t h = 0; h < c.n_heads; ++h)
+        for (int64_t i = 0; i < hd; ++i) {
+            EXPECT_GT(st.h_out_q[size_t(h * hd * hd + i * hd + i)], 0.0f);
+            for (int64_t j = 0; j < hd; ++j)
+                EXPECT_NEAR(st.h_out_q[size_t(h * hd * hd + i * hd + j)], st.h_out_q[size_t(h * hd * hd + j * hd + i)], 1e-4);
+        }
+    // GQA folding: query heads of one KV group share the key covariance.
+    const int64_t group = c.n_heads / c.n_kv_heads;
+    for (int64_t i = 0; i < hd * hd; ++i) EXPECT_EQ(st.h_out_q[size_t(i)], st.h_out_q[size_t((group - 1) * hd * hd + i)]);
+}
+
+TEST(PtqCalibration, RopeAverageEqualsExplicitRotations) {
+    for (RopePairing pairing : {RopePairing::adjacent, RopePairing::halves}) {
+        LlamaConfig c = tiny_llama_config(false, true);
+        c.rope_pairing = pairing;
+        const int64_t hd = c.head_dim, L = 7;
+        std::vector<float> cov(size_t(hd * hd));
+        for (int64_t i = 0; i < hd; ++i)
+            for (int64_t j = 0; j < hd; ++j) cov[size_t(i * hd + j)] = float(std::sin(double(i * 3 + j)) + (i == j ? 2.0 : 0.0));
+        // R_l from apply_rope on the identity: row e_i → R_l e_i (apply_rope rotates each row vector).
+        std::vector<float> cos_t, sin_t;
+        rope_tables(c, L, cos_t, sin_t);
+        std::vector<double> expect(size_t(hd * hd), 0.0);
+        for (int64_t l = 0; l < L; ++l) {
+            std::vector<float> eye(size_t(L * hd * hd), 0.0f);  // L·hd rows; rows l·hd..: positions l
+            for (int64_t i = 0; i < hd; ++i) eye[size_t((l * hd + i) * hd + i)] = 1.0f;
+            // Row r of this batch is at position r mod L, so put e_i at rows whose position is l.
+            std::vector<float> rows(size_t(hd * L * hd), 0.0f);
+            for (int64_t i = 0; i < hd; ++i) rows[size_t((i * L + l) * hd + i)] = 1.0f;
+            apply_rope(rows.data(), BatchShape{hd, L}, 1, hd, pairing, cos_t.data(), sin_t.data());
+            // rows[(i·L + l)] = (R_l e_i)ᵀ = column i of R_l.
+            std::vector<double> r(size_t(hd * hd));
+            for (int64_t i = 0; i < hd; ++i)
+                for (int64_t k = 0; k < hd; ++k) r[size_t(k * hd + i)] = rows[size_t((i * L + l) * hd + k)];
+            for (int64_t i = 0; i < hd; ++i)
+                for (int64_t j = 0; j < hd; ++j) {
+                    double s = 0;
+                    for (int64_t p = 0; p < hd; ++p)
+                        for (int64_t q = 0; q < hd; ++q) s += r[size_t(p * hd + i)] * double(cov[size_t(p * hd + q)]) * r[size_t(q * hd + j)];
+                    expect[size_t(i * hd + j)] += s / double(L);
+                }
+        }
+        EXPECT_LT(max_rel_diff(rope_averaged(c, cov.data(), L), expect), 1e-5) << rope_pairing_name(pairing);
+    }
+}
+
+PtqOptions tiny_options(PtqMethod method, const std::string& format) {
+    PtqOptions o;
+    o.method = method;
+    o.grid = parse_grid(format);
+    o.calibration.samples = 6;
+    o.calibration.length = 24;
+    o.batch = 4;
+    o.row_block = 4;
+    return o;
+}
+
+std::vector<int32_t> tiny_windows(const LlamaConfig& c, const PtqOptions& o) {
+    std::vector<int32_t> w = test::random_tokens(o.calibration.samples * o.calibration.length, c.vocab_size, 5);
+    for (int64_t s = 0; s < o.calibration.samples; ++s) w[size_t(s * o.calibration.length)] = int32_t(c.bos_token_id);
+    return w;
+}
+
+double total_loss(const PtqReport& r) {
+    double s = 0;
+    for (const LayerReport& l : r.layers) s += l.loss;
+    return s;
+}
+
+TEST(PtqPipeline, EveryMethodQuantizesEveryLinear) {
+    const LlamaModel m = ptq_model();
+    const std::string path = ptq_gguf(m, "ptq_methods.gguf");
+    const auto reader = ModelReader::open(path);
+    for (const std::string format : {"q4_0", "mxfp4"}) {
+        for (PtqMethod method : {PtqMethod::rtn, PtqMethod::gptq, PtqMethod::boa, PtqMethod::turboboa}) {
+            PtqOptions o = tiny_options(method, format);
+            PtqReport rep;
+            const QuantizedModel q = quantize_model(*reader, tiny_windows(m.config, o), o, &rep);
+            ASSERT_EQ(q.linears.size(), size_t(7 * m.config.n_layers));
+            ASSERT_EQ(rep.layers.size(), q.linears.size());
+            // The model holds the dequantized weights of each linear.
+            EXPECT_EQ(q.model.weights.blocks[1].w_down, q.linears.at("blk.1.ffn_down").dequantize());
+            if (method == PtqMethod::rtn) continue;  // no Hessians: no proxy loss
+            EXPECT_GT(total_loss(rep), 0.0) << ptq_method_name(method) << " " << format;
+            EXPECT_EQ(rep.calibration_tokens, o.calibration.samples * o.calibration.length);
+        }
+    }
+}
+
+TEST(PtqPipeline, SolversLowerTheProxyLossBelowRtnOnTheSameStatistics) {
+    // RTN vs GPTQ vs TurboBoA on one real block's statistics: the solvers' own objective.
+    const LlamaModel m = ptq_model();
+    const LlamaConfig& c = m.config;
+    PtqOptions o = tiny_options(PtqMethod::gptq, "q4_0");
+    const std::vector<int32_t> win = tiny_windows(c, o);
+    const BatchShape shape{o.calibration.samples, o.calibration.length};
+    std::vector<float> x = embed_tokens(c, m.weights.token_embd.data(), win.data(), shape);
+    BlockScratch s;
+    block_forward(c, m.weights.blocks[0], 0, x.data(), shape, s);
+    BlockStatsAccumulator acc(c, BlockStatsOptions{true, false, false});
+    acc.add(s, nullptr, shape);
+    const BlockStatistics st = acc.finish(shape.n_tok);
+    const BlockWeights& b = m.weights.blocks[0];
+    LayerProblem p{b.w_up.data(), c.ffn_size, c.hidden_size, st.h_ffn.data()};
+    p.name = "up";
+    SolverOptions so;
+    so.grid = parse_grid("q4_0");
+    const double rtn = layer_objective(p, solve_rtn(p, so.grid).dequantize());
+    const double gptq = layer_objective(p, solve_gptq(p, so).dequantize());
+    EXPECT_LT(gptq, rtn);
+    LayerProblem pq{b.wq.data(), c.q_dim(), c.hidden_size, st.h_attn.data()};
+    pq.h_out = st.h_out_q.data();
+    pq.head_rows = c.head_dim;
+    pq.name = "q";
+    so.row_block = 4;
+    const double rtn_q = layer_objective(pq, solve_rtn(pq, so.grid).dequantize());
+    const double tb_q = layer_objective(pq, solve_turboboa(pq, so).dequantize());
+    EXPECT_LT(tb_q, rtn_q);
+}
+
+TEST(PtqExport, GgufReadsBackBitForBitWithMetadata) {
+    const LlamaModel m = ptq_model();
+    const std::string src = ptq_gguf(m, "ptq_export_src.gguf");
+    const auto reader = ModelReader::open(src);
+    for (const std::string format : {"q4_0", "q4_1", "q5_0", "q8_0", "mxfp4"}) {
+        PtqOptions o = tiny_options(PtqMethod::gptq, format);
+        const QuantizedModel q = quantize_model(*reader, tiny_windows(m.config, o), o, nullptr);
+        const std::string out = test::temp_path("ptq_export_" + format + ".gguf");
+        const GgufExportReport rep = export_quantized_gguf(q, src, out, format);
+        EXPECT_EQ(rep.quantized, 7 * m.config.n_layers);
+        const auto back = ModelReader::open(out);
+        for (int64_t l = 0; l < m.config.n_layers; ++l) {
+            const BlockWeights bw = back->block(l);
+            for (Projection p : kProjections)
+                EXPECT_EQ(projection_weight(bw, p), q.linears.at(linear_name(l, p)).dequantize()) << format << " " << l;
+            EXPECT_EQ(bw.attn_norm, m.weights.blocks[size_t(l)].attn_norm);
+        }
+        EXPECT_EQ(back->token_embedding(), m.weights.token_embd);
+        const GgufFile f = GgufFile::open(out);
+        EXPECT_EQ(f.get_string("lowbit.quantization.method"), "gptq");
+        EXPECT_EQ(f.get_string("lowbit.quantization.format"), format);
+        EXPECT_EQ(f.tensor("blk.0.attn_q.weight").type, parse_grid(format).gguf_type());
+        EXPECT_EQ(f.get_string("general.architecture"), "llama");
+    }
+}
+
+TEST(PtqExport, RotatedModelExportsUntiedAndExact) {
+    const LlamaModel m = ptq_model();
+    const std::string src = ptq_gguf(m, "ptq_rot_src.gguf");
+    const auto reader = ModelReader::open(src);
+    PtqOptions o = tiny_options(PtqMethod::rtn, "q8_0");
+    o.rotate = true;
+    const QuantizedModel q = quantize_model(*reader, {}, o, nullptr);
+    EXPECT_FALSE(q.model.weights.output.empty());
+    const std::string out = test::temp_path("ptq_rot.gguf");
+    export_quantized_gguf(q, src, out, "q8_0");
+    const GgufFile f = GgufFile::open(out);
+    ASSERT_NE(f.find_tensor("output.weight"), nullptr);
+    EXPECT_EQ(f.get_string("lowbit.quantization.rotation"), q.record.rotation);
+    // The file holds exactly the rotated, quantized model (the source's F32 tensors stay F32): same logits.
+    const LlamaModel back = load_llama_model(out);
+    EXPECT_TRUE(back.config.tied_embeddings == false);
+    const std::vector<int32_t> tok = test::random_tokens(12, m.config.vocab_size, 9);
+    EXPECT_EQ(forward_logits(q.model, tok.data(), BatchShape{1, 12}), forward_logits(back, tok.data(), BatchShape{1, 12}));
+}
+
+TEST(PtqPipeline, ResumedRunEqualsAnUninterruptedOne) {
+    const LlamaModel m = ptq_model();
+    const std::string src = ptq_gguf(m, "ptq_resume_src.gguf");
+    const auto reader = ModelReader::open(src);
+    PtqOptions o = tiny_options(PtqMethod::turboboa, "q4_0");
+    const std::vector<int32_t> win = tiny_windows(m.config, o);
+    const QuantizedModel full = quantize_model(*reader, win, o, nullptr);
+    o.checkpoint_dir = test::temp_path("ptq_resume.partial");
+    std::filesystem::remove_all(o.checkpoint_dir);
+    o.on_block_done = [](int64_t block) {
+        if (block == 1) throw std::runtime_error("interrupted");
+    };
+    EXPECT_THROW(quantize_model(*reader, win, o, nullptr), std::runtime_error);
+    o.on_block_done = nullptr;
+    o.resume = true;
+    PtqReport rep;
+    const QuantizedModel resumed = quantize_model(*reader, win, o, &rep);
+    EXPECT_EQ(rep.resumed_from_block, 2);
+    for (const auto& [name, qw] : full.linears) {
+        EXPECT_EQ(resumed.linears.at(name).codes, qw.codes) << name;
+        EXPECT_EQ(resumed.linears.at(name).dequantize(), qw.dequantize()) << name;
+    }
+    // A checkpoint of other options is refused, not silently reused.
+    o.grid = parse_grid("q8_0");
+    test::expect_error_mentions([&] { quantize_model(*reader, win, o, nullptr); }, "different run");
+}
+
+}  // namespace
+}  // namespace lowbit
