@@ -2,20 +2,21 @@
 # ptq_table.sh — quantize SmolLM2-135M with several methods at one format and print a table of file size,
 # perplexity and KLD against the unquantized model (SOTU test split, llama.cpp's protocol, 8 windows of 512).
 #   scripts/ptq_table.sh --format F [--out DIR] [--methods "rtn gptq turboboa"] [--chunks N] [extra quantize args...]
-# Needs a built ./build/lowbit and the fetched model (scripts/run.sh does both).
+# Needs a built ./build/lowbit (or LOWBIT=path) and the fetched model (scripts/run.sh does both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 format=mxfp4; out=build/ptq_table; methods="rtn gptq turboboa"; chunks=8; extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --format) format="$2"; shift 2 ;;
+        --mix) format="$2"; extra+=(--mix "$2"); mix=1; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --methods) methods="$2"; shift 2 ;;
         --chunks) chunks="$2"; shift 2 ;;
         *) extra+=("$1"); shift ;;
     esac
 done
-lowbit=./build/lowbit
+lowbit=${LOWBIT:-./build/lowbit}
 model=smollm2-135m
 mkdir -p "$out"
 eval_args=(--corpus sotu-test --ctx 512 --chunks "$chunks" --no-progress --json)
@@ -23,7 +24,8 @@ echo "ptq_table: reference logits of the unquantized model"
 "$lowbit" eval --model "$model" "${eval_args[@]}" --save-logits "$out/base.kld" > "$out/eval_base.json"
 for m in $methods; do
     echo "ptq_table: quantize --method $m --format $format"
-    "$lowbit" quantize --model "$model" --method "$m" --format "$format" --out "$out/smollm2-$m-$format.gguf" \
+    fmt_arg=(--format "$format"); [ -n "${mix:-}" ] && fmt_arg=()
+    "$lowbit" quantize --model "$model" --method "$m" "${fmt_arg[@]}" --out "$out/smollm2-$m-$format.gguf" \
         --report "$out/quantize_$m.json" --quiet "${extra[@]}"
     "$lowbit" eval --model "$out/smollm2-$m-$format.gguf" "${eval_args[@]}" --kld-base "$out/base.kld" \
         > "$out/eval_$m.json"

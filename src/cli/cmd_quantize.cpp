@@ -3,6 +3,7 @@
 // with a per-layer table and an optional JSON report.
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -12,6 +13,8 @@
 #include "io/model_registry.h"
 #include "io/npy.h"
 #include "model/tokenizer.h"
+#include "formats/gguf_mixes.h"
+#include "io/gguf_file.h"
 #include "ptq/export_gguf.h"
 #include "ptq/export_safetensors.h"
 #include "ptq/quantize.h"
@@ -22,7 +25,7 @@ namespace {
 
 struct QuantizeArgs {
     std::string model, method = "turboboa", features = "f1,f2,f3", format, out, report, rotate = "none";
-    std::string packing = "auto";
+    std::string packing = "auto", mix;
     std::string calib_corpus = "sotu-train", calib_text, grid_search = "hessian", device = "cpu";
     int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
     uint64_t seed = 0;
@@ -56,11 +59,15 @@ void run_quantize(const QuantizeArgs& a) {
     GridSearch search;
     LOWBIT_CHECK(parse_grid_search(a.grid_search, &search), ErrorKind::usage,
                  "--grid-search {}: minmax | mse | hessian", a.grid_search);
-    o.grid = parse_grid(a.format, a.group, a.sym, search);
+    LOWBIT_CHECK(a.format.empty() != a.mix.empty(), ErrorKind::usage,
+                 "give one of --format F (every projection on one grid) or --mix M (llama.cpp's per-tensor types)");
+    const GgufMix* mix = a.mix.empty() ? nullptr : &gguf_mix_by_name(a.mix);
+    o.grid = mix ? grid_of_gguf_type(mix->base, search) : parse_grid(a.format, a.group, a.sym, search);
+    LOWBIT_CHECK(!mix || to_gguf, ErrorKind::usage, "--mix {} writes a .gguf (--out FILE.gguf)", a.mix);
     LOWBIT_CHECK(!to_gguf || o.grid.is_gguf(), ErrorKind::usage,
                  "--format {} has no GGUF block type: write a Hugging Face directory instead (--out DIR: GPTQ-packed "
                  "safetensors), or pick a GGUF format (q4_0, q4_1, q5_0, q8_0, q2_k..q6_k, mxfp4, …)", a.format);
-    LOWBIT_CHECK(!to_gguf || gguf_type_can_dequantize(o.grid.gguf_type()), ErrorKind::usage,
+    LOWBIT_CHECK(!to_gguf || !o.grid.is_gguf() || gguf_type_can_dequantize(o.grid.gguf_type()), ErrorKind::usage,
                  "--format {}: lowbit cannot read {} GGUF tensors back yet, so it does not write them; write a Hugging "
                  "Face directory (--out DIR, fake-quantized) instead", a.format, gguf_type_name(o.grid.gguf_type()));
     const SafetensorsPacking packing =
@@ -89,7 +96,22 @@ void run_quantize(const QuantizeArgs& a) {
                  "quantize: GGUF export needs a GGUF source (its tokenizer and metadata are copied); {} is {} — write a "
                  "Hugging Face directory (--out DIR) instead", path, reader->format());
     const LlamaConfig& c = reader->config();
-    for (Projection p : kProjections) o.grid.check_cols(projection_in_features(c, p), projection_name(p));
+    // A mix: llama.cpp's type for every tensor of the source file, the projections solved on theirs.
+    std::map<std::string, GgufType> mix_types;
+    if (mix) {
+        const GgufFile src = GgufFile::open(path);
+        std::vector<MixTensor> tensors;
+        for (const GgufTensorInfo& t : src.tensors()) tensors.push_back({t.name, t.ne, t.type});
+        const MixModel mm{int(c.n_layers), int(c.n_heads), int(c.n_kv_heads), 0, o.method != PtqMethod::rtn};
+        const std::vector<GgufType> types = gguf_mix_types(*mix, mm, tensors);
+        for (size_t i = 0; i < tensors.size(); ++i) mix_types[tensors[i].name] = types[i];
+        o.mix = mix->name;
+        o.per_tensor_grid = [&mix_types, search](const std::string& linear, int64_t, int64_t) {
+            return grid_of_gguf_type(mix_types.at(linear + ".weight"), search);
+        };
+    } else {
+        for (Projection p : kProjections) o.grid.check_cols(projection_in_features(c, p), projection_name(p));
+    }
     if (o.rotate) check_rotation_supported(c, o.rotation);
     const Tokenizer tok = load_tokenizer(path, "");
 
@@ -100,7 +122,13 @@ void run_quantize(const QuantizeArgs& a) {
     uint64_t file_bytes = 0;
     nlohmann::json export_json;
     if (to_gguf) {
-        const GgufExportReport ex = export_quantized_gguf(q, path, a.out, o.grid.name());
+        const OtherTensorType other = [&mix_types](const std::string& name) -> std::optional<GgufType> {
+            const auto it = mix_types.find(name);
+            if (it == mix_types.end()) return std::nullopt;
+            return it->second;
+        };
+        const GgufExportReport ex =
+            export_quantized_gguf(q, path, a.out, mix ? std::string(mix->name) : o.grid.name(), mix ? other : OtherTensorType{});
         file_bytes = ex.bytes;
         std::printf("quantize: wrote %s (%.2f MB, %lld tensors, %lld from solver codes)\n", a.out.c_str(),
                     double(ex.bytes) / 1e6, (long long)ex.tensors, (long long)ex.quantized);
@@ -129,7 +157,7 @@ void run_quantize(const QuantizeArgs& a) {
                          l.retries > 0 ? "the Hessian needed extra damping" : "loss ≥ 10x the median of its projection");
         }
     std::printf("quantize: %s %s%s%s, %lld calibration tokens, %.1f s (calibration %.1f s), peak memory %.0f MiB\n",
-                a.method.c_str(), o.grid.describe().c_str(), o.method == PtqMethod::turboboa ? " " : "",
+                a.method.c_str(), (o.mix.empty() ? o.grid.describe() : o.mix).c_str(), o.method == PtqMethod::turboboa ? " " : "",
                 o.describe_features().c_str(), (long long)rep.calibration_tokens, rep.seconds, rep.calibration_seconds,
                 double(rep.peak_rss_bytes) / 1048576.0);
     if (!a.report.empty()) {
@@ -138,7 +166,7 @@ void run_quantize(const QuantizeArgs& a) {
         j["out"] = a.out;
         j["method"] = a.method;
         j["features"] = o.describe_features();
-        j["format"] = o.grid.describe();
+        j["format"] = o.mix.empty() ? o.grid.describe() : o.mix;
         j["calibration"] = o.method == PtqMethod::rtn ? "" : o.calibration.describe();
         j["rotation"] = q.record.rotation;
         j["seconds"] = rep.seconds;
@@ -166,8 +194,8 @@ void register_quantize_command(CLI::App& app) {
     cq->add_option("--model", a->model, "source model (.gguf)")->required();
     cq->add_option("--method", a->method, "rtn | gptq | boa | turboboa (default)");
     cq->add_option("--features", a->features, "turboboa: f1,f2,f3 (default all; 'none' = BoA-like with fixed grids)");
-    cq->add_option("--format", a->format, "int2..int8 | q4_0 | q4_1 | q5_0 | q5_1 | q8_0 | iq4_nl | q2_k..q6_k | mxfp4 | nvfp4")
-        ->required();
+    cq->add_option("--format", a->format, "int2..int8 | q4_0 | q4_1 | q5_0 | q5_1 | q8_0 | iq4_nl | q2_k..q6_k | mxfp4 | nvfp4");
+    cq->add_option("--mix", a->mix, "llama.cpp's file-type mix instead of --format: q4_k_m, q3_k_m, q2_k, q5_k_m, q6_k, …");
     cq->add_option("--group", a->group, "int grids: group size (0 = per channel)");
     cq->add_flag("--sym", a->sym, "int grids: symmetric");
     cq->add_option("--grid-search", a->grid_search, "grid fitting: minmax | mse | hessian (default)");

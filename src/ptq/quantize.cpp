@@ -149,7 +149,7 @@ std::string fingerprint(const ModelReader& r, const PtqOptions& o) {
     return r.path() + "|" + ptq_method_name(o.method) + "|" + o.describe_features() + "|" + o.grid.describe() + "|" +
            o.calibration.describe() + "|" + std::to_string(o.alpha) + "|" + std::to_string(o.row_block) + "|" +
            (o.rotate ? describe(o.rotation) : "none") + "|" + std::to_string(o.act_order) + "|" +
-           std::to_string(o.block_v) + "|" + std::to_string(o.damping) + (o.per_tensor_grid ? "|mix" : "");
+           std::to_string(o.block_v) + "|" + std::to_string(o.damping) + "|" + o.mix;
 }
 
 bool is_projection_layer(const std::string& linear, Projection p) {
@@ -169,7 +169,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     if (o.rotate) rotate_model(m, o.rotation);
     out.record.method = ptq_method_name(o.method);
     out.record.features = o.describe_features();
-    out.record.format = o.grid.describe();
+    out.record.format = o.mix.empty() ? o.grid.describe() : o.mix;
     out.record.rotation = o.rotate ? describe(o.rotation) : "none";
     out.record.act_order = o.act_order;
     out.record.damping = o.damping;

@@ -35,8 +35,9 @@ struct PtqOptions {
     PtqMethod method = PtqMethod::turboboa;
     bool f1 = true, f2 = true, f3 = true;     // turboboa features
     GridSpec grid;                            // the projections' grid, unless per_tensor_grid is set
-    // Per linear ("blk.3.attn_v") grid, e.g. from a llama.cpp mix; null: `grid` everywhere.
+    // Per linear ("blk.3.attn_v") grid, e.g. from a llama.cpp mix (named by `mix`); null: `grid` everywhere.
     std::function<GridSpec(const std::string& linear, int64_t rows, int64_t cols)> per_tensor_grid;
+    std::string mix;
     CalibrationSpec calibration;
     double alpha = 0.25;                      // F2
     int64_t row_block = 16;                   // F1's N
