@@ -145,7 +145,51 @@ if c.lowbit("info", "--model", "smollm2-135m", expect_rc=None).returncode == 0:
     r = c.lowbit(*base, "--protocol", "hf", "--save-logits", c.path("cli_hf.kld"), expect_rc=None)
     c.check("eval --protocol hf --save-logits exits 2", r.returncode == 2 and "--protocol llama" in r.stderr,
             (r.returncode, r.stderr[-300:]))
+    # quantize: refusals before any work, then RTN and GPTQ (a small calibration) into GGUF and GPTQ
+    # safetensors, each read back by eval.
+    q = ["quantize", "--model", "smollm2-135m", "--quiet"]
+    for args, rc, needle, what in [
+            ([], 2, "--format", "neither --format nor --mix"),
+            (["--format", "q4_0", "--mix", "q4_k_m"], 2, "--mix", "both --format and --mix"),
+            (["--format", "int4", "--out", c.path("x.gguf")], 2, "Hugging Face", "an int grid into a .gguf"),
+            (["--method", "awq", "--format", "q4_0"], 2, "rtn | gptq", "an unknown method"),
+            (["--features", "f4", "--format", "q4_0"], 2, "f4", "an unknown feature"),
+            (["--format", "int4", "--group", "128", "--out", c.path("x")], 2, "multiple", "a group that does not divide 576")]:
+        extra = [] if "--out" in args else ["--out", c.path("x.gguf")]
+        r = c.lowbit(*q, *args, *extra, expect_rc=None)
+        c.check(f"quantize with {what} exits {rc}", r.returncode == rc and needle in r.stderr, (r.returncode, r.stderr[-300:]))
+    out = c.path("cli_rtn_q8_0.gguf")
+    r = c.lowbit(*q, "--method", "rtn", "--format", "q8_0", "--out", out, expect_rc=None)
+    c.check("quantize rtn q8_0 writes a GGUF", r.returncode == 0 and os.path.exists(out), (r.returncode, r.stderr[-300:]))
+    r = c.lowbit(*base, "--json", expect_rc=None)
+    ppl_base = json.loads(r.stdout)["ppl"] if r.returncode == 0 else 0
+    r = c.lowbit("eval", "--model", out, *base[3:], "--json", expect_rc=None)
+    rep = json.loads(r.stdout) if r.returncode == 0 else {}
+    c.check("the RTN q8_0 GGUF evaluates within 5 % of the unquantized perplexity",
+            r.returncode == 0 and abs(rep.get("ppl", 0) / ppl_base - 1) < 0.05, (r.returncode, rep.get("ppl"), ppl_base))
+    r = c.lowbit("info", "--model", out, "--json", expect_rc=None)
+    types = json.loads(r.stdout).get("tensor_types", {}) if r.returncode == 0 else {}
+    c.check("its 210 projections are Q8_0 (and the Q8_0 token embedding, copied)", types.get("Q8_0", {}).get("tensors") == 211, types)
+    calib = ["--calib-samples", "2", "--calib-len", "64"]
+    out = c.path("cli_gptq_q4_0.gguf")
+    rj = c.path("cli_gptq_report.json")
+    r = c.lowbit(*q, "--method", "gptq", "--format", "q4_0", *calib, "--out", out, "--report", rj, expect_rc=None)
+    rep = json.load(open(rj)) if r.returncode == 0 else {}
+    c.check("quantize gptq q4_0 reports 210 layers with positive losses", r.returncode == 0 and
+            len(rep.get("layers", [])) == 210 and all(l["loss"] > 0 for l in rep["layers"]) and
+            rep.get("calibration_tokens") == 128, (r.returncode, r.stderr[-300:]))
+    r = c.lowbit("eval", "--model", out, *base[3:], "--json", expect_rc=None)
+    c.check("the GPTQ q4_0 GGUF evaluates", r.returncode == 0 and 1 < json.loads(r.stdout)["ppl"] < 3 * ppl_base,
+            (r.returncode, r.stderr[-300:]))
+    out = c.path("cli_gptq_int4")
+    r = c.lowbit(*q, "--method", "gptq", "--format", "int4", "--group", "64", "--sym", *calib, "--out", out, expect_rc=None)
+    c.check("quantize gptq int4 g64 writes GPTQ safetensors", r.returncode == 0 and
+            os.path.exists(os.path.join(out, "config.json")), (r.returncode, r.stderr[-300:]))
+    model_path = json.loads(c.lowbit("info", "--model", "smollm2-135m", "--json").stdout)["model"]
+    r = c.lowbit("eval", "--model", out, "--tokenizer", model_path, *base[3:], "--json", expect_rc=None)
+    c.check("eval reads the GPTQ-packed checkpoint", r.returncode == 0 and 1 < json.loads(r.stdout)["ppl"] < 3 * ppl_base,
+            (r.returncode, r.stderr[-300:]))
 else:
-    print("SKIP: eval --weights and --protocol checks (smollm2-135m not fetched: scripts/fetch_model.sh)")
+    print("SKIP: eval --weights, --protocol and quantize checks (smollm2-135m not fetched: scripts/fetch_model.sh)")
 
 c.finish()
