@@ -144,17 +144,18 @@ void run_quantize(const QuantizeArgs& a) {
     std::filesystem::remove_all(o.checkpoint_dir);
 
     if (!a.quiet) {
-        std::printf("%-22s %-16s %12s %8s %8s\n", "layer", "grid", "loss", "seconds", "damping");
+        std::printf("%-22s %-16s %12s %10s %8s %8s\n", "layer", "grid", "loss", "rel. loss", "seconds", "damping");
         for (const LayerReport& l : rep.layers)
-            std::printf("%-22s %-16s %12.4g %8.2f %7.2f%%%s\n", l.name.c_str(), l.grid.c_str(), l.loss, l.seconds,
-                        l.damping * 100.0, l.flagged ? "  <- flagged" : "");
+            std::printf("%-22s %-16s %12.4g %10.3g %8.2f %7.2f%%%s\n", l.name.c_str(), l.grid.c_str(), l.loss, l.rel_loss,
+                        l.seconds, l.damping * 100.0, l.flagged ? "  <- flagged" : "");
     }
     int64_t flagged = 0;
     for (const LayerReport& l : rep.layers)
         if (l.flagged) {
             ++flagged;
             std::fprintf(stderr, "quantize: %s: %s\n", l.name.c_str(),
-                         l.retries > 0 ? "the Hessian needed extra damping" : "loss ≥ 10x the median of its projection");
+                         l.retries > 0 ? "the Hessian needed extra damping"
+                                       : "relative loss ≥ 10x the median of its projection");
         }
     std::printf("quantize: %s %s%s%s, %lld calibration tokens, %.1f s (calibration %.1f s), peak memory %.0f MiB\n",
                 a.method.c_str(), (o.mix.empty() ? o.grid.describe() : o.mix).c_str(), o.method == PtqMethod::turboboa ? " " : "",
@@ -178,7 +179,7 @@ void run_quantize(const QuantizeArgs& a) {
         j["resumed_from_block"] = rep.resumed_from_block;
         j["flagged_layers"] = flagged;
         for (const LayerReport& l : rep.layers)
-            j["layers"].push_back({{"name", l.name}, {"grid", l.grid}, {"loss", l.loss}, {"seconds", l.seconds},
+            j["layers"].push_back({{"name", l.name}, {"grid", l.grid}, {"loss", l.loss}, {"rel_loss", l.rel_loss}, {"seconds", l.seconds},
                                    {"damping", l.damping}, {"retries", l.retries}, {"dead_inputs", l.dead},
                                    {"flagged", l.flagged}});
         const std::string text = j.dump(1);

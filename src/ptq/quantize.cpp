@@ -316,7 +316,13 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             LayerReport lr;
             lr.name = name;
             lr.grid = g.describe();
-            lr.loss = calibrated ? layer_objective(pb, projection_weight(bw, p)) : 0.0;
+            if (calibrated) {
+                lr.loss = layer_objective(pb, projection_weight(bw, p));
+                LayerProblem plain = pb;  // tr(H_out W H_in Wᵀ): the objective of all-zero weights without D
+                plain.d = nullptr;
+                const double size = layer_objective(plain, std::vector<float>(w.size(), 0.0f));
+                lr.rel_loss = size > 0 ? lr.loss / size : 0.0;
+            }
             lr.damping = ss.damping;
             lr.retries = ss.retries;
             lr.dead = ss.dead;
@@ -344,16 +350,16 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         if (o.on_block_done) o.on_block_done(l);
     }
     progress.finish();
-    // Flag layers whose loss is far above the median of their projection, or that needed more damping.
+    // Flag layers whose relative loss is far above the median of their projection, or that needed more damping.
     for (Projection p : kProjections) {
         std::vector<double> losses;
         for (const LayerReport& lr : rep.layers)
-            if (is_projection_layer(lr.name, p)) losses.push_back(lr.loss);
+            if (is_projection_layer(lr.name, p)) losses.push_back(lr.rel_loss);
         if (losses.empty()) continue;
         std::nth_element(losses.begin(), losses.begin() + int64_t(losses.size() / 2), losses.end());
         const double median = losses[losses.size() / 2];
         for (LayerReport& lr : rep.layers)
-            if (is_projection_layer(lr.name, p)) lr.flagged = lr.retries > 0 || (median > 0 && lr.loss > 10.0 * median);
+            if (is_projection_layer(lr.name, p)) lr.flagged = lr.retries > 0 || (median > 0 && lr.rel_loss > 10.0 * median);
     }
     rep.seconds = seconds_since(t0);
     rep.peak_rss_bytes = peak_rss_bytes();

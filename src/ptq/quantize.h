@@ -57,12 +57,13 @@ struct PtqOptions {
 struct LayerReport {
     std::string name;
     std::string grid;
-    double loss = 0;         // the solver's proxy loss (GPTQ error: Σ (w − q)²/U_cc² / 2)
+    double loss = 0;         // the layer objective (turboboa.md §4.1) of the quantized weights
+    double rel_loss = 0;     // loss / tr(H_out W H_in Wᵀ): the output error relative to the output's size
     double seconds = 0;
     double damping = 0;
     int retries = 0;
     int64_t dead = 0;
-    bool flagged = false;    // loss explosion (≥ 10× the median of its projection) or extra damping
+    bool flagged = false;    // rel_loss ≥ 10× the median of its projection, or extra damping
 };
 
 struct PtqReport {
