@@ -59,7 +59,9 @@ void check(const char* mix, const MixModel& m, const std::vector<MixTensor>& ten
     const auto got = types_by_name(mix, m, tensors);
     EXPECT_EQ(got.at("token_embd.weight"), e.token_embd) << mix;
     EXPECT_EQ(got.at("output_norm.weight"), T::F32) << mix;
-    if (got.count("output.weight")) EXPECT_EQ(got.at("output.weight"), e.output) << mix;
+    if (got.count("output.weight")) {
+        EXPECT_EQ(got.at("output.weight"), e.output) << mix;
+    }
     const char* kinds[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
                            "ffn_down"};
     for (int l = 0; l < m.n_layers; ++l)
