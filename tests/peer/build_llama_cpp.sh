@@ -24,7 +24,7 @@ SDIST_DIR="$PEER_DIR/sdist"
 SRC_ROOT="$PEER_DIR/llama_cpp_python-$VERSION"
 LLAMA_SRC="$SRC_ROOT/vendor/llama.cpp"
 BUILD="$PEER_DIR/llama.cpp-build"
-TARGETS=(llama-perplexity llama-tokenize llama-quantize)
+TARGETS=(llama-perplexity llama-tokenize llama-quantize llama-imatrix)
 
 for tool in cmake c++; do
     command -v "$tool" >/dev/null || { echo "build_llama_cpp.sh: '$tool' not found (apt-get install cmake g++)" >&2; exit 1; }
