@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/gemm_cpu.h"
+#include "error_test_util.h"
 #include "model/forward_cpu.h"
 #include "model/linear.h"
 
@@ -185,6 +186,30 @@ TEST(LinearSeam, FakeQuantActivationsPerToken) {
     gemm_f32(ConstMatF(xq.data(), rows, in), Trans::no, ConstMatF(lin.dequantized_weights().data(), out, in), Trans::yes,
              MatF(ref.data(), rows, out));
     EXPECT_EQ(y, ref);
+}
+
+// W4A4 of an already quantized model (`eval --acts int4` without --weights): the weights as loaded (a view,
+// no copy), the activations quantized per token before the product; neither format is refused.
+TEST(LinearSeam, ActivationsOnlyOverTheLoadedWeights) {
+    const int64_t out = 16, in = 64, rows = 5;
+    const std::vector<float> w = random_matrix(out, in, 12), x = random_matrix(rows, in, 13);
+    QuantSpec aq;
+    aq.format = &find_format("int4");
+    FakeQuantLinear lin(ConstMatF(w.data(), out, in), QuantSpec{}, aq);
+    EXPECT_EQ(lin.describe(), "weights as loaded, activations int4 per-row asym");
+    EXPECT_EQ(lin.weight().data, w.data());
+    EXPECT_TRUE(lin.dequantized_weights().empty());
+    std::vector<float> y(size_t(rows * out), 1.0f), ref(y.size(), 1.0f), dense(y.size());
+    lin.forward(ConstMatF(x.data(), rows, in), MatF(y.data(), rows, out), 1.0f);  // a fused residual add as well
+    const std::vector<float> xq = quantize_dequantize(*aq.format, x.data(), rows, in, aq.options);
+    gemm_f32(ConstMatF(xq.data(), rows, in), Trans::no, ConstMatF(w.data(), out, in), Trans::yes, MatF(ref.data(), rows, out),
+             1.0f);
+    EXPECT_EQ(y, ref);
+    gemm_f32(ConstMatF(x.data(), rows, in), Trans::no, ConstMatF(w.data(), out, in), Trans::yes, MatF(dense.data(), rows, out));
+    for (float& v : dense) v += 1.0f;
+    EXPECT_GT(max_abs_diff(y, dense), 0.01f);  // int4 activations are not the dense product
+    expect_error_with([&] { FakeQuantLinear(ConstMatF(w.data(), out, in), QuantSpec{}); }, ErrorKind::usage,
+                      {"neither a weight nor an activation format"});
 }
 
 // Linears are chosen per layer: fake-quantizing only block 1 gives the logits of the dense model whose

@@ -166,12 +166,11 @@ struct LinearChoice {
     double weight_bits = 32;  // per weight of the seven projections, as stored by the chosen format
 };
 
-// `weights`: one entry of --weights ("none": dense).
+// `weights`: one entry of --weights (empty or "none": the weights as loaded, dense unless --acts).
 LinearChoice choose_linears(const EvalArgs& a, const std::string& weights, const LlamaConfig& c) {
     LinearChoice ch;
     LOWBIT_CHECK(a.adahop.empty() || (a.weights.empty() && a.acts.empty()), ErrorKind::usage,
                  "--adahop quantizes both operands itself: give it without --weights/--acts");
-    LOWBIT_CHECK(a.acts.empty() || !a.weights.empty(), ErrorKind::usage, "--acts needs --weights (W4A8: --weights int4 --acts int8)");
     if (!a.adahop.empty()) {
         ch.adahop = true;
         ch.plan.fwd = parse_strategy(a.adahop);
@@ -180,14 +179,17 @@ LinearChoice choose_linears(const EvalArgs& a, const std::string& weights, const
                                      strategy_short_name(ch.plan.fwd));
         return ch;
     }
+    if (!a.acts.empty()) ch.acts.format = &find_format(a.acts);
     if (weights.empty() || weights == "none") {
-        LOWBIT_CHECK(a.acts.empty(), ErrorKind::usage, "--acts needs quantized weights (\"none\" is dense)");
+        if (!ch.acts.format) return ch;
+        // W4A4 of a quantized file: its weights as loaded, the activations per token.
+        ch.cpu = fake_quant_linears(QuantSpec{}, ch.acts);
+        ch.description = "weights as loaded, activations " + ch.acts.describe() + " per token";
         return ch;
     }
     ch.weights.format = &find_format(weights);
     ch.weights.options.group = a.group;
     ch.weights.options.sym = a.sym;
-    if (!a.acts.empty()) ch.acts.format = &find_format(a.acts);
     ch.cpu = fake_quant_linears(ch.weights, ch.acts);
     double bits = 0, n = 0;
     for (Projection p : kProjections) {
@@ -217,7 +219,7 @@ std::vector<std::string> split_list(const std::string& s) {
 CudaLlamaOptions cuda_options(const EvalArgs& a, const LinearChoice& linears) {
     CudaLinearFactory f;
     if (linears.adahop) f = cuda_adahop_linears(Plan{}, LpMatmulOptions{}, linears.plan);
-    else if (linears.weights.format) f = cuda_fake_quant_linears(linears.weights, linears.acts);
+    else if (linears.weights.format || linears.acts.format) f = cuda_fake_quant_linears(linears.weights, linears.acts);
     return CudaLlamaOptions{parse_cuda_precision(a.precision), CudaResidency::automatic, f};
 }
 #endif
@@ -525,7 +527,10 @@ void register_model_commands(CLI::App& app) {
                    "one table");
     ce->add_option("--group", ev->group, "with --weights int2..int8: group size along in_features (default: per row)");
     ce->add_flag("--sym", ev->sym, "with --weights int2..int8: symmetric grid");
-    ce->add_option("--acts", ev->acts, "also quantize the activations at every projection's input per token (e.g. int8, mxfp4)");
+    ce->add_option("--acts", ev->acts,
+                   "quantize the activations at every projection's input per token (e.g. int8, int4, mxfp4); with "
+                   "--weights after the weights' fake-quant, without it (or with none) over the weights as loaded "
+                   "(W4A4 of a GPTQ/TurboBoA file)");
     ce->add_option("--adahop", ev->adahop,
                    "run every projection through AdaHOP's MXFP4 lp_matmul with this forward strategy: "
                    "none | hadamard | inner_outlier_extract_left | inner_outlier_extract_right | full_precision");

@@ -19,6 +19,12 @@
 #include "ptq/export_safetensors.h"
 #include "ptq/quantize.h"
 
+#if defined(LOWBIT_HAVE_CUDA)
+#include "core/cuda_device.h"
+#include "ptq/cuda/calibration_cuda.cuh"
+#include "ptq/cuda/solver_cuda.cuh"
+#endif
+
 namespace lowbit {
 
 namespace {
@@ -27,6 +33,7 @@ struct QuantizeArgs {
     std::string model, method = "turboboa", features = "f1,f2,f3", format, out, report, rotate = "none";
     std::string packing = "auto", mix;
     std::string calib_corpus = "sotu-train", calib_text, grid_search = "hessian", device = "cpu";
+    std::string calib_precision = "fp32";
     int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
     uint64_t seed = 0;
     double alpha = 0.25, damping = 0.01;
@@ -38,8 +45,20 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 void run_quantize(const QuantizeArgs& a) {
-    LOWBIT_CHECK(a.device == "cpu", ErrorKind::usage,
-                 "quantize --device {}: only the CPU solver exists so far (the CUDA pipeline is not built yet)", a.device);
+    LOWBIT_CHECK(a.device == "cpu" || a.device == "cuda", ErrorKind::usage, "--device {}: cpu | cuda", a.device);
+    LOWBIT_CHECK(a.device == "cuda" || a.calib_precision == "fp32", ErrorKind::usage,
+                 "--calib-precision {} needs --device cuda (the CPU forward is FP32)", a.calib_precision);
+#if defined(LOWBIT_HAVE_CUDA)
+    std::unique_ptr<CudaSolverDevice> solver_device;
+    if (a.device == "cuda") {
+        LOWBIT_CHECK(cuda_device_available(), ErrorKind::runtime,
+                     "--device cuda: no CUDA device is available (no driver or no GPU); use --device cpu");
+        solver_device = std::make_unique<CudaSolverDevice>();
+    }
+#else
+    LOWBIT_CHECK(a.device != "cuda", ErrorKind::usage,
+                 "--device cuda: this lowbit was built without CUDA (no nvcc at build time); use --device cpu");
+#endif
     const bool to_gguf = ends_with(a.out, ".gguf");
     LOWBIT_CHECK(a.packing == "auto" || a.packing == "gptq" || a.packing == "fake-quant", ErrorKind::usage,
                  "--packing {}: auto | gptq | fake-quant", a.packing);
@@ -87,6 +106,15 @@ void run_quantize(const QuantizeArgs& a) {
     LOWBIT_CHECK(a.rotate == "none" || a.rotate == "hadamard", ErrorKind::usage, "--rotate {}: none | hadamard", a.rotate);
     o.rotate = a.rotate == "hadamard";
     o.rotation.seed = a.seed;
+#if defined(LOWBIT_HAVE_CUDA)
+    if (solver_device) {
+        o.solver_device = solver_device.get();
+        const CudaPrecision precision = parse_cuda_precision(a.calib_precision);
+        o.calibration_paths = [precision](const LlamaConfig& c, int64_t batch) {
+            return cuda_calibration_paths(c, batch, precision);
+        };
+    }
+#endif
     o.checkpoint_dir = a.out + ".partial";
     o.resume = a.resume;
 
@@ -157,10 +185,15 @@ void run_quantize(const QuantizeArgs& a) {
                          l.retries > 0 ? "the Hessian needed extra damping"
                                        : "relative loss ≥ 10x the median of its projection");
         }
-    std::printf("quantize: %s %s%s%s, %lld calibration tokens, %.1f s (calibration %.1f s), peak memory %.0f MiB\n",
+    uint64_t peak_device_bytes = 0;
+#if defined(LOWBIT_HAVE_CUDA)
+    if (solver_device) peak_device_bytes = ptq_peak_device_bytes();
+#endif
+    std::printf("quantize: %s %s%s%s on %s, %lld calibration tokens, %.1f s (calibration %.1f s), peak memory %.0f MiB%s\n",
                 a.method.c_str(), (o.mix.empty() ? o.grid.describe() : o.mix).c_str(), o.method == PtqMethod::turboboa ? " " : "",
-                o.describe_features().c_str(), (long long)rep.calibration_tokens, rep.seconds, rep.calibration_seconds,
-                double(rep.peak_rss_bytes) / 1048576.0);
+                o.describe_features().c_str(), rep.device.c_str(), (long long)rep.calibration_tokens, rep.seconds,
+                rep.calibration_seconds, double(rep.peak_rss_bytes) / 1048576.0,
+                peak_device_bytes ? fmt::format(", GPU {:.0f} MiB", double(peak_device_bytes) / 1048576.0).c_str() : "");
     if (!a.report.empty()) {
         nlohmann::json j;
         j["model"] = path;
@@ -174,6 +207,8 @@ void run_quantize(const QuantizeArgs& a) {
         j["calibration_seconds"] = rep.calibration_seconds;
         j["calibration_tokens"] = rep.calibration_tokens;
         j["peak_rss_bytes"] = rep.peak_rss_bytes;
+        j["device"] = rep.device;
+        if (peak_device_bytes) j["peak_device_bytes"] = peak_device_bytes;
         j["file_bytes"] = file_bytes;
         if (!export_json.is_null()) j["export"] = export_json;
         j["resumed_from_block"] = rep.resumed_from_block;
@@ -212,7 +247,11 @@ void register_quantize_command(CLI::App& app) {
     cq->add_flag("--act-order", a->act_order, "quantize columns by descending Hessian diagonal");
     cq->add_flag("--no-block-v", a->no_block_v, "BoA/TurboBoA: v with the plain input Hessian");
     cq->add_option("--batch", a->batch, "calibration windows per forward pass (default 4)");
-    cq->add_option("--device", a->device, "cpu (default)");
+    cq->add_option("--device", a->device, "cpu (default) | cuda: calibration forwards, statistics, factorizations and "
+                   "sweeps on the GPU");
+    cq->add_option("--calib-precision", a->calib_precision,
+                   "with --device cuda: fp32 (default, the CPU's arithmetic) | bf16 (BF16 weights and GEMM inputs in the "
+                   "calibration forwards)");
     cq->add_option("--out", a->out, "output: FILE.gguf, or a directory for a Hugging Face safetensors checkpoint")->required();
     cq->add_option("--packing", a->packing,
                    "safetensors: gptq (qweight/qzeros/scales/g_idx; int grids) | fake-quant (dequantized weights) | auto");

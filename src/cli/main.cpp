@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
     lowbit::register_analyze_command(app);
     lowbit::register_model_commands(app);
     lowbit::register_quantize_command(app);
+    lowbit::register_tokenize_corpus_command(app);
+    lowbit::register_train_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

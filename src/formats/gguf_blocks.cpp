@@ -27,9 +27,6 @@ int trunc_to_int(float x) {
     return x > -2147483904.0f && x < 2147483648.0f ? int(x) : std::numeric_limits<int>::min();
 }
 
-// ggml's kvalues_mxfp4: E2M1 values doubled.
-constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 // ggml_e8m0_to_fp32_half: 2^(e−128) (e = 0 and 1 are subnormal/min-normal halves).
 float e8m0_half(uint8_t e) {
     const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23;
@@ -123,17 +120,7 @@ void quantize_mxfp4(const float* x, BlockMxfp4* y) {
         }
         q[j] = uint8_t(best);
     }
-    for (int j = 0; j < 16; ++j) y->qs[j] = uint8_t(q[j] | q[16 + j] << 4);
-}
-
-// The low nibbles and the 5th-bit mask of 32 five-bit codes (Q5_0, Q5_1).
-void pack_q5_codes(const uint8_t q[kQk], uint8_t* qh_bytes, uint8_t* qs) {
-    uint32_t qh = 0;
-    for (int j = 0; j < 16; ++j) {
-        qs[j] = uint8_t((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
-        qh |= uint32_t(q[j] >> 4 & 1) << j | uint32_t(q[j + 16] >> 4 & 1) << (j + 16);
-    }
-    for (int i = 0; i < 4; ++i) qh_bytes[i] = uint8_t(qh >> (8 * i));
+    gguf_pack_nibbles32(q, y->qs);
 }
 
 void quantize_q5_0(const float* x, BlockQ5_0* y) {
@@ -148,7 +135,7 @@ void quantize_q5_0(const float* x, BlockQ5_0* y) {
     y->d = to_fp16(d);
     uint8_t q[kQk];
     for (int j = 0; j < kQk; ++j) q[j] = uint8_t(std::min(31, int(int8_t(trunc_to_int(x[j] * id + 16.5f)))));
-    pack_q5_codes(q, y->qh, y->qs);
+    gguf_pack_q5_codes(q, y->qh, y->qs);
 }
 
 void quantize_q5_1(const float* x, BlockQ5_1* y) {
@@ -163,7 +150,7 @@ void quantize_q5_1(const float* x, BlockQ5_1* y) {
     y->m = to_fp16(min);
     uint8_t q[kQk];
     for (int j = 0; j < kQk; ++j) q[j] = uint8_t(trunc_to_int((x[j] - min) * id + 0.5f));  // no clamp, as ggml
-    pack_q5_codes(q, y->qh, y->qs);
+    gguf_pack_q5_codes(q, y->qh, y->qs);
 }
 
 // ggml's best_index_int8 over kIq4nlValues: the nearest entry by bisection; ties go to the upper entry.
@@ -220,6 +207,17 @@ uint16_t gguf_fp16_from_float(float x) {
 }
 float gguf_fp16_to_float(uint16_t h) { return decode_element(element_spec(ElementType::fp16), h); }
 
+void gguf_pack_nibbles32(const uint8_t* q, uint8_t* qs) {
+    for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
+}
+
+void gguf_pack_q5_codes(const uint8_t* q, uint8_t* qh, uint8_t* qs) {
+    gguf_pack_nibbles32(q, qs);
+    uint32_t bits = 0;
+    for (int j = 0; j < kQk; ++j) bits |= uint32_t(q[j] >> 4 & 1) << j;
+    for (int i = 0; i < 4; ++i) qh[i] = uint8_t(bits >> (8 * i));
+}
+
 // quantize_row_iq4_nl_impl with one block per super-block and ntry = 7 (quantize_iq4_nl).
 Iq4nlBlock iq4nl_fit(const float* x, const float* weights) {
     constexpr int kTries = 7;
@@ -259,7 +257,7 @@ float iq4nl_value(uint16_t d, int q) { return from_fp16(d) * float(kIq4nlValues[
 
 void iq4nl_pack(const Iq4nlBlock& b, uint8_t* out) {
     std::memcpy(out, &b.d, 2);
-    for (int j = 0; j < 16; ++j) out[2 + j] = uint8_t((b.q[j] & 0xF) | (b.q[j + 16] & 0xF) << 4);
+    gguf_pack_nibbles32(b.q, out + 2);
 }
 
 void gguf_encode_q4_0(const float* x, int64_t n_blocks, uint8_t* out) {

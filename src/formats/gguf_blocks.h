@@ -94,6 +94,16 @@ static_assert(sizeof(BlockQ5_K) == 176 && offsetof(BlockQ5_K, scales) == 4 && of
 static_assert(sizeof(BlockQ6_K) == 210 && offsetof(BlockQ6_K, qh) == 128 && offsetof(BlockQ6_K, scales) == 192 &&
               offsetof(BlockQ6_K, d) == 208);
 
+// ggml's kvalues_mxfp4: the E2M1 values doubled (MXFP4 blocks halve their scale to match; ggml's NVFP4
+// blocks use the same table).
+inline constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// ggml's code packing of a 32-element block (the nibble order above), from codes q[0..31]:
+//   gguf_pack_nibbles32  qs[16] = the low 4 bits of the codes (Q4_0, Q4_1, IQ4_NL, MXFP4)
+//   gguf_pack_q5_codes   the same low nibbles in qs[16] and the 5th bits in qh[4] (Q5_0, Q5_1)
+void gguf_pack_nibbles32(const uint8_t* q, uint8_t* qs);
+void gguf_pack_q5_codes(const uint8_t* q, uint8_t* qh, uint8_t* qs);
+
 // ggml's GGML_FP32_TO_FP16 (round to nearest even, overflow to Inf, NaN kept as a quiet NaN with its sign)
 // and GGML_FP16_TO_FP32, on the bits.
 uint16_t gguf_fp16_from_float(float x);

@@ -104,15 +104,17 @@ const float* contiguous(ConstMatF m, std::vector<float>& storage) {
 }  // namespace
 
 FakeQuantLinear::FakeQuantLinear(ConstMatF w, const QuantSpec& weights, const QuantSpec& activations)
-    : out_(w.rows), in_(w.cols), weight_spec_(along_rows(weights)), act_spec_(along_rows(activations)) {
-    LOWBIT_CHECK(weights.format, ErrorKind::usage, "fake-quant linear: no weight format given");
+    : out_(w.rows), in_(w.cols), loaded_(w), weight_spec_(along_rows(weights)), act_spec_(along_rows(activations)) {
+    LOWBIT_CHECK(weights.format || activations.format, ErrorKind::usage,
+                 "fake-quant linear: neither a weight nor an activation format given (that is the dense linear)");
+    if (!weight_spec_.format) return;
     std::vector<float> copy;
-    w_ = quantize_dequantize(*weight_spec_.format, contiguous(w, copy), out_, in_, weight_spec_.options);
+    wq_ = quantize_dequantize(*weight_spec_.format, contiguous(w, copy), out_, in_, weight_spec_.options);
 }
 
 void FakeQuantLinear::forward(ConstMatF x, MatF y, float beta) const {
     check_shapes(x, y);
-    const ConstMatF w(w_.data(), out_, in_);
+    const ConstMatF w = weight();
     if (!act_spec_.format) {
         gemm_f32(x, Trans::no, w, Trans::yes, y, beta);
         return;
@@ -123,7 +125,7 @@ void FakeQuantLinear::forward(ConstMatF x, MatF y, float beta) const {
 }
 
 std::string FakeQuantLinear::describe() const {
-    std::string s = "fake-quant " + weight_spec_.describe();
+    std::string s = weight_spec_.format ? "fake-quant " + weight_spec_.describe() : std::string("weights as loaded");
     if (act_spec_.format) s += ", activations " + act_spec_.describe();
     return s;
 }

@@ -4,7 +4,8 @@
 //   dense       y = x·Wᵀ in FP32 (the reference; DenseLinear views the block's weights)
 //   fake-quant  y = Qa(x)·Q(W)ᵀ: weights quantized→dequantized once into any block format of the
 //               registry (post-training-quantization evaluation: exactly the values `formats roundtrip`
-//               gives), optionally activations quantized per token at the input (W4A4, W4A8)
+//               gives) or used as loaded (Q = identity: a GPTQ/TurboBoA file is already quantized),
+//               optionally activations quantized per token at the input (W4A4, W4A8)
 //   adahop      y = lp_matmul(x, Wᵀ) under the layer's forward strategy (adahop/lp_matmul.h); the weight
 //               operand is prepared (rotated, split, quantized) once. The training engine extends this
 //               one with the dgrad and wgrad slots of the same LayerPlan.
@@ -79,19 +80,24 @@ struct QuantSpec {
     std::string describe() const;  // "int4 g128 sym", "mxfp4", "off"
 };
 
-// y = Qa(x)·Q(W)ᵀ with Q(W) dequantized once (owned).
+// y = Qa(x)·Q(W)ᵀ with Q(W) dequantized once (owned). Without a weight format Q is the identity and the
+// layer views W (which must then outlive it): the activations alone are quantized.
 class FakeQuantLinear final : public Linear {
 public:
+    // Error(usage) when neither format is given (that is DenseLinear).
     FakeQuantLinear(ConstMatF w, const QuantSpec& weights, const QuantSpec& activations = {});
     void forward(ConstMatF x, MatF y, float beta = 0.0f) const override;
     int64_t in_features() const override { return in_; }
     int64_t out_features() const override { return out_; }
     std::string describe() const override;
-    const std::vector<float>& dequantized_weights() const { return w_; }  // [out, in]
+    const std::vector<float>& dequantized_weights() const { return wq_; }  // [out, in]; empty without a weight format
+    // The right operand of the product: Q(W), or W as loaded.
+    ConstMatF weight() const { return weight_spec_.format ? ConstMatF(wq_.data(), out_, in_) : loaded_; }
 
 private:
     int64_t out_, in_;
-    std::vector<float> w_;
+    ConstMatF loaded_;       // W as given
+    std::vector<float> wq_;  // Q(W) when the weights are quantized
     QuantSpec weight_spec_, act_spec_;
 };
 
@@ -122,7 +128,8 @@ struct BlockLinears {
 using LinearFactory = std::function<BlockLinears(const LlamaConfig& c, const BlockWeights& b, int64_t layer)>;
 
 LinearFactory dense_linears();
-// Every projection fake-quantized with the same specs (per-layer choices: write a factory of your own).
+// Every projection fake-quantized with the same specs (per-layer choices: write a factory of your own); an
+// empty weight spec keeps the weights as loaded (activation quantization of an already quantized model).
 LinearFactory fake_quant_linears(const QuantSpec& weights, const QuantSpec& activations = {});
 // Per layer and projection the LayerPlan of `plan.layers[linear_name(layer, p)]`, else `fallback`.
 LinearFactory adahop_linears(const Plan& plan, const LpMatmulOptions& opts, const LayerPlan& fallback = {});

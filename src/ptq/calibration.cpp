@@ -1,6 +1,7 @@
 // calibration.cpp — calibration windows and the per-block statistics of GPTQ, BoA and TurboBoA.
 #include "ptq/calibration.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -167,32 +168,98 @@ std::vector<float> rope_averaged(const LlamaConfig& c, const float* cov, int64_t
     return out;
 }
 
-BlockStatistics BlockStatsAccumulator::finish(int64_t rope_length) {
-    LOWBIT_CHECK(s_.tokens > 0, ErrorKind::usage, "calibration: no tokens accumulated");
-    const double f = 2.0 / double(s_.tokens);
-    for (std::vector<float>* v : {&s_.h_attn, &s_.h_o, &s_.h_ffn, &s_.h_down, &s_.d_attn, &s_.d_o, &s_.d_ffn, &s_.d_down})
+BlockStatistics finish_block_statistics(const LlamaConfig& c, const BlockStatsOptions& o, BlockStatistics s,
+                                        std::vector<float> c_k, std::vector<float> c_q, int64_t rope_length) {
+    LOWBIT_CHECK(s.tokens > 0, ErrorKind::usage, "calibration: no tokens accumulated");
+    const double f = 2.0 / double(s.tokens);
+    for (std::vector<float>* v : {&s.h_attn, &s.h_o, &s.h_ffn, &s.h_down, &s.d_attn, &s.d_o, &s.d_ffn, &s.d_down})
         scale(*v, f);
-    const int64_t hd = c_.head_dim, group = c_.n_heads / c_.n_kv_heads;
-    scale(s_.h_v, f / double(group));  // mean over the query heads of a KV head
-    scale(s_.d_v, f / double(group));
-    if (o_.attention_aware) {
-        scale(c_k_, f);
-        scale(c_q_, f);
-        s_.h_out_q.resize(size_t(c_.n_heads * hd * hd));
-        s_.h_out_k.resize(size_t(c_.n_kv_heads * hd * hd));
-        std::vector<std::vector<float>> key_avg(size_t(c_.n_kv_heads));
-        for (int64_t g = 0; g < c_.n_kv_heads; ++g) {
-            key_avg[size_t(g)] = rope_averaged(c_, c_k_.data() + g * hd * hd, rope_length);
+    const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+    scale(s.h_v, f / double(group));  // mean over the query heads of a KV head
+    scale(s.d_v, f / double(group));
+    if (o.attention_aware) {
+        scale(c_k, f);
+        scale(c_q, f);
+        s.h_out_q.resize(size_t(c.n_heads * hd * hd));
+        s.h_out_k.resize(size_t(c.n_kv_heads * hd * hd));
+        std::vector<std::vector<float>> key_avg(size_t(c.n_kv_heads));
+        for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+            key_avg[size_t(g)] = rope_averaged(c, c_k.data() + g * hd * hd, rope_length);
             std::vector<float> q_mean(size_t(hd * hd), 0.0f);  // GQA folding: mean query covariance of the group
             for (int64_t h = g * group; h < (g + 1) * group; ++h)
-                for (int64_t i = 0; i < hd * hd; ++i) q_mean[size_t(i)] += c_q_[size_t(h * hd * hd + i)] / float(group);
-            const std::vector<float> qa = rope_averaged(c_, q_mean.data(), rope_length);
-            std::copy(qa.begin(), qa.end(), s_.h_out_k.begin() + g * hd * hd);
+                for (int64_t i = 0; i < hd * hd; ++i) q_mean[size_t(i)] += c_q[size_t(h * hd * hd + i)] / float(group);
+            const std::vector<float> qa = rope_averaged(c, q_mean.data(), rope_length);
+            std::copy(qa.begin(), qa.end(), s.h_out_k.begin() + g * hd * hd);
         }
-        for (int64_t h = 0; h < c_.n_heads; ++h)
-            std::copy(key_avg[size_t(h / group)].begin(), key_avg[size_t(h / group)].end(), s_.h_out_q.begin() + h * hd * hd);
+        for (int64_t h = 0; h < c.n_heads; ++h)
+            std::copy(key_avg[size_t(h / group)].begin(), key_avg[size_t(h / group)].end(), s.h_out_q.begin() + h * hd * hd);
     }
-    return std::move(s_);
+    return s;
+}
+
+BlockStatistics BlockStatsAccumulator::finish(int64_t rope_length) {
+    return finish_block_statistics(c_, o_, std::move(s_), std::move(c_k_), std::move(c_q_), rope_length);
+}
+
+namespace {
+
+class CpuCalibrationPaths final : public CalibrationPaths {
+public:
+    CpuCalibrationPaths(const LlamaConfig& c, int64_t batch) : c_(c), batch_(std::max<int64_t>(1, batch)) {}
+
+    void embed(const LlamaModel& m, const std::vector<int32_t>& windows, int64_t samples, int64_t length,
+               bool cross) override {
+        samples_ = samples;
+        length_ = length;
+        xq_ = embed_tokens(c_, m.weights.token_embd.data(), windows.data(), BatchShape{samples, length});
+        xfp_.clear();
+        if (cross) xfp_ = xq_;
+    }
+
+    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o) override {
+        const int64_t d = c_.hidden_size, L = length_;
+        BlockStatsAccumulator acc(c_, o);
+        BlockScratch sq, sfp;
+        std::vector<float> tmp;
+        for (int64_t s0 = 0; s0 < samples_; s0 += batch_) {
+            const BatchShape shape{std::min(batch_, samples_ - s0), L};
+            if (o.cross) block_forward(c_, fp, layer, xfp_.data() + s0 * L * d, shape, sfp);  // Xfp advances here
+            tmp.assign(xq_.begin() + s0 * L * d, xq_.begin() + (s0 + shape.n_seq) * L * d);
+            block_forward(c_, fp, layer, tmp.data(), shape, sq);
+            acc.add(sq, o.cross ? &sfp : nullptr, shape);
+        }
+        return acc.finish(L);
+    }
+
+    void propagate(const BlockWeights& q, int64_t layer) override {
+        BlockScratch sq;
+        const int64_t d = c_.hidden_size, L = length_;
+        for (int64_t s0 = 0; s0 < samples_; s0 += batch_)
+            block_forward(c_, q, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L}, sq);
+    }
+
+    void save(std::vector<float>& xq, std::vector<float>& xfp) const override {
+        xq = xq_;
+        xfp = xfp_;
+    }
+    void load(std::vector<float> xq, std::vector<float> xfp, int64_t samples, int64_t length) override {
+        samples_ = samples;
+        length_ = length;
+        xq_ = std::move(xq);
+        xfp_ = std::move(xfp);
+    }
+    std::string device() const override { return "cpu"; }
+
+private:
+    LlamaConfig c_;
+    int64_t batch_ = 1, samples_ = 0, length_ = 0;
+    std::vector<float> xq_, xfp_;
+};
+
+}  // namespace
+
+std::unique_ptr<CalibrationPaths> cpu_calibration_paths(const LlamaConfig& c, int64_t batch) {
+    return std::make_unique<CpuCalibrationPaths>(c, batch);
 }
 
 }  // namespace lowbit

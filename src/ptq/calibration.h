@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,35 @@ private:
     BlockStatistics s_;
     std::vector<float> c_k_, c_q_;  // raw post-RoPE key / query covariances per head
 };
+
+// Raw sums (what BlockStatsAccumulator::add accumulates: the h_*/d_* fields unscaled, `tokens` counted,
+// post-RoPE key/query covariances per head in c_k/c_q) → the statistics the solvers take: scaled by 2/T,
+// H_out RoPE-averaged over rope_length positions with GQA folding. Shared by the CPU and GPU accumulators.
+BlockStatistics finish_block_statistics(const LlamaConfig& c, const BlockStatsOptions& o, BlockStatistics raw,
+                                        std::vector<float> c_k, std::vector<float> c_q, int64_t rope_length);
+
+// The two calibration paths of the block loop (turboboa.md §4.6) — Xq through the quantized blocks and, for
+// F2, Xfp through the full-precision ones — and what is measured on them. The CPU implementation holds the
+// activations in host memory and runs block_forward; ptq/cuda/calibration_cuda.cuh keeps them on the GPU.
+class CalibrationPaths {
+public:
+    virtual ~CalibrationPaths() = default;
+    // Xq (and Xfp when `cross`) ← embeddings of `windows` ([samples, length]).
+    virtual void embed(const LlamaModel& m, const std::vector<int32_t>& windows, int64_t samples, int64_t length,
+                       bool cross) = 0;
+    // The statistics of block `layer` with its full-precision weights `fp` on Xq (and Xfp); advances Xfp
+    // through the block.
+    virtual BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o) = 0;
+    // Xq ← the block with weights `q` (the quantized ones) applied to Xq.
+    virtual void propagate(const BlockWeights& q, int64_t layer) = 0;
+    // The activations as host vectors (checkpoints), and back (resume); xfp empty without F2.
+    virtual void save(std::vector<float>& xq, std::vector<float>& xfp) const = 0;
+    virtual void load(std::vector<float> xq, std::vector<float> xfp, int64_t samples, int64_t length) = 0;
+    virtual std::string device() const = 0;  // "cpu", "cuda"
+};
+
+// block_forward on the CPU over `batch` windows at a time.
+std::unique_ptr<CalibrationPaths> cpu_calibration_paths(const LlamaConfig& c, int64_t batch);
 
 // mean over positions l = 0..length−1 of R_lᵀ·C·R_l for one head (C [hd, hd]; R_l the RoPE rotation of
 // position l in the config's pairing), in double.

@@ -3,6 +3,7 @@
 #include "ptq/grid.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -19,9 +20,15 @@ namespace lowbit {
 
 namespace {
 
-// ggml's doubled E2M1 table (MXFP4, NVFP4) and IQ4_NL's non-linear table.
-constexpr float kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-constexpr float kIq4nlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// The level tables of the non-uniform grids, as floats: ggml's doubled E2M1 values (MXFP4, NVFP4) and
+// IQ4_NL's non-linear table.
+constexpr std::array<float, 16> as_levels(const int8_t (&values)[16]) {
+    std::array<float, 16> out{};
+    for (size_t i = 0; i < out.size(); ++i) out[i] = float(values[i]);
+    return out;
+}
+constexpr std::array<float, 16> kE2m1Doubled = as_levels(kMxfp4Doubled);
+constexpr std::array<float, 16> kIq4nlLevels = as_levels(kIq4nlValues);
 
 struct Traits {
     GridFormat format;
@@ -40,14 +47,14 @@ constexpr Traits kTraits[] = {
     {GridFormat::q5_0, "q5_0", GgufType::Q5_0, 32, 31, false, nullptr},
     {GridFormat::q5_1, "q5_1", GgufType::Q5_1, 32, 31, true, nullptr},
     {GridFormat::q8_0, "q8_0", GgufType::Q8_0, 32, 255, false, nullptr},
-    {GridFormat::iq4_nl, "iq4_nl", GgufType::IQ4_NL, 32, 15, false, kIq4nlLevels},
+    {GridFormat::iq4_nl, "iq4_nl", GgufType::IQ4_NL, 32, 15, false, kIq4nlLevels.data()},
     {GridFormat::q2_k, "q2_k", GgufType::Q2_K, 16, 3, true, nullptr},
     {GridFormat::q3_k, "q3_k", GgufType::Q3_K, 16, 7, false, nullptr},
     {GridFormat::q4_k, "q4_k", GgufType::Q4_K, 32, 15, true, nullptr},
     {GridFormat::q5_k, "q5_k", GgufType::Q5_K, 32, 31, true, nullptr},
     {GridFormat::q6_k, "q6_k", GgufType::Q6_K, 16, 63, false, nullptr},
-    {GridFormat::mxfp4, "mxfp4", GgufType::MXFP4, 32, 15, false, kE2m1Doubled},
-    {GridFormat::nvfp4, "nvfp4", GgufType::NVFP4, 16, 15, false, kE2m1Doubled},
+    {GridFormat::mxfp4, "mxfp4", GgufType::MXFP4, 32, 15, false, kE2m1Doubled.data()},
+    {GridFormat::nvfp4, "nvfp4", GgufType::NVFP4, 16, 15, false, kE2m1Doubled.data()},
 };
 
 const Traits& traits(GridFormat f) {
@@ -61,11 +68,12 @@ bool is_kquant_format(GridFormat f) {
            f == GridFormat::q6_k;
 }
 
-uint16_t to_fp16(float x) {
+// The FP16 bits of a fitted scale: nearest even, saturating at ±65504, so that a grid keeps a finite scale
+// where ggml's conversion (gguf_fp16_from_float, which writes the stored scales) would give Inf.
+uint16_t fp16_scale_bits(float x) {
     return uint16_t(encode_element(element_spec(ElementType::fp16), x, Rounding::nearest_even, Overflow::saturate));
 }
-float from_fp16(uint16_t h) { return decode_element(element_spec(ElementType::fp16), h); }
-float round_fp16(float x) { return from_fp16(to_fp16(x)); }
+float round_fp16(float x) { return gguf_fp16_to_float(fp16_scale_bits(x)); }
 
 // E8M0 exponent e with 2^(e−128) = the halved MXFP4 scale (ggml_e8m0_to_fp32_half), clamped to 1..254.
 float mxfp4_half_scale(int e) {
@@ -230,7 +238,7 @@ GroupGrid fit_group(const GridSpec& g, const float* w, int64_t n, const Scorer& 
             const bool weighted = search && score.h;
             if (weighted)
                 for (int64_t j = 0; j < n; ++j) weights[j] = std::max(0.0f, score.h[j * score.ldh + j]);
-            return {from_fp16(iq4nl_fit(w, weighted ? weights : nullptr).d), 0.0f, 0.0f};
+            return {gguf_fp16_to_float(iq4nl_fit(w, weighted ? weights : nullptr).d), 0.0f, 0.0f};
         }
         case GridFormat::mxfp4: {
             // OCP floor rule (ggml): e = floor(log2 amax) − 2 + 127; candidates e − 1 … e + 1 when searching.
@@ -365,6 +373,7 @@ bool parse_grid_search(const std::string& name, GridSearch* out) {
 // --- values and codes ---
 
 const float* grid_levels(const GridSpec& g) { return traits(g.format).levels; }
+bool grid_has_offset(const GridSpec& g) { return traits(g.format).has_offset; }
 
 float grid_value(const GridSpec& g, const GroupGrid& p, uint32_t q) {
     const Traits& t = traits(g.format);
@@ -456,9 +465,8 @@ KScaleCode kscale_code_range(GridFormat f) {
 
 }  // namespace
 
-void set_kquant_scale_code(const GridSpec& g, KQuantScales& ks, int sub, int code) {
+void set_kquant_scale_code(KQuantScales& ks, int sub, int code) {
     ks.scale[sub] = uint8_t(int8_t(code));  // Q6_K stores int8 bits; the others 0..63 fit unchanged
-    (void)g;
 }
 
 std::vector<ScaleCandidate> scale_candidates(const GridSpec& g, const GroupGrid& p, const KQuantScales* ks, int sub,
@@ -478,10 +486,10 @@ std::vector<ScaleCandidate> scale_candidates(const GridSpec& g, const GroupGrid&
         case GridFormat::q5_1:
         case GridFormat::q8_0:
         case GridFormat::iq4_nl: {
-            const uint16_t h = to_fp16(target);
-            with_scale(from_fp16(h));
-            if ((h & 0x7FFF) < 0x7BFF) with_scale(from_fp16(uint16_t(h + 1)));  // the neighbour away from zero
-            if ((h & 0x7FFF) > 0) with_scale(from_fp16(uint16_t(h - 1)));
+            const uint16_t h = fp16_scale_bits(target);
+            with_scale(gguf_fp16_to_float(h));
+            if ((h & 0x7FFF) < 0x7BFF) with_scale(gguf_fp16_to_float(uint16_t(h + 1)));  // the neighbour away from zero
+            if ((h & 0x7FFF) > 0) with_scale(gguf_fp16_to_float(uint16_t(h - 1)));
             break;
         }
         case GridFormat::mxfp4: {
@@ -498,14 +506,14 @@ std::vector<ScaleCandidate> scale_candidates(const GridSpec& g, const GroupGrid&
         }
         default: {  // K-quants: scale = d·(code − bias)
             LOWBIT_CHECK(ks != nullptr, ErrorKind::runtime, "scale_candidates: K-quant without its scales");
-            const float d = from_fp16(ks->d);
+            const float d = gguf_fp16_to_float(ks->d);
             if (!(d != 0.0f)) break;
             const KScaleCode r = kscale_code_range(g.format);
             const float t = target / d + float(r.bias);
             for (int code : {int(std::floor(t)), int(std::ceil(t))}) {
                 code = std::clamp(code, r.lo, r.hi);
                 KQuantScales tmp = *ks;
-                set_kquant_scale_code(g, tmp, sub, code);
+                set_kquant_scale_code(tmp, sub, code);
                 const KQuantSubGrid sg = kquant_sub_grid(g.gguf_type(), tmp, sub);
                 out.push_back({{sg.scale, sg.zero, sg.offset}, true, code});
             }
@@ -528,21 +536,6 @@ std::vector<float> QuantizedWeight::dequantize() const {
     return out;
 }
 
-namespace {
-
-// Nibble order of Q4_0/Q4_1/Q5_x/IQ4_NL/MXFP4: byte j holds element j (low) and j + 16 (high).
-void pack_nibbles32(const uint8_t* q, uint8_t* qs) {
-    for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
-}
-void pack_high_bits32(const uint8_t* q, uint8_t* qh) {
-    uint32_t bits = 0;
-    for (int j = 0; j < 32; ++j) bits |= uint32_t((q[j] >> 4) & 1) << j;
-    for (int i = 0; i < 4; ++i) qh[i] = uint8_t(bits >> (8 * i));
-}
-void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
-
-}  // namespace
-
 std::vector<uint8_t> QuantizedWeight::gguf_bytes() const {
     const GgufTypeInfo* info = gguf_type_info(spec.gguf_type());
     const int64_t be = info->block_elements, bb = info->block_bytes;
@@ -555,36 +548,53 @@ std::vector<uint8_t> QuantizedWeight::gguf_bytes() const {
                 uint8_t* dst = out.data() + (r * blocks_per_row + b) * bb;
                 const uint8_t* q = codes.data() + r * cols + b * be;
                 const GroupGrid& p = grids[size_t(r * per_row + b * be / group)];
+                // The FP16 scales and minima were fitted as FP16 values: ggml's conversion stores them unchanged.
                 switch (spec.format) {
-                    case GridFormat::q4_0:
-                    case GridFormat::iq4_nl:
-                        store_u16(dst, to_fp16(p.scale));
-                        pack_nibbles32(q, dst + 2);
+                    case GridFormat::q4_0: {
+                        auto* y = reinterpret_cast<BlockQ4_0*>(dst);
+                        y->d = gguf_fp16_from_float(p.scale);
+                        gguf_pack_nibbles32(q, y->qs);
                         break;
-                    case GridFormat::q4_1:
-                        store_u16(dst, to_fp16(p.scale));
-                        store_u16(dst + 2, to_fp16(p.offset));
-                        pack_nibbles32(q, dst + 4);
+                    }
+                    case GridFormat::iq4_nl: {
+                        Iq4nlBlock y;
+                        y.d = gguf_fp16_from_float(p.scale);
+                        std::memcpy(y.q, q, sizeof(y.q));
+                        iq4nl_pack(y, dst);
                         break;
-                    case GridFormat::q5_0:
-                        store_u16(dst, to_fp16(p.scale));
-                        pack_high_bits32(q, dst + 2);
-                        pack_nibbles32(q, dst + 6);
+                    }
+                    case GridFormat::q4_1: {
+                        auto* y = reinterpret_cast<BlockQ4_1*>(dst);
+                        y->d = gguf_fp16_from_float(p.scale);
+                        y->m = gguf_fp16_from_float(p.offset);
+                        gguf_pack_nibbles32(q, y->qs);
                         break;
-                    case GridFormat::q5_1:
-                        store_u16(dst, to_fp16(p.scale));
-                        store_u16(dst + 2, to_fp16(p.offset));
-                        pack_high_bits32(q, dst + 4);
-                        pack_nibbles32(q, dst + 8);
+                    }
+                    case GridFormat::q5_0: {
+                        auto* y = reinterpret_cast<BlockQ5_0*>(dst);
+                        y->d = gguf_fp16_from_float(p.scale);
+                        gguf_pack_q5_codes(q, y->qh, y->qs);
                         break;
-                    case GridFormat::q8_0:
-                        store_u16(dst, to_fp16(p.scale));
-                        for (int j = 0; j < 32; ++j) dst[2 + j] = uint8_t(int(q[j]) - 128);
+                    }
+                    case GridFormat::q5_1: {
+                        auto* y = reinterpret_cast<BlockQ5_1*>(dst);
+                        y->d = gguf_fp16_from_float(p.scale);
+                        y->m = gguf_fp16_from_float(p.offset);
+                        gguf_pack_q5_codes(q, y->qh, y->qs);
                         break;
-                    case GridFormat::mxfp4:
-                        dst[0] = uint8_t(mxfp4_exponent_of(p.scale));
-                        pack_nibbles32(q, dst + 1);
+                    }
+                    case GridFormat::q8_0: {
+                        auto* y = reinterpret_cast<BlockQ8_0*>(dst);
+                        y->d = gguf_fp16_from_float(p.scale);
+                        for (int j = 0; j < 32; ++j) y->qs[j] = int8_t(int(q[j]) - 128);
                         break;
+                    }
+                    case GridFormat::mxfp4: {
+                        auto* y = reinterpret_cast<BlockMxfp4*>(dst);
+                        y->e = uint8_t(mxfp4_exponent_of(p.scale));
+                        gguf_pack_nibbles32(q, y->qs);
+                        break;
+                    }
                     case GridFormat::nvfp4:
                         for (int s = 0; s < 4; ++s) {
                             const GroupGrid& ps = grids[size_t(r * per_row + b * 4 + s)];

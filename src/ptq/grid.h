@@ -60,6 +60,7 @@ struct GroupGrid {
 
 // The level table of a grid (level(q) for q = 0..max_code): q itself for uniform grids.
 const float* grid_levels(const GridSpec& g);  // nullptr for uniform grids
+bool grid_has_offset(const GridSpec& g);      // value(q) has the + offset term
 
 float grid_value(const GridSpec& g, const GroupGrid& p, uint32_t q);      // value(q)
 uint32_t grid_nearest(const GridSpec& g, const GroupGrid& p, float w);    // the code whose value is nearest w
@@ -86,7 +87,7 @@ struct ScaleCandidate {
 };
 std::vector<ScaleCandidate> scale_candidates(const GridSpec& g, const GroupGrid& p, const KQuantScales* ks, int sub,
                                              float target);
-void set_kquant_scale_code(const GridSpec& g, KQuantScales& ks, int sub, int code);
+void set_kquant_scale_code(KQuantScales& ks, int sub, int code);
 
 // One quantized linear layer: codes and the maps of every group, in the original column order.
 struct QuantizedWeight {

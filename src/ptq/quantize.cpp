@@ -179,9 +179,12 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     const bool two_sided = o.method == PtqMethod::boa || o.method == PtqMethod::turboboa;
     const bool cross = o.method == PtqMethod::turboboa && o.f2;
     const bool block_v = two_sided && o.block_v;
-    const int64_t L = o.calibration.length, S = o.calibration.samples, d = c.hidden_size;
+    const int64_t L = o.calibration.length, S = o.calibration.samples;
     if (calibrated) out.record.calibration = o.calibration.describe();
 
+    std::unique_ptr<CalibrationPaths> paths =
+        o.calibration_paths ? o.calibration_paths(c, o.batch) : cpu_calibration_paths(c, o.batch);
+    rep.device = paths->device();
     std::vector<float> xq, xfp;
     int64_t first_block = 0;
     const std::string state_path = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/state.bin";
@@ -196,8 +199,9 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         LOWBIT_CHECK(saved == fp, ErrorKind::usage,
                      "{} was written by a different run ({}); remove it or repeat that run's options", state_path, saved);
         first_block = r.get<int64_t>();
-        xq = r.get_vec<float>();
-        xfp = r.get_vec<float>();
+        std::vector<float> saved_xq = r.get_vec<float>();
+        std::vector<float> saved_xfp = r.get_vec<float>();
+        paths->load(std::move(saved_xq), std::move(saved_xfp), S, L);
         for (int64_t l = 0; l < first_block; ++l) {
             const std::string bpath = o.checkpoint_dir + "/block_" + std::to_string(l) + ".bin";
             const std::string bdata = read_all(bpath);
@@ -217,8 +221,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         const Clock::time_point tc = Clock::now();
         LOWBIT_CHECK(int64_t(windows.size()) == S * L, ErrorKind::usage, "quantize: {} calibration tokens for {} windows of {}",
                      windows.size(), S, L);
-        xq = embed_tokens(c, m.weights.token_embd.data(), windows.data(), BatchShape{S, L});
-        if (cross) xfp = xq;
+        paths->embed(m, windows, S, L, cross);
         rep.calibration_seconds += seconds_since(tc);
     }
     rep.calibration_tokens = calibrated ? S * L : 0;
@@ -231,17 +234,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         BlockStatistics st;
         if (calibrated) {
             const Clock::time_point tc = Clock::now();
-            BlockStatsAccumulator acc(c, BlockStatsOptions{two_sided, block_v, cross});
-            BlockScratch sq, sfp;
-            std::vector<float> tmp;
-            for (int64_t s0 = 0; s0 < S; s0 += o.batch) {
-                const BatchShape shape{std::min(o.batch, S - s0), L};
-                if (cross) block_forward(c, fpw, l, xfp.data() + s0 * L * d, shape, sfp);  // Xfp advances here
-                tmp.assign(xq.begin() + s0 * L * d, xq.begin() + (s0 + shape.n_seq) * L * d);
-                block_forward(c, fpw, l, tmp.data(), shape, sq);
-                acc.add(sq, cross ? &sfp : nullptr, shape);
-            }
-            st = acc.finish(L);
+            st = paths->statistics(fpw, l, BlockStatsOptions{two_sided, block_v, cross});
             rep.calibration_seconds += seconds_since(tc);
         }
         // The seven solves.
@@ -259,6 +252,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             if (block_v) d_v = alpha_scaled(st.d_v);
         }
         std::string block_bin;
+        FactorCache factors;  // q/k/v and gate/up share their H_in's factorization
         for (Projection p : kProjections) {
             const Clock::time_point tl = Clock::now();
             const std::string name = linear_name(l, p);
@@ -290,6 +284,8 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             }
             const GridSpec g = o.per_tensor_grid ? o.per_tensor_grid(name, pb.rows, pb.cols) : o.grid;
             SolverOptions so;
+            so.device = o.solver_device;
+            so.factor_cache = &factors;
             so.grid = g;
             so.sweep.act_order = o.act_order;
             so.damping = o.damping;
@@ -317,10 +313,10 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             lr.name = name;
             lr.grid = g.describe();
             if (calibrated) {
-                lr.loss = layer_objective(pb, projection_weight(bw, p));
+                lr.loss = layer_objective(pb, projection_weight(bw, p), o.solver_device);
                 LayerProblem plain = pb;  // tr(H_out W H_in Wᵀ): the objective of all-zero weights without D
                 plain.d = nullptr;
-                const double size = layer_objective(plain, std::vector<float>(w.size(), 0.0f));
+                const double size = layer_objective(plain, std::vector<float>(w.size(), 0.0f), o.solver_device);
                 lr.rel_loss = size > 0 ? lr.loss / size : 0.0;
             }
             lr.damping = ss.damping;
@@ -332,9 +328,9 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             out.linears[name] = std::move(q);
         }
         if (calibrated) {  // propagate the quantized path
-            BlockScratch sq;
-            for (int64_t s0 = 0; s0 < S; s0 += o.batch)
-                block_forward(c, bw, l, xq.data() + s0 * L * d, BatchShape{std::min(o.batch, S - s0), L}, sq);
+            const Clock::time_point tc = Clock::now();
+            paths->propagate(bw, l);
+            rep.calibration_seconds += seconds_since(tc);
         }
         if (calibrated && !o.checkpoint_dir.empty()) {
             std::filesystem::create_directories(o.checkpoint_dir);
@@ -342,6 +338,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             std::string state(kStateMagic, 8);
             put_str(state, fp);
             put(state, int64_t(l + 1));
+            paths->save(xq, xfp);
             put_vec(state, xq);
             put_vec(state, xfp);
             write_file_atomic(state_path, state.data(), state.size());

@@ -51,6 +51,10 @@ struct PtqOptions {
     std::string checkpoint_dir;               // empty: no checkpoints
     bool resume = false;
     std::function<void(int64_t block)> on_block_done;  // after each finished (and checkpointed) block
+    // Where the work runs (both null: the CPU). `solver_device` takes the factorizations, sweeps and big
+    // products of the solvers; `calibration_paths` makes the calibration paths (forwards and statistics).
+    const SolverDevice* solver_device = nullptr;
+    std::function<std::unique_ptr<CalibrationPaths>(const LlamaConfig&, int64_t batch)> calibration_paths;
     std::string describe_features() const;    // "f1,f2,f3" for turboboa, "" otherwise
 };
 
@@ -68,6 +72,7 @@ struct LayerReport {
 
 struct PtqReport {
     std::vector<LayerReport> layers;
+    std::string device = "cpu";
     double seconds = 0, calibration_seconds = 0;
     int64_t calibration_tokens = 0;
     uint64_t peak_rss_bytes = 0;

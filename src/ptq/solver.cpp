@@ -3,6 +3,8 @@
 #include "ptq/solver.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <cmath>
 #include <numeric>
 
@@ -32,7 +34,15 @@ bool cholesky_upper_rowmajor(std::vector<double>& a, int64_t n) {
 
 }  // namespace
 
-InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what) {
+void solver_gemm(const SolverDevice* device, ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) {
+    if (device)
+        device->gemm(a, ta, b, tb, c, beta);
+    else
+        gemm_f32(a, ta, b, tb, c, beta);
+}
+
+InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what,
+                                 const SolverDevice* device, bool want_h_inv) {
     InverseCholesky out;
     out.dead.assign(size_t(n), 0);
     std::vector<double> base(size_t(n * n));
@@ -56,6 +66,14 @@ InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, floa
         const double damp = damping * double(attempt + 1) * mean_diag;
         std::vector<double> a = base;
         for (int64_t j = 0; j < n; ++j) a[size_t(j * n + j)] += damp;
+        if (device) {
+            if (!device->inverse_cholesky_upper(a, n, want_h_inv ? &out.h_inv : nullptr)) continue;
+            out.u.resize(size_t(n * n));
+            for (int64_t i = 0; i < n * n; ++i) out.u[size_t(i)] = float(a[size_t(i)]);
+            out.damping = damping * double(attempt + 1);
+            out.retries = attempt;
+            return out;
+        }
         if (!cholesky_upper_rowmajor(a, n)) continue;
         const int nn = int(n);
         int info = 0;
@@ -63,7 +81,7 @@ InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, floa
         if (info != 0) continue;
         for (int64_t i = 0; i < n; ++i)
             for (int64_t j = 0; j < i; ++j) a[size_t(i * n + j)] = a[size_t(j * n + i)];
-        out.h_inv = a;
+        if (want_h_inv) out.h_inv = a;
         if (!cholesky_upper_rowmajor(a, n)) continue;
         out.u.resize(size_t(n * n));
         for (int64_t i = 0; i < n * n; ++i) out.u[size_t(i)] = float(a[size_t(i)]);
@@ -113,19 +131,38 @@ void fit_rows_span(QuantizedWeight& out, int64_t row0, int64_t n, int64_t s0, co
 // columns. Grids: when `fit_at_group`, each span's grids are fitted from the rows' current values when the
 // sweep reaches the span (h = H_in in original order); otherwise they must already be in `out`.
 // With p (F2, GPTAQ): W[:, c:] −= e⊗U[c, c:] − w_c⊗P[c, c:], w_c the column's pre-quantization value.
-double sweep_rows(float* w, int64_t n, int64_t cols, const float* u, const float* p, const std::vector<int64_t>& order,
-                  bool fit_at_group, const float* h, int64_t lazy_block, QuantizedWeight& out, int64_t row0) {
+double sweep_rows(float* w, int64_t n, int64_t cols, const float* u, const float* p, uint64_t input_id,
+                  const std::vector<int64_t>& order, bool fit_at_group, const float* h, int64_t lazy_block,
+                  QuantizedWeight& out, int64_t row0, const SolverDevice* device) {
     const GridSpec& g = out.spec;
     const int64_t span = g.fit_span(cols), group = g.group_size(cols), per_row = cols / group;
     int64_t block = std::max<int64_t>(1, lazy_block);
     if (fit_at_group && span < block) block = std::max<int64_t>(span, block / span * span);  // spans inside blocks
+    // Spans that start in [i1, i2), from the current values (all updates so far).
+    const auto fit_block = [&](int64_t i1, int64_t i2) {
+        for (int64_t s0 = (i1 + span - 1) / span * span; s0 < i2; s0 += span)
+            fit_rows_span(out, row0, n, s0, w + s0, cols, h + s0 * cols + s0, cols);
+    };
+    if (device) {
+        SweepCall call;
+        call.w = w;
+        call.n = n;
+        call.cols = cols;
+        call.block = block;
+        call.row0 = row0;
+        call.u = u;
+        call.p = p;
+        call.input_id = input_id;
+        call.order = &order;
+        call.out = &out;
+        if (fit_at_group) call.fit_block = fit_block;
+        return device->sweep(call);
+    }
     std::vector<float> err(size_t(n * block)), pre(p ? size_t(n * block) : 0);
     std::vector<double> loss_rows(size_t(n), 0.0);
     for (int64_t i1 = 0; i1 < cols; i1 += block) {
         const int64_t i2 = std::min(cols, i1 + block), nb = i2 - i1;
-        if (fit_at_group)  // spans that start in this block, from the current values (all updates so far)
-            for (int64_t s0 = (i1 + span - 1) / span * span; s0 < i2; s0 += span)
-                fit_rows_span(out, row0, n, s0, w + s0, cols, h + s0 * cols + s0, cols);
+        if (fit_at_group) fit_block(i1, i2);
         parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) {
                 float* row = w + r * cols;
@@ -176,6 +213,8 @@ std::vector<float> permute_square(const float* a, int64_t n, const std::vector<i
     return out;
 }
 
+}  // namespace
+
 // One input side (H_in, and F2's D) prepared for sweeps: dead columns, damping, act-order, chol_U(H⁻¹),
 // GPTAQ's P = triu₁(D·Uᵀ)·U and, for row blocks, RH = D·H⁻¹ — all in sweep order.
 struct InputSide {
@@ -185,12 +224,21 @@ struct InputSide {
     std::vector<float> p;        // empty without D
     std::vector<float> rh;       // D·H⁻¹ in original order (row blocks with F2), else empty
     const float* h = nullptr;    // H_in in original order (grid fitting)
+    uint64_t id = 0;             // names (u, p) for a SolverDevice's cache
 };
 
-InputSide prepare_input(const float* h, const float* d, int64_t n, const SolverOptions& o, bool need_rh,
-                        const std::string& what) {
+namespace {
+
+uint64_t next_input_id() {
+    static std::atomic<uint64_t> counter{0};
+    return ++counter;
+}
+
+InputSide prepare_input_uncached(const float* h, const float* d, int64_t n, const SolverOptions& o, bool need_rh,
+                                 const std::string& what) {
     InputSide s;
     s.h = h;
+    s.id = next_input_id();
     s.order.resize(size_t(n));
     std::iota(s.order.begin(), s.order.end(), int64_t(0));
     if (o.sweep.act_order)
@@ -198,7 +246,7 @@ InputSide prepare_input(const float* h, const float* d, int64_t n, const SolverO
                          [&](int64_t a, int64_t b) { return h[a * n + a] > h[b * n + b]; });
     const bool permuted = o.sweep.act_order;
     const std::vector<float> hp = permuted ? permute_square(h, n, s.order) : std::vector<float>();
-    s.chol = inverse_cholesky(permuted ? hp.data() : h, n, o.damping, o.dead_value, what);
+    s.chol = inverse_cholesky(permuted ? hp.data() : h, n, o.damping, o.dead_value, what, o.device, d && need_rh);
     s.u = s.chol.u;
     if (d) {
         // D in sweep order with dead columns zeroed; P = triu₁(D·Uᵀ)·U.
@@ -207,20 +255,33 @@ InputSide prepare_input(const float* h, const float* d, int64_t n, const SolverO
             for (int64_t j = 0; j < n; ++j)
                 dp[size_t(i * n + j)] = s.chol.dead[size_t(j)] ? 0.0f : d[s.order[size_t(i)] * n + s.order[size_t(j)]];
         std::vector<float> dut(size_t(n * n));
-        gemm_f32(ConstMatF(dp.data(), n, n), Trans::no, ConstMatF(s.u.data(), n, n), Trans::yes, MatF(dut.data(), n, n));
+        solver_gemm(o.device, ConstMatF(dp.data(), n, n), Trans::no, ConstMatF(s.u.data(), n, n), Trans::yes,
+                    MatF(dut.data(), n, n));
         for (int64_t i = 0; i < n; ++i)
             for (int64_t j = 0; j <= i; ++j) dut[size_t(i * n + j)] = 0.0f;  // strictly upper part only
         s.p.resize(size_t(n * n));
-        gemm_f32(ConstMatF(dut.data(), n, n), Trans::no, ConstMatF(s.u.data(), n, n), Trans::no, MatF(s.p.data(), n, n));
+        solver_gemm(o.device, ConstMatF(dut.data(), n, n), Trans::no, ConstMatF(s.u.data(), n, n), Trans::no,
+                    MatF(s.p.data(), n, n));
         if (need_rh) {
             LOWBIT_CHECK(!permuted, ErrorKind::usage, "{}: act-order is not supported with F2 row blocks", what);
             std::vector<float> hinv(s.chol.h_inv.begin(), s.chol.h_inv.end());
             s.rh.resize(size_t(n * n));
-            gemm_f32(ConstMatF(dp.data(), n, n), Trans::no, ConstMatF(hinv.data(), n, n), Trans::no,
-                     MatF(s.rh.data(), n, n));
+            solver_gemm(o.device, ConstMatF(dp.data(), n, n), Trans::no, ConstMatF(hinv.data(), n, n), Trans::no,
+                        MatF(s.rh.data(), n, n));
         }
     }
     return s;
+}
+
+// The input side of (h, d) from o.factor_cache when an earlier layer prepared it with the same options.
+std::shared_ptr<const InputSide> prepare_input(const float* h, const float* d, int64_t n, const SolverOptions& o,
+                                               bool need_rh, const std::string& what) {
+    if (!o.factor_cache) return std::make_shared<const InputSide>(prepare_input_uncached(h, d, n, o, need_rh, what));
+    const std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", static_cast<const void*>(h), static_cast<const void*>(d),
+                                        n, o.sweep.act_order, o.damping, o.dead_value, need_rh);
+    std::shared_ptr<const InputSide>& slot = (*o.factor_cache)[key];
+    if (!slot) slot = std::make_shared<const InputSide>(prepare_input_uncached(h, d, n, o, need_rh, what));
+    return slot;
 }
 
 // Rows in sweep order: a copy of rows [r0, r0 + n) of w with columns permuted.
@@ -248,8 +309,8 @@ double solve_rows_one_sided(const float* w, int64_t r0, int64_t n, const InputSi
     const int64_t cols = out.cols;
     if (fit == GridFit::from_input) fit_rows_up_front(out, w, r0, n, in.h);
     std::vector<float> work = rows_in_order(w, r0, n, cols, in.order);
-    return sweep_rows(work.data(), n, cols, in.u.data(), in.p.empty() ? nullptr : in.p.data(), in.order,
-                      fit == GridFit::at_group, in.h, o.sweep.lazy_block, out, r0);
+    return sweep_rows(work.data(), n, cols, in.u.data(), in.p.empty() ? nullptr : in.p.data(), in.id, in.order,
+                      fit == GridFit::at_group, in.h, o.sweep.lazy_block, out, r0, o.device);
 }
 
 void check_problem(const LayerProblem& p, bool needs_hessian) {
@@ -261,47 +322,149 @@ void check_problem(const LayerProblem& p, bool needs_hessian) {
                      "{}: {} rows are not whole heads of {}", p.name, p.rows, p.head_rows);
 }
 
+// One coordinate-descent step of F3b on the scale of (row, group gi), given the objective's linear and
+// quadratic coefficients in that scale (change = −2·Δ·num + Δ²·den): the best candidate on the format's
+// scale grid near scale + num/den, taken only when it lowers the objective. Returns the step taken (0: none).
+double refine_step(QuantizedWeight& q, int64_t row, int64_t gi, double num, double den) {
+    const GridSpec& g = q.spec;
+    const int64_t cols = q.cols, group = g.group_size(cols), per_row = cols / group, span = g.fit_span(cols);
+    const int64_t c0 = gi * group;
+    const bool kq = is_kquant_grid(g);
+    GroupGrid& gg = q.grids[size_t(row * per_row + gi)];
+    const double step = num / den;
+    KQuantScales* ks = kq ? &q.kscales[size_t(row * (cols / span) + c0 / span)] : nullptr;
+    const int sub = kq ? int((c0 % span) / group) : 0;
+    const std::vector<ScaleCandidate> cands = scale_candidates(g, gg, ks, sub, float(double(gg.scale) + step));
+    double best_change = 0.0;
+    int best = -1;
+    for (size_t ci = 0; ci < cands.size(); ++ci) {
+        const double dlt = double(cands[ci].grid.scale) - double(gg.scale);
+        const double change = -2.0 * dlt * num + dlt * dlt * den;
+        if (change < best_change) {
+            best_change = change;
+            best = int(ci);
+        }
+    }
+    if (best < 0) return 0.0;
+    const double dlt = double(cands[size_t(best)].grid.scale) - double(gg.scale);
+    if (dlt == 0.0) return 0.0;
+    if (cands[size_t(best)].has_kquant_code) set_kquant_scale_code(*ks, sub, cands[size_t(best)].kquant_code);
+    gg = cands[size_t(best)].grid;
+    return dlt;
+}
+
 // F3b: coordinate descent on every (row, group) scale with the codes fixed (turboboa.md §4.5, extended to
-// groups). Rows are refined head by head: within a head of hd rows coupled by H_out (hd = 1, H_out = 1 for
-// one-sided layers). For a row j and group g with Z = level(q) − zero on the group's columns:
+// groups). For a row j and group g with Z = level(q) − zero on the group's columns:
 //   Δs = [ Σ_k H_out[j,k] ((W − Q)_k H_in Zᵀ + (W D)_k Zᵀ) ] / (H_out[j,j] · Z H_in Zᵀ)
 // The objective changes by −2·Δ·num + Δ²·den; on constrained scale grids the best projected candidate is
-// taken only when that change is negative.
-void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
+// taken only when that change is negative (refine_step).
+//
+// One-sided layers (H_out = I): rows are independent, and within a row the groups couple only through
+// M[g][g'] = Z_g·H_in[g, g']·Z_g'ᵀ. So (W − Q)·H_in and W·D are formed once, M by one product per group
+// (group_gram: ZH_g = Z[:, g]·H_in[g, :], then its dot products with Z), and the descent runs on
+// num_g = ((W − Q)·H_in + W·D)_g·Z_gᵀ − Σ_g' Δ_g'·M[g'][g] (Δ: the steps taken so far) — O(rows·cols²) in
+// products (on the solver device) instead of a scalar loop. Rows go in chunks so that M stays ≤ 2^26 entries.
+void refine_scales_one_sided(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
     const GridSpec& g = q.spec;
     const int64_t rows = p.rows, cols = p.cols, group = g.group_size(cols), per_row = cols / group;
-    const int64_t hd = p.h_out ? p.head_rows : 1;
     const float* levels = grid_levels(g);
-    const bool kq = is_kquant_grid(g);
-    const int64_t span = g.fit_span(cols);
-    // a = (W − Q)·H_in and b = W·D for every row, by sgemm per group of rows sharing H_in.
-    const int64_t hin_rows = p.h_in_heads ? p.head_rows : rows;
+    const int64_t hin_rows = p.h_in_heads ? p.head_rows : rows;  // rows sharing one H_in (and D)
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(hin_rows, (int64_t(1) << 26) / (per_row * per_row)));
+    std::vector<float> z, diff, a, b, zh;
+    std::vector<double> m;
+    for (int64_t h0 = 0; h0 < rows; h0 += hin_rows) {
+        const float* hin = p.h_in_heads ? p.h_in_heads + (h0 / p.head_rows) * cols * cols : p.h_in;
+        const float* dm = p.d ? (p.h_in_heads ? p.d + (h0 / p.head_rows) * cols * cols : p.d) : nullptr;
+        for (int64_t r0 = h0; r0 < h0 + hin_rows; r0 += chunk) {
+            const int64_t n = std::min(chunk, h0 + hin_rows - r0);
+            z.resize(size_t(n * cols));
+            diff.resize(size_t(n * cols));
+            parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+                for (int64_t r = i0; r < i1; ++r)
+                    for (int64_t c = 0; c < cols; ++c) {
+                        const uint32_t code = q.codes[size_t((r0 + r) * cols + c)];
+                        const GroupGrid& gg = q.grids[size_t((r0 + r) * per_row + c / group)];
+                        z[size_t(r * cols + c)] = (levels ? levels[code] : float(code)) - gg.zero;
+                        diff[size_t(r * cols + c)] = p.w[(r0 + r) * cols + c] - grid_value(g, gg, code);
+                    }
+            });
+            a.resize(size_t(n * cols));
+            b.assign(size_t(n * cols), 0.0f);
+            solver_gemm(o.device, ConstMatF(diff.data(), n, cols), Trans::no, ConstMatF(hin, cols, cols), Trans::no,
+                        MatF(a.data(), n, cols));
+            if (dm)
+                solver_gemm(o.device, ConstMatF(p.w + r0 * cols, n, cols), Trans::no, ConstMatF(dm, cols, cols), Trans::no,
+                            MatF(b.data(), n, cols));
+            m.assign(size_t(n * per_row * per_row), 0.0);
+            zh.resize(size_t(n * cols));
+            for (int64_t gi = 0; gi < per_row; ++gi) {  // M[r][gi][·] from ZH_gi = Z[:, gi]·H_in[gi, :]
+                solver_gemm(o.device, ConstMatF(z.data() + gi * group, n, group, cols), Trans::no,
+                            ConstMatF(hin + gi * group * cols, group, cols), Trans::no, MatF(zh.data(), n, cols));
+                parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+                    for (int64_t r = i0; r < i1; ++r)
+                        for (int64_t gj = 0; gj < per_row; ++gj) {
+                            double s = 0.0;
+                            for (int64_t t = 0; t < group; ++t)
+                                s += double(zh[size_t(r * cols + gj * group + t)]) * double(z[size_t(r * cols + gj * group + t)]);
+                            m[size_t((r * per_row + gi) * per_row + gj)] = s;
+                        }
+                });
+            }
+            parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+                std::vector<double> num0(static_cast<size_t>(per_row)), taken(static_cast<size_t>(per_row));
+                for (int64_t r = i0; r < i1; ++r) {
+                    const double* mr = m.data() + r * per_row * per_row;
+                    for (int64_t gi = 0; gi < per_row; ++gi) {
+                        double s = 0.0;
+                        for (int64_t t = 0; t < group; ++t) {
+                            const size_t at = size_t(r * cols + gi * group + t);
+                            s += (double(a[at]) + double(b[at])) * double(z[at]);
+                        }
+                        num0[size_t(gi)] = s;
+                    }
+                    std::fill(taken.begin(), taken.end(), 0.0);
+                    for (int iter = 0; iter < o.refine_iters; ++iter)
+                        for (int64_t gi = 0; gi < per_row; ++gi) {
+                            const double den = mr[gi * per_row + gi];
+                            if (!(den > 0.0)) continue;  // all-zero Z, or a dead group
+                            double num = num0[size_t(gi)];
+                            for (int64_t gj = 0; gj < per_row; ++gj) num -= taken[size_t(gj)] * mr[gj * per_row + gi];
+                            taken[size_t(gi)] += refine_step(q, r0 + r, gi, num, den);
+                        }
+                }
+            });
+        }
+    }
+}
+
+// Two-sided layers: rows are refined head by head, coupled by H_out within a head of hd rows.
+void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
+    if (!p.h_out) return refine_scales_one_sided(p, o, q);
+    const GridSpec& g = q.spec;
+    const int64_t rows = p.rows, cols = p.cols, group = g.group_size(cols), per_row = cols / group;
+    const int64_t hd = p.head_rows;
+    const float* levels = grid_levels(g);
+    // a = (W − Q)·H_in and b = W·D for every row.
     std::vector<float> a(size_t(rows * cols)), b(size_t(rows * cols), 0.0f), diff(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
             diff[size_t(r * cols + c)] =
                 p.w[r * cols + c] - grid_value(g, q.grids[size_t(r * per_row + c / group)], q.codes[size_t(r * cols + c)]);
-    for (int64_t r0 = 0; r0 < rows; r0 += hin_rows) {
-        const float* hin = p.h_in_heads ? p.h_in_heads + (r0 / p.head_rows) * cols * cols : p.h_in;
-        gemm_f32(ConstMatF(diff.data() + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(hin, cols, cols), Trans::no,
-                 MatF(a.data() + r0 * cols, hin_rows, cols));
-        if (p.d)
-            gemm_f32(ConstMatF(p.w + r0 * cols, hin_rows, cols), Trans::no,
-                     ConstMatF(p.h_in_heads ? p.d + (r0 / p.head_rows) * cols * cols : p.d, cols, cols), Trans::no,
-                     MatF(b.data() + r0 * cols, hin_rows, cols));
-    }
+    solver_gemm(o.device, ConstMatF(diff.data(), rows, cols), Trans::no, ConstMatF(p.h_in, cols, cols), Trans::no,
+                MatF(a.data(), rows, cols));
+    if (p.d)
+        solver_gemm(o.device, ConstMatF(p.w, rows, cols), Trans::no, ConstMatF(p.d, cols, cols), Trans::no,
+                    MatF(b.data(), rows, cols));
     parallel_for(rows / hd, 1, [&](int64_t h0, int64_t h1) {
         for (int64_t head = h0; head < h1; ++head) {
             const int64_t r0 = head * hd;
-            const float* hin = p.h_in_heads ? p.h_in_heads + (r0 / p.head_rows) * cols * cols : p.h_in;
-            const float* hout = p.h_out ? p.h_out + head * hd * hd : nullptr;
-            const auto hout_at = [&](int64_t x, int64_t y) { return hout ? double(hout[x * hd + y]) : 1.0; };
+            const float* hout = p.h_out + head * hd * hd;
             std::vector<float> z(static_cast<size_t>(group)), zh(static_cast<size_t>(cols));
             for (int iter = 0; iter < o.refine_iters; ++iter)
                 for (int64_t j = 0; j < hd; ++j)
                     for (int64_t gi = 0; gi < per_row; ++gi) {
                         const int64_t c0 = gi * group, row = r0 + j;
-                        GroupGrid& gg = q.grids[size_t(row * per_row + gi)];
+                        const GroupGrid& gg = q.grids[size_t(row * per_row + gi)];
                         bool any = false;
                         for (int64_t t = 0; t < group; ++t) {
                             const uint32_t code = q.codes[size_t(row * cols + c0 + t)];
@@ -309,21 +472,21 @@ void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeigh
                             any |= z[size_t(t)] != 0.0f;
                         }
                         if (!any) continue;
-                        // zh = Z H_in (over all columns), den = Z H_in Zᵀ.
+                        // zh = Z H_in (over all columns), den = H_out[j,j]·Z H_in Zᵀ.
                         std::fill(zh.begin(), zh.end(), 0.0f);
                         for (int64_t t = 0; t < group; ++t) {
                             const float zt = z[size_t(t)];
                             if (zt == 0.0f) continue;
-                            const float* hrow = hin + (c0 + t) * cols;
+                            const float* hrow = p.h_in + (c0 + t) * cols;
                             for (int64_t c = 0; c < cols; ++c) zh[size_t(c)] += zt * hrow[c];
                         }
                         double zhz = 0.0;
                         for (int64_t t = 0; t < group; ++t) zhz += double(zh[size_t(c0 + t)]) * double(z[size_t(t)]);
-                        const double den = hout_at(j, j) * zhz;
+                        const double den = double(hout[j * hd + j]) * zhz;
                         if (!(den > 0.0)) continue;
                         double num = 0.0;
                         for (int64_t k = 0; k < hd; ++k) {
-                            const double hk = hout_at(j, k);
+                            const double hk = double(hout[j * hd + k]);
                             if (hk == 0.0) continue;
                             double s = 0.0;
                             const int64_t rk = (r0 + k) * cols + c0;
@@ -331,28 +494,8 @@ void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeigh
                                 s += (double(a[size_t(rk + t)]) + double(b[size_t(rk + t)])) * double(z[size_t(t)]);
                             num += hk * s;
                         }
-                        const double step = num / den;
-                        const KQuantScales* ks = kq ? &q.kscales[size_t(row * (cols / span) + c0 / span)] : nullptr;
-                        const int sub = kq ? int((c0 % span) / group) : 0;
-                        const std::vector<ScaleCandidate> cands =
-                            scale_candidates(g, gg, ks, sub, float(double(gg.scale) + step));
-                        double best_change = 0.0;
-                        int best = -1;
-                        for (size_t ci = 0; ci < cands.size(); ++ci) {
-                            const double dlt = double(cands[ci].grid.scale) - double(gg.scale);
-                            const double change = -2.0 * dlt * num + dlt * dlt * den;
-                            if (change < best_change) {
-                                best_change = change;
-                                best = int(ci);
-                            }
-                        }
-                        if (best < 0) continue;
-                        const double dlt = double(cands[size_t(best)].grid.scale) - double(gg.scale);
+                        const double dlt = refine_step(q, row, gi, num, den);
                         if (dlt == 0.0) continue;
-                        if (cands[size_t(best)].has_kquant_code)
-                            set_kquant_scale_code(g, q.kscales[size_t(row * (cols / span) + c0 / span)], sub,
-                                                  cands[size_t(best)].kquant_code);
-                        gg = cands[size_t(best)].grid;
                         // a_j = (W − Q)_j H_in loses dlt·Z H_in (the other rows of the head did not move).
                         const float fd = float(dlt);
                         float* aj = a.data() + row * cols;
@@ -384,7 +527,8 @@ QuantizedWeight solve_gptq(const LayerProblem& p, const SolverOptions& o, SolveS
         const int64_t n2 = p.cols * p.cols;
         const float* h = p.h_in_heads ? p.h_in_heads + hh * n2 : p.h_in;
         const float* d = p.d ? (p.h_in_heads ? p.d + hh * n2 : p.d) : nullptr;
-        const InputSide in = prepare_input(h, d, p.cols, o, false, p.name);
+        const std::shared_ptr<const InputSide> side = prepare_input(h, d, p.cols, o, false, p.name);
+        const InputSide& in = *side;
         // Dead inputs: their weights are zeroed before the sweep (they never reach the output).
         std::vector<float> w(p.w + hh * rows_per * p.cols, p.w + (hh + 1) * rows_per * p.cols);
         for (int64_t c = 0; c < p.cols; ++c)
@@ -419,7 +563,8 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
     const int64_t nblk = std::max<int64_t>(1, o.row_block);
     QuantizedWeight q = empty_result(o.grid, rows, cols);
     SolverOptions so = o;
-    InputSide in = prepare_input(p.h_in, p.d, cols, so, p.d != nullptr, p.name);
+    const std::shared_ptr<const InputSide> side = prepare_input(p.h_in, p.d, cols, so, p.d != nullptr, p.name);
+    const InputSide& in = *side;
     SolveStats st;
     st.damping = in.chol.damping;
     st.retries = in.chol.retries;
@@ -431,7 +576,7 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
     if (!o.adaptive_grid) fit_rows_up_front(q, wu.data(), 0, rows, p.h_in);  // fixed grids from the original W
     for (int64_t head = 0; head < heads; ++head) {
         const InverseCholesky out_side =
-            inverse_cholesky(p.h_out + head * hd * hd, hd, o.damping, o.dead_value, p.name + " (H_out)");
+            inverse_cholesky(p.h_out + head * hd * hd, hd, o.damping, o.dead_value, p.name + " (H_out)", nullptr, false);
         st.retries = std::max(st.retries, out_side.retries);
         const std::vector<float>& uo = out_side.u;
         for (int64_t r1 = 0; r1 < hd; r1 += nblk) {
@@ -447,8 +592,8 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
                     e[size_t(b * cols + c)] = before[size_t(b * cols + c)] -
                                               grid_value(q.spec, q.grid(row0 + b, c), q.codes[size_t((row0 + b) * cols + c)]);
             if (!in.rh.empty())
-                gemm_f32(ConstMatF(before.data(), nb, cols), Trans::no, ConstMatF(in.rh.data(), cols, cols), Trans::no,
-                         MatF(e.data(), nb, cols), 1.0f);
+                solver_gemm(o.device, ConstMatF(before.data(), nb, cols), Trans::no, ConstMatF(in.rh.data(), cols, cols),
+                            Trans::no, MatF(e.data(), nb, cols), 1.0f);
             // T = Uout[B,B]⁻¹·Uout[B, R] (nb × rest, in double), so that ΔW_R = −Tᵀ·E.
             std::vector<double> inv(size_t(nb * nb), 0.0);  // upper-triangular inverse by back substitution
             for (int64_t j = 0; j < nb; ++j) {
@@ -475,7 +620,7 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
     return q;
 }
 
-double layer_objective(const LayerProblem& p, const std::vector<float>& q) {
+double layer_objective(const LayerProblem& p, const std::vector<float>& q, const SolverDevice* device) {
     const int64_t rows = p.rows, cols = p.cols;
     const int64_t hd = p.h_out ? p.head_rows : 1;
     const int64_t hin_rows = p.h_in_heads ? p.head_rows : rows;  // rows sharing one H_in (and D)
@@ -484,12 +629,12 @@ double layer_objective(const LayerProblem& p, const std::vector<float>& q) {
     // M = ΔW·H_in and N = W·D, per group of rows sharing H_in (sgemm).
     for (int64_t r0 = 0; r0 < rows; r0 += hin_rows) {
         const float* hin = p.h_in_heads ? p.h_in_heads + (r0 / p.head_rows) * cols * cols : p.h_in;
-        gemm_f32(ConstMatF(dw.data() + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(hin, cols, cols), Trans::no,
-                 MatF(m.data() + r0 * cols, hin_rows, cols));
+        solver_gemm(device, ConstMatF(dw.data() + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(hin, cols, cols),
+                    Trans::no, MatF(m.data() + r0 * cols, hin_rows, cols));
         if (p.d) {
             const float* dm = p.h_in_heads ? p.d + (r0 / p.head_rows) * cols * cols : p.d;
-            gemm_f32(ConstMatF(p.w + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(dm, cols, cols), Trans::no,
-                     MatF(nd.data() + r0 * cols, hin_rows, cols));
+            solver_gemm(device, ConstMatF(p.w + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(dm, cols, cols),
+                        Trans::no, MatF(nd.data() + r0 * cols, hin_rows, cols));
         }
     }
     // Σ_head Σ_{j,k} H_out[j,k]·(M_k − 2·N_k)·ΔW_jᵀ (H_out = I for one-sided layers), in double.

@@ -15,12 +15,25 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/gemm_cpu.h"
 #include "ptq/grid.h"
 
 namespace lowbit {
+
+class SolverDevice;
+struct InputSide;  // solver.cpp: one input Hessian (and D) factored and arranged for sweeps
+
+// Factorizations shared by the layers that read the same statistics (q/k/v: one H_in; gate/up: one H_in):
+// a solve whose (H_in, D, options) are in the cache reuses that factorization, and a solver device the factor
+// it already holds. Keyed by the statistics' addresses: one cache per set of statistics (quantize_model
+// keeps one per block).
+using FactorCache = std::map<std::string, std::shared_ptr<const InputSide>>;
 
 // chol_U(H⁻¹) (H⁻¹ = UᵀU, U upper) of a symmetric n × n matrix, computed in FP64 (LAPACK potrf/potri).
 // Before factorizing: dead inputs (H_jj == 0) get `dead_value` on the diagonal; then H += damping·mean(diag)·I;
@@ -33,7 +46,9 @@ struct InverseCholesky {
     double damping = 0;            // the relative damping that succeeded (0.01 unless retried)
     int retries = 0;
 };
-InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what);
+// `device` (null: LAPACK on the CPU) runs the factorizations; without `want_h_inv` h_inv stays empty.
+InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what,
+                                 const SolverDevice* device = nullptr, bool want_h_inv = true);
 
 struct SweepOptions {
     int64_t lazy_block = 128;
@@ -62,7 +77,45 @@ struct LayerProblem {
     std::string name;                  // "blk.3.attn_q", for messages
 };
 
+// One GPTQ column sweep (see sweep_rows in solver.cpp): n rows of w [n, cols] (host, sweep order, updated
+// in place to their final values) against chol_U(H⁻¹) u [cols, cols] and GPTAQ's p (or null), in lazy blocks
+// of `block` columns; codes and loss go to `out` rows [row0, row0 + n) at original columns order[c].
+// `fit_block(i1, i2)` fits the grids of the spans that start in [i1, i2) from w's current values (null:
+// the grids are already in `out`); the device must bring those columns of w up to date on the host first.
+// `input_id` names (u, p) for as long as they live, so a device may keep them between calls.
+struct SweepCall {
+    float* w = nullptr;
+    int64_t n = 0, cols = 0, block = 128, row0 = 0;
+    const float* u = nullptr;
+    const float* p = nullptr;
+    uint64_t input_id = 0;
+    const std::vector<int64_t>* order = nullptr;
+    QuantizedWeight* out = nullptr;
+    std::function<void(int64_t i1, int64_t i2)> fit_block;
+};
+
+// Where a solve's O(n³) work runs. Null in SolverOptions: the CPU (LAPACK, OpenBLAS, our threads).
+// ptq/cuda/solver_cuda.cuh puts it on the GPU (cuSOLVER FP64, cuBLAS, a sweep kernel); the results equal
+// the CPU's up to FP32 summation order (identical when a sweep fits in one lazy block).
+class SolverDevice {
+public:
+    virtual ~SolverDevice() = default;
+    // In place on the damped H (row-major n × n, FP64): true and a = chol_U(H⁻¹) (upper, zeros below) and,
+    // when h_inv is not null, *h_inv = H⁻¹; false when H or H⁻¹ is not numerically positive definite.
+    virtual bool inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>* h_inv) const = 0;
+    // gemm_f32's contract.
+    virtual void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const = 0;
+    // sweep_rows' contract; returns the sweep's loss.
+    virtual double sweep(const SweepCall& call) const = 0;
+    virtual std::string name() const = 0;
+};
+
+// gemm_f32 on `device` (null: the CPU).
+void solver_gemm(const SolverDevice* device, ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta = 0.0f);
+
 struct SolverOptions {
+    const SolverDevice* device = nullptr;  // null: the CPU
+    FactorCache* factor_cache = nullptr;   // null: every solve factors its own H_in
     GridSpec grid;
     SweepOptions sweep;
     double damping = 0.01;
@@ -82,6 +135,6 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
 
 // The layer's loss tr(H_out ΔW H_in ΔWᵀ) − 2 tr(H_out W D ΔWᵀ) (turboboa.md §4.1; H_out = I when null,
 // D = 0 when null), in double: what every solver decreases; used by the tests and the report.
-double layer_objective(const LayerProblem& p, const std::vector<float>& q);
+double layer_objective(const LayerProblem& p, const std::vector<float>& q, const SolverDevice* device = nullptr);
 
 }  // namespace lowbit

@@ -128,8 +128,15 @@ if c.lowbit("info", "--model", "smollm2-135m", expect_rc=None).returncode == 0:
     r = c.lowbit(*base, "--adahop", "hadamard", "--json", expect_rc=None)
     c.check("eval --adahop hadamard runs every projection through lp_matmul", r.returncode == 0 and
             "IHT" in json.loads(r.stdout).get("linears", ""), (r.returncode, r.stderr[-300:]))
-    r = c.lowbit(*base, "--acts", "int8", expect_rc=None)
-    c.check("eval --acts without --weights exits 2", r.returncode == 2, (r.returncode, r.stderr))
+    # --acts without --weights: the activations per token over the weights as loaded (W4A4 of a quantized file).
+    r = c.lowbit(*base, "--acts", "int4", "--json", expect_rc=None)
+    rep = json.loads(r.stdout) if r.returncode == 0 else {}
+    c.check("eval --acts int4 without --weights quantizes only the activations",
+            rep.get("linears", "").startswith("weights as loaded, activations int4") and
+            rep.get("linear_weight_bits") == 32 and len(runs) == 2 and abs(rep.get("ppl", 0) / runs[0]["ppl"] - 1) > 1e-3,
+            (r.returncode, rep.get("linears"), rep.get("ppl"), r.stderr[-300:]))
+    r = c.lowbit(*base, "--adahop", "hadamard", "--acts", "int8", expect_rc=None)
+    c.check("eval --adahop with --acts exits 2", r.returncode == 2 and "--adahop" in r.stderr, (r.returncode, r.stderr))
     r = c.lowbit(*base, "--weights", "none,int4", "--group", "128", expect_rc=None)
     c.check("eval --weights int4 --group 128 on 576 columns exits 3 before evaluating",
             r.returncode == 3 and "multiple of the block size 128" in r.stderr and "eval: dense" not in r.stderr,
@@ -167,10 +174,123 @@ if c.lowbit("info", "--model", "smollm2-135m", expect_rc=None).returncode == 0:
     rep = json.loads(r.stdout) if r.returncode == 0 else {}
     c.check("the RTN q8_0 GGUF evaluates within 5 % of the unquantized perplexity",
             r.returncode == 0 and abs(rep.get("ppl", 0) / ppl_base - 1) < 0.05, (r.returncode, rep.get("ppl"), ppl_base))
+    r = c.lowbit("eval", "--model", out, *base[3:], "--acts", "int8", "--json", expect_rc=None)
+    w8a8 = json.loads(r.stdout) if r.returncode == 0 else {}
+    c.check("the RTN q8_0 GGUF with --acts int8 (its weights as loaded) is within 5 % of its own perplexity, not equal",
+            r.returncode == 0 and rep.get("ppl") and 0 < abs(w8a8.get("ppl", 0) / rep["ppl"] - 1) < 0.05,
+            (r.returncode, w8a8.get("ppl"), rep.get("ppl"), r.stderr[-300:]))
     r = c.lowbit("info", "--model", out, "--json", expect_rc=None)
     types = json.loads(r.stdout).get("tensor_types", {}) if r.returncode == 0 else {}
     c.check("its 210 projections are Q8_0 (and the Q8_0 token embedding, copied)", types.get("Q8_0", {}).get("tensors") == 211, types)
 else:
     print("SKIP: eval --weights, --protocol and quantize checks (smollm2-135m not fetched: scripts/fetch_model.sh)")
+
+# tokenize-corpus: GPT-2's own tokenizer from the shared data; the shards are read back here from the
+# documented layout (docs/corpus.md) and decoded with GPT-2's encoder.json, so every document must come back
+# byte for byte, once, in one split. Then the refusals, none of which may leave a shard behind.
+here = os.path.dirname(os.path.abspath(__file__))
+gpt2_dirs = [os.path.join(os.environ.get("LOWBIT_SHARED_DATA", ""), "tokenizers", "gpt2")]
+d = here
+while os.path.dirname(d) != d:
+    gpt2_dirs.append(os.path.join(d, "shared", "data", "tokenizers", "gpt2"))
+    d = os.path.dirname(d)
+gpt2 = next((g for g in gpt2_dirs if os.path.exists(os.path.join(g, "encoder.json"))), None)
+if gpt2:
+    import shutil
+    import struct
+
+    def fnv1a64(data):
+        h = 0xcbf29ce484222325
+        for b in data:
+            h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+        return h
+
+    def read_shard(path):
+        raw = open(path, "rb").read()
+        magic, version, width, vocab, sep, n, docs, payload_sum = struct.unpack_from("<8sIIIiQQQ", raw, 0)
+        tokenizer = raw[48:112].rstrip(b"\0").decode()
+        ok = (magic == b"LBTOK001" and version == 1 and width == 2 and len(raw) == 128 + 2 * n
+              and struct.unpack_from("<Q", raw, 112)[0] == fnv1a64(raw[:112]) and fnv1a64(raw[128:]) == payload_sum)
+        return ok, np.frombuffer(raw[128:], "<u2"), sep, docs, tokenizer
+
+    byte_decoder = {ch: b for b, ch in enumerate(byte_chars())}
+    encoder = json.load(open(os.path.join(gpt2, "encoder.json"), encoding="utf-8"))
+    decoder = {i: t for t, i in encoder.items()}
+
+    def gpt2_decode(ids):
+        return bytes(byte_decoder[ch] for i in ids for ch in decoder[int(i)]).decode("utf-8")
+
+    src = c.path("tc_src")
+    shutil.rmtree(src, ignore_errors=True)
+    os.makedirs(os.path.join(src, "sub"))
+    docs = [f"Document {i}: the quick brown fox jumps over the lazy dog, {i * 7} times.\nIt ends here.\n" for i in range(60)]
+    docs.append("Ünïcödé — “quotes” and 日本語.\n")
+    for i, t in enumerate(docs[:10]):
+        open(os.path.join(src, f"doc_{i:02d}.txt"), "w", encoding="utf-8").write(t)
+    with open(os.path.join(src, "sub", "rest.jsonl"), "w", encoding="utf-8") as f:
+        for t in docs[10:]:
+            f.write(json.dumps({"text": t, "source": "check_cli"}) + "\n\n")
+    open(os.path.join(src, "ignored.md"), "w").write("not read: neither .txt nor .jsonl\n")
+    out = c.path("tc_out")
+    shutil.rmtree(out, ignore_errors=True)
+    r = c.lowbit("tokenize-corpus", "--tokenizer", "gpt2", "--input", src, "--out", out, "--val-fraction", "0.2",
+                 "--shard-tokens", "500", "--seed", "3", "--json", expect_rc=None)
+    c.check("tokenize-corpus exits 0", r.returncode == 0, r.stderr[-400:])
+    if r.returncode == 0:
+        rep = json.loads(r.stdout)
+        man = json.load(open(os.path.join(out, "manifest.json")))
+        c.check("tokenize-corpus --json agrees with the manifest",
+                rep["tokens"] == sum(e["tokens"] for s in man["splits"].values() for e in s), (rep, man["splits"]))
+        got = {}
+        for split, entries in man["splits"].items():
+            texts = []
+            for e in entries:
+                ok, ids, sep, ndocs, tokenizer = read_shard(os.path.join(out, e["file"]))
+                c.check(f"{e['file']}: header, size and checksums as documented", ok)
+                c.check(f"{e['file']}: the manifest's tokens, documents and checksum",
+                        (len(ids), ndocs, tokenizer) == (e["tokens"], e["documents"], man["tokenizer"])
+                        and e["checksum"] == f"{fnv1a64(ids.tobytes()):016x}", e)
+                c.check(f"{e['file']}: documents end with <|endoftext|>", sep == 50256 and ids[-1] == 50256
+                        and int((ids == 50256).sum()) == ndocs)
+                cut = np.flatnonzero(ids == sep)
+                texts += [gpt2_decode(ids[a + 1 if k else 0:b]) for k, (a, b) in enumerate(zip(np.r_[-1, cut[:-1]], cut))]
+            got[split] = texts
+        c.check("every document comes back byte for byte, once, in input order within its split",
+                sorted(got["train"] + got.get("val", [])) == sorted(docs)
+                and got["train"] == [t for t in docs if t in got["train"]], {k: len(v) for k, v in got.items()})
+        c.check("--val-fraction 0.2 puts some documents in val and most in train",
+                0 < len(got.get("val", [])) < len(got["train"]), {k: len(v) for k, v in got.items()})
+        c.check("--shard-tokens 500 starts new train shards", len(man["splits"]["train"]) >= 3, man["splits"]["train"])
+        again = c.path("tc_again")
+        shutil.rmtree(again, ignore_errors=True)
+        c.lowbit("tokenize-corpus", "--tokenizer", "gpt2", "--input", src, "--out", again, "--val-fraction", "0.2",
+                 "--shard-tokens", "500", "--seed", "3", "--threads", "1")
+        c.check("a re-run (one thread) writes the same shards",
+                all(open(os.path.join(out, e["file"]), "rb").read() == open(os.path.join(again, e["file"]), "rb").read()
+                    for s in man["splits"].values() for e in s))
+        r = c.lowbit("tokenize-corpus", "--tokenizer", "gpt2", "--input", src, "--out", out, expect_rc=None)
+        c.check("tokenize-corpus into an existing set exits 2", r.returncode == 2 and "manifest.json" in r.stderr, r.stderr)
+    empty = c.path("tc_empty")
+    os.makedirs(empty, exist_ok=True)
+    open(os.path.join(empty, "empty.txt"), "w").close()
+    bad = os.path.join(src, "sub", "zz_bad.jsonl")
+    open(bad, "w").write('{"text": "fine"}\n{"txt": "no text key"}\n')
+    for args, rc, needle, what in [
+            (["--input", src], 3, "zz_bad.jsonl:2", "a JSON-lines document without \"text\""),
+            (["--input", c.path("tc_nothing_here")], 3, "no such file", "a missing input"),
+            (["--input", empty], 3, "no documents", "only empty files"),
+            (["--input", os.path.join(src, "doc_00.txt"), "--shard-tokens", "lots"], 2, "--shard-tokens", "a bad shard size"),
+            (["--input", os.path.join(src, "doc_00.txt"), "--val-fraction", "1"], 2, "--val-fraction", "a val fraction of 1"),
+            (["--input", os.path.join(src, "doc_00.txt"), "--separator", "<nosuch>"], 2, "<nosuch>", "an unknown separator")]:
+        failed = c.path("tc_failed")
+        shutil.rmtree(failed, ignore_errors=True)
+        r = c.lowbit("tokenize-corpus", "--tokenizer", "gpt2", *args, "--out", failed, expect_rc=None)
+        c.check(f"tokenize-corpus with {what} exits {rc}", r.returncode == rc and needle in r.stderr, (r.returncode, r.stderr))
+        c.check(f"tokenize-corpus with {what} leaves no shard", not os.path.isdir(failed) or not os.listdir(failed),
+                os.listdir(failed) if os.path.isdir(failed) else None)
+    r = c.lowbit("tokenize-corpus", "--input", src, "--out", c.path("tc_failed"), expect_rc=None)
+    c.check("tokenize-corpus without --model or --tokenizer exits 2", r.returncode == 2 and "--tokenizer" in r.stderr, r.stderr)
+else:
+    print("SKIP: tokenize-corpus checks (GPT-2's tokenizer files not found: set LOWBIT_SHARED_DATA)")
 
 c.finish()

@@ -41,10 +41,13 @@ def read_kld_header(path):
     return n_ctx, n_vocab, n_chunk, tokens
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def is_hf_dir(model):
+    return os.path.isfile(os.path.join(model, "config.json"))
+
+
+def add_common_args(ap):
+    """The options of the comparison (shared with check_fakequant_transformers.py)."""
     ap.add_argument("--lowbit", required=True, help="the lowbit binary")
-    ap.add_argument("--model", default="smollm2-135m", help="model lowbit runs (.gguf, HF dir or known name)")
     ap.add_argument("--tokenizer", default=None, help="passed to lowbit eval (a model without its own vocabulary)")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--corpus", default=None, help="lowbit corpus name (default sotu-test)")
@@ -53,10 +56,35 @@ def main():
     ap.add_argument("--chunks", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
     ap.add_argument("--tmp", default="/tmp/lowbit-peer", help="work directory (export, logits)")
-    ap.add_argument("--tol-logit", type=float, default=2e-3, help="max |logit difference| allowed")
     ap.add_argument("--tol-ppl", type=float, default=1e-4, help="max relative PPL difference allowed")
-    args = ap.parse_args()
 
+
+def check_args(ap, args):
+    """Argument errors before anything runs (exit 2 through argparse)."""
+    if not (os.path.isfile(args.lowbit) and os.access(args.lowbit, os.X_OK)):
+        ap.error(f"--lowbit {args.lowbit}: not an executable file")
+    if args.ctx < 4 or args.chunks < 1:
+        ap.error(f"--ctx must be at least 4 and --chunks at least 1 (got {args.ctx}, {args.chunks})")
+    if args.text and not os.path.isfile(args.text):
+        ap.error(f"--text {args.text}: no such file")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap)
+    ap.add_argument("--model", default="smollm2-135m", help="model lowbit runs (.gguf, HF dir or known name)")
+    ap.add_argument("--tol-logit", type=float, default=2e-3, help="max |logit difference| allowed")
+    args = ap.parse_args()
+    check_args(ap, args)
+    r = compare_with_transformers(args, args.model)
+    ok = r["max_abs"] <= args.tol_logit and r["ppl_rel"] <= args.tol_ppl
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def compare_with_transformers(args, model_arg):
+    """Runs `lowbit eval` on model_arg (dumping its logits) and transformers on the same windows; prints and
+    returns the comparison: max_abs, max_logit, ppl_hf, ppl_ours, ppl_lowbit, ppl_rel, kld, top1, count."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -64,10 +92,14 @@ def main():
     hf_dir = os.path.join(args.tmp, "hf")
     base = os.path.join(args.tmp, "base.kld")
     dump = os.path.join(args.tmp, "logits.npy")
-    run([args.lowbit, "export-hf", "--model", args.model, "--out", hf_dir])
+    # An HF checkpoint given as the model is loaded as it is (this checks lowbit's readers against the files
+    # transformers or lowbit's exporter wrote); a GGUF is checked through lowbit's export.
+    hf_source = model_arg if is_hf_dir(model_arg) else hf_dir
+    if hf_source == hf_dir:
+        run([args.lowbit, "export-hf", "--model", model_arg, "--out", hf_dir])
     source = ["--text", args.text] if args.text else ["--corpus", args.corpus or "sotu-test"]
     tok = ["--tokenizer", args.tokenizer] if args.tokenizer else []
-    report = json.loads(run([args.lowbit, "eval", "--model", args.model, *tok, *source, "--ctx", str(args.ctx), "--chunks",
+    report = json.loads(run([args.lowbit, "eval", "--model", model_arg, *tok, *source, "--ctx", str(args.ctx), "--chunks",
                              str(args.chunks), "--save-logits", base, "--dump-logits", dump, "--no-progress",
                              "--json"]))
     n_ctx, n_vocab, n_chunk, tokens = read_kld_header(base)
@@ -77,9 +109,6 @@ def main():
 
     import transformers
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    # An HF checkpoint given as --model is loaded as it is (this checks lowbit's readers against the files
-    # transformers wrote); a GGUF is checked through lowbit's export.
-    hf_source = args.model if os.path.isfile(os.path.join(args.model, "config.json")) else hf_dir
     print(f"transformers loads {hf_source}", file=sys.stderr)
     model = AutoModelForCausalLM.from_pretrained(hf_source, attn_implementation="eager", **{dtype_kw: torch.float32})
     model.to(args.device).eval()
@@ -109,9 +138,9 @@ def main():
     print(f"max |logit(transformers) - logit(lowbit)| = {max_abs:.3e}  (largest |logit| {max_logit:.2f})")
     print(f"PPL transformers {ppl_hf:.6f}   PPL lowbit (from its logits) {ppl_ours:.6f}   lowbit eval {report['ppl']:.6f}")
     print(f"KLD(transformers || lowbit) {kld / count:.3e}   top-1 agreement {100.0 * same_top / count:.3f}%")
-    ok = max_abs <= args.tol_logit and abs(ppl_hf / report["ppl"] - 1) <= args.tol_ppl
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return {"max_abs": max_abs, "max_logit": max_logit, "ppl_hf": ppl_hf, "ppl_ours": ppl_ours,
+            "ppl_lowbit": report["ppl"], "ppl_rel": abs(ppl_hf / report["ppl"] - 1), "kld": kld / count,
+            "top1": same_top / count, "count": count}
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ CudaFakeQuantLinear::CudaFakeQuantLinear(ConstMatF w, const QuantSpec& weights, 
                          " has no CUDA quantizer; use an MX, NVFP4 or INT format for activations on the GPU");
     const FakeQuantLinear host(w, weights, activations);  // Q(W) by the CPU's rule
     description_ = host.describe() + ", " + cuda_precision_name(p);
-    dense_.upload(ConstMatF(host.dequantized_weights().data(), w.rows, w.cols), p, stream);
+    dense_.upload(host.weight(), p, stream);
 }
 
 void CudaFakeQuantLinear::forward(const CudaBlas& blas, CudaLinearInput x, float* y, float beta) const {

@@ -4,8 +4,9 @@
 //   CudaDenseLinear      y = x·Wᵀ with cuBLAS: FP32 (pedantic, no TF32) or BF16 × BF16 → FP32
 //                        (forward_cuda.cuh states the precision contract)
 //   CudaFakeQuantLinear  the dense linear over Q(W) (dequantized on the host by FakeQuantLinear's rule,
-//                        then stored in the model's precision), with the activations quantized per token
-//                        on the device first when asked (format_roundtrip_cuda: bit-equal to the CPU)
+//                        or W as loaded without a weight format, then stored in the model's precision),
+//                        with the activations quantized per token on the device first when asked
+//                        (format_roundtrip_cuda: bit-equal to the CPU)
 //   CudaAdahopLinear     y = lp_matmul(x, Wᵀ) through LpMatmulCuda (today's BF16 emulation; the FP8
 //                        tensor-core GEMM plugs in there), Wᵀ prepared once
 // Every linear reads the FP32 input; dense ones in BF16 precision read the BF16 copy the producing kernel
@@ -88,7 +89,8 @@ private:
 
 class CudaFakeQuantLinear final : public CudaLinear {
 public:
-    // Q(W) as FakeQuantLinear computes it, stored in precision p; activations must be a CUDA-capable format.
+    // Q(W) as FakeQuantLinear computes it (W itself without a weight format), stored in precision p;
+    // activations must be a CUDA-capable format.
     CudaFakeQuantLinear(ConstMatF w, const QuantSpec& weights, const QuantSpec& activations, CudaPrecision p,
                         cudaStream_t stream);
     void forward(const CudaBlas& blas, CudaLinearInput x, float* y, float beta = 0.0f) const override;

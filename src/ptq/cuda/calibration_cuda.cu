@@ -1,0 +1,267 @@
+// calibration_cuda.cu — CudaCalibrationPaths: device-resident calibration activations and statistics.
+#include "ptq/cuda/calibration_cuda.cuh"
+
+#include "model/cuda/forward_cuda.cuh"
+#include "ptq/cuda/solver_cuda.cuh"
+
+#include <cmath>
+
+namespace lowbit {
+
+namespace {
+
+// Row-major n × n: the lower triangle from the upper one (SSYRK filled column-major lower = row-major upper).
+__global__ void symmetrize_kernel(float* a, int64_t n) {
+    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= n * n) return;
+    const int64_t i = idx / n, j = idx % n;
+    if (i > j) a[idx] = a[j * n + i];
+}
+
+__global__ void difference_kernel(const float* a, const float* b, float* out, int64_t n) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] - b[i];
+}
+
+// causal_softmax_row (model/forward_cpu.cpp) for every row t of s [T, T]: one block per row.
+__global__ void causal_softmax_kernel(float* s, int64_t T, float scale) {
+    const int64_t t = blockIdx.x;
+    float* row = s + t * T;
+    __shared__ float red_f[32];
+    __shared__ double red_d[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    float m = row[0] * scale;
+    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) m = fmaxf(m, row[j] * scale);
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) red_f[warp] = m;
+    __syncthreads();
+    m = red_f[0];
+    for (int w = 1; w < warps; ++w) m = fmaxf(m, red_f[w]);
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+        const float e = expf(row[j] * scale - m);
+        row[j] = e;
+        sum += e;
+    }
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) red_d[warp] = sum;
+    __syncthreads();
+    sum = 0.0;
+    for (int w = 0; w < warps; ++w) sum += red_d[w];
+    const float inv = float(1.0 / sum);
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= t ? row[j] * inv : 0.0f;
+}
+
+unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+class CudaCalibrationPaths final : public CalibrationPaths {
+public:
+    CudaCalibrationPaths(const LlamaConfig& c, int64_t batch, CudaPrecision p)
+        : c_(c), batch_(std::max<int64_t>(1, batch)), precision_(p) {}
+
+    void embed(const LlamaModel& m, const std::vector<int32_t>& windows, int64_t samples, int64_t length,
+               bool cross) override {
+        const std::vector<float> x = embed_tokens(c_, m.weights.token_embd.data(), windows.data(), BatchShape{samples, length});
+        load(x, cross ? x : std::vector<float>(), samples, length);
+    }
+
+    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o) override {
+        const cudaStream_t st = blas_.stream();
+        const int64_t d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), f = c_.ffn_size, hd = c_.head_dim;
+        const int64_t L = length_, nkv = c_.n_kv_heads;
+        LOWBIT_CHECK(!o.cross || !xfp_empty_, ErrorKind::usage, "calibration: F2 statistics need the full-precision path");
+        weights_.upload(c_, fp, layer, precision_, st);
+        const auto zeroed = [&](DeviceBuffer<float>& b, int64_t n) {
+            b.grow(size_t(n));
+            CUDA_CHECK(cudaMemsetAsync(b.data(), 0, size_t(n) * sizeof(float), st));
+            return b.data();
+        };
+        float* h_attn = zeroed(h_attn_, d * d);
+        float* h_o = zeroed(h_o_, qd * qd);
+        float* h_ffn = zeroed(h_ffn_, d * d);
+        float* h_down = zeroed(h_down_, f * f);
+        float* c_k = o.attention_aware ? zeroed(c_k_, nkv * hd * hd) : nullptr;
+        float* c_q = o.attention_aware ? zeroed(c_q_, c_.n_heads * hd * hd) : nullptr;
+        float* h_v = o.block_v ? zeroed(h_v_, nkv * d * d) : nullptr;
+        float *d_attn = nullptr, *d_o = nullptr, *d_ffn = nullptr, *d_down = nullptr, *d_v = nullptr;
+        if (o.cross) {
+            d_attn = zeroed(d_attn_, d * d);
+            d_o = zeroed(d_o_, qd * qd);
+            d_ffn = zeroed(d_ffn_, d * d);
+            d_down = zeroed(d_down_, f * f);
+            if (o.block_v) d_v = zeroed(d_v_, nkv * d * d);
+        }
+        int64_t tokens = 0;
+        for (int64_t s0 = 0; s0 < samples_; s0 += batch_) {
+            const BatchShape shape{std::min(batch_, samples_ - s0), L};
+            const int64_t rows = shape.rows();
+            tokens += rows;
+            if (o.cross) cuda_block_forward(c_, weights_, layer, xfp_.data() + s0 * L * d, shape, sfp_, blas_);  // Xfp advances
+            float* tmp = tmp_.grow(size_t(rows * d));
+            CUDA_CHECK(cudaMemcpyAsync(tmp, xq_.data() + s0 * L * d, size_t(rows * d) * 4, cudaMemcpyDeviceToDevice, st));
+            cuda_block_forward(c_, weights_, layer, tmp, shape, sq_, blas_);
+            syrk(h_attn, sq_.attn_in.data(), rows, d, d);
+            syrk(h_o, sq_.attn_ctx.data(), rows, qd, qd);
+            syrk(h_ffn, sq_.ffn_in.data(), rows, d, d);
+            syrk(h_down, sq_.ffn_act.data(), rows, f, f);
+            if (o.cross) {
+                cross(d_attn, sfp_.attn_in.data(), sq_.attn_in.data(), rows, d);
+                cross(d_o, sfp_.attn_ctx.data(), sq_.attn_ctx.data(), rows, qd);
+                cross(d_ffn, sfp_.ffn_in.data(), sq_.ffn_in.data(), rows, d);
+                cross(d_down, sfp_.ffn_act.data(), sq_.ffn_act.data(), rows, f);
+            }
+            if (o.attention_aware) {
+                for (int64_t g = 0; g < nkv; ++g) syrk(c_k + g * hd * hd, sq_.k.data() + g * hd, rows, hd, kvd);
+                for (int64_t h = 0; h < c_.n_heads; ++h) syrk(c_q + h * hd * hd, sq_.q.data() + h * hd, rows, hd, qd);
+            }
+            if (o.block_v) value_hessians(h_v, d_v, shape);
+            ptq_sample_device_memory();
+        }
+        // Finish: symmetrise the SSYRK sums, copy them to the host.
+        BlockStatistics raw;
+        raw.tokens = tokens;
+        const auto fetch = [&](float* dptr, int64_t count, int64_t n, bool symmetric, std::vector<float>& dst) {
+            if (!dptr) return;
+            if (symmetric)
+                for (int64_t i = 0; i < count / (n * n); ++i)
+                    symmetrize_kernel<<<blocks_for(n * n, 256), 256, 0, st>>>(dptr + i * n * n, n);
+            CUDA_CHECK(cudaGetLastError());
+            dst.resize(size_t(count));
+            CUDA_CHECK(cudaMemcpyAsync(dst.data(), dptr, size_t(count) * 4, cudaMemcpyDeviceToHost, st));
+        };
+        std::vector<float> ck, cq;
+        fetch(h_attn, d * d, d, true, raw.h_attn);
+        fetch(h_o, qd * qd, qd, true, raw.h_o);
+        fetch(h_ffn, d * d, d, true, raw.h_ffn);
+        fetch(h_down, f * f, f, true, raw.h_down);
+        fetch(c_k, nkv * hd * hd, hd, true, ck);
+        fetch(c_q, c_.n_heads * hd * hd, hd, true, cq);
+        fetch(h_v, nkv * d * d, d, true, raw.h_v);
+        fetch(d_attn, d * d, d, false, raw.d_attn);
+        fetch(d_o, qd * qd, qd, false, raw.d_o);
+        fetch(d_ffn, d * d, d, false, raw.d_ffn);
+        fetch(d_down, f * f, f, false, raw.d_down);
+        fetch(d_v, nkv * d * d, d, false, raw.d_v);
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        return finish_block_statistics(c_, o, std::move(raw), std::move(ck), std::move(cq), L);
+    }
+
+    void propagate(const BlockWeights& q, int64_t layer) override {
+        const int64_t d = c_.hidden_size, L = length_;
+        weights_.upload(c_, q, layer, precision_, blas_.stream());
+        for (int64_t s0 = 0; s0 < samples_; s0 += batch_)
+            cuda_block_forward(c_, weights_, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L},
+                               sq_, blas_);
+        blas_.synchronize();
+    }
+
+    void save(std::vector<float>& xq, std::vector<float>& xfp) const override {
+        const size_t n = size_t(samples_ * length_ * c_.hidden_size);
+        xq.resize(n);
+        xq_.download(xq.data(), n);
+        xfp.clear();
+        if (!xfp_empty_) {
+            xfp.resize(n);
+            xfp_.download(xfp.data(), n);
+        }
+    }
+
+    void load(std::vector<float> xq, std::vector<float> xfp, int64_t samples, int64_t length) override {
+        samples_ = samples;
+        length_ = length;
+        const size_t n = size_t(samples * length * c_.hidden_size);
+        LOWBIT_CHECK(xq.size() == n && (xfp.empty() || xfp.size() == n), ErrorKind::input,
+                     "calibration: activations of {} floats for {} windows of {} (a checkpoint of another model?)",
+                     xq.size(), samples, length);
+        xq_.resize(n);
+        xq_.upload(xq.data(), n);
+        xfp_empty_ = xfp.empty();
+        if (!xfp_empty_) {
+            xfp_.resize(n);
+            xfp_.upload(xfp.data(), n);
+        }
+        ptq_sample_device_memory();
+    }
+
+    std::string device() const override { return std::string("cuda ") + cuda_precision_name(precision_); }
+
+private:
+    // dst (n × n, column-major lower = row-major upper) += xᵀx, x row-major rows × n with leading dimension ld.
+    void syrk(float* dst, const float* x, int64_t rows, int64_t n, int64_t ld) {
+        const float one = 1.0f;
+        cublas_check(cublasSsyrk(blas_.handle(), CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, int(n), int(rows), &one, x, int(ld), &one,
+                                 dst, int(n)),
+                     "cublasSsyrk");
+    }
+    // dst (n × n row-major) += (a − b)ᵀ b for row-major rows × n matrices.
+    void cross(float* dst, const float* a, const float* b, int64_t rows, int64_t n) {
+        float* diff = diff_.grow(size_t(rows * n));
+        difference_kernel<<<blocks_for(rows * n, 256), 256, 0, blas_.stream()>>>(a, b, diff, rows * n);
+        CUDA_CHECK(cudaGetLastError());
+        const float one = 1.0f;
+        // Column-major C = bᵀ·diff over the row-major storage of b and diff.
+        cublas_check(cublasSgemm(blas_.handle(), CUBLAS_OP_N, CUBLAS_OP_T, int(n), int(n), int(rows), &one, b, int(n), diff,
+                                 int(n), &one, dst, int(n)),
+                     "cublasSgemm (cross)");
+    }
+    // probs [T, T] = attention_probabilities of (seq, head) from the scratch's q, k.
+    void probabilities(const CudaBlockScratch& s, int64_t seq, int64_t head, float* probs) {
+        const int64_t T = length_, hd = c_.head_dim, qd = c_.q_dim(), kvd = c_.kv_dim();
+        const int64_t g = head / (c_.n_heads / c_.n_kv_heads);
+        const float one = 1.0f, zero = 0.0f;
+        const float* q = s.q.data() + seq * T * qd + head * hd;
+        const float* k = s.k.data() + seq * T * kvd + g * hd;
+        // Row-major S = Q·Kᵀ is column-major Sᵀ = K·Qᵀ.
+        cublas_check(cublasSgemm(blas_.handle(), CUBLAS_OP_T, CUBLAS_OP_N, int(T), int(T), int(hd), &one, k, int(kvd), q,
+                                 int(qd), &zero, probs, int(T)),
+                     "cublasSgemm (scores)");
+        causal_softmax_kernel<<<unsigned(T), 256, 0, blas_.stream()>>>(probs, T, float(1.0 / std::sqrt(double(hd))));
+        CUDA_CHECK(cudaGetLastError());
+    }
+    // ax [T, d] = probs [T, T] · x [T, d] (row-major).
+    void mix(const float* probs, const float* x, float* ax) {
+        const int64_t T = length_, d = c_.hidden_size;
+        const float one = 1.0f, zero = 0.0f;
+        cublas_check(cublasSgemm(blas_.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(d), int(T), int(T), &one, x, int(d), probs,
+                                 int(T), &zero, ax, int(d)),
+                     "cublasSgemm (A·X)");
+    }
+    // block_v: H_v[g] += Σ_h∈g (A_h X)ᵀ(A_h X); F2: D_v[g] += (Ã_h X̃ − A_h X)ᵀ(A_h X).
+    void value_hessians(float* h_v, float* d_v, BatchShape shape) {
+        const int64_t T = length_, d = c_.hidden_size, group = c_.n_heads / c_.n_kv_heads;
+        float* probs = probs_.grow(size_t(T * T));
+        float* ax = ax_.grow(size_t(T * d));
+        float* ax_fp = d_v ? ax_fp_.grow(size_t(T * d)) : nullptr;
+        for (int64_t sq = 0; sq < shape.n_seq; ++sq)
+            for (int64_t h = 0; h < c_.n_heads; ++h) {
+                const int64_t g = h / group;
+                probabilities(sq_, sq, h, probs);
+                mix(probs, sq_.attn_in.data() + sq * T * d, ax);
+                syrk(h_v + g * d * d, ax, T, d, d);
+                if (d_v) {
+                    probabilities(sfp_, sq, h, probs);
+                    mix(probs, sfp_.attn_in.data() + sq * T * d, ax_fp);
+                    cross(d_v + g * d * d, ax_fp, ax, T, d);
+                }
+            }
+    }
+
+    LlamaConfig c_;
+    int64_t batch_ = 1, samples_ = 0, length_ = 0;
+    CudaPrecision precision_;
+    CudaBlas blas_;
+    CudaBlockWeights weights_;
+    CudaBlockScratch sq_, sfp_;
+    DeviceBuffer<float> xq_, xfp_, tmp_;
+    bool xfp_empty_ = true;
+    DeviceBuffer<float> h_attn_, h_o_, h_ffn_, h_down_, c_k_, c_q_, h_v_, d_attn_, d_o_, d_ffn_, d_down_, d_v_;
+    DeviceBuffer<float> diff_, probs_, ax_, ax_fp_;
+};
+
+}  // namespace
+
+std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch, CudaPrecision precision) {
+    return std::make_unique<CudaCalibrationPaths>(c, batch, precision);
+}
+
+}  // namespace lowbit

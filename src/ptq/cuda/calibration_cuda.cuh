@@ -1,0 +1,29 @@
+// calibration_cuda.cuh — the calibration paths of post-training quantization on the GPU (ptq/calibration.h's
+// CalibrationPaths): Xq and Xfp stay in device memory for the whole run; each block is uploaded once
+// (CudaBlockWeights, FP32 or BF16 per CudaPrecision), run by cuda_block_forward over batches of windows,
+// and its statistics are accumulated on the device from the forward's scratch:
+//   H_in (four inputs)       cuBLAS SSYRK, FP32 sums (symmetrised at the end)
+//   post-RoPE q/k covariances SSYRK per head (strided views of q, k)
+//   block_v                   per (window, query head): S = Q_h·K_gᵀ (SGEMM), the causal softmax of
+//                             attention_probabilities (a kernel, FP32 exp, FP64 row sums), A·X (SGEMM), SSYRK
+//   F2's D terms              (x̃ − x)ᵀx by SGEMM
+// then copied to the host once per block and finished by finish_block_statistics (2/T scaling, RoPE
+// averaging, GQA folding) — the CPU path's code. The only host↔device traffic per block is the block's
+// weights and its statistics (plus the activations at checkpoints).
+//
+// Agreement with the CPU paths (tests/cuda/test_ptq_cuda.cu): FP32 statistics equal BlockStatsAccumulator's
+// within FP32 summation order (relative 1e-4 of the largest entry on tiny random models); BF16 is faster
+// and only as exact as the BF16 forward (forward_cuda.cuh states it).
+#pragma once
+
+#include <memory>
+
+#include "model/cuda/linear_cuda.cuh"
+#include "ptq/calibration.h"
+
+namespace lowbit {
+
+std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch,
+                                                         CudaPrecision precision = CudaPrecision::fp32);
+
+}  // namespace lowbit

@@ -1,0 +1,324 @@
+// solver_cuda.cu — CudaSolverDevice: cuSOLVER factorizations, cuBLAS products and the GPTQ sweep kernel.
+#include "ptq/cuda/solver_cuda.cuh"
+
+#include "core/cuda_blas.h"
+
+#include <cusolverDn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <numeric>
+
+namespace lowbit {
+
+namespace {
+
+std::atomic<size_t> g_peak_bytes{0};
+
+void cusolver_check(cusolverStatus_t st, const char* call) {
+    LOWBIT_CHECK(st == CUSOLVER_STATUS_SUCCESS, ErrorKind::runtime, "{} failed (cuSOLVER status {})", call, int(st));
+}
+
+// Row-major square matrix: copy the upper triangle into the lower one (symmetric = true) or zero the lower one.
+__global__ void fill_lower_kernel(double* a, int64_t n, bool symmetric) {
+    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= n * n) return;
+    const int64_t i = idx / n, j = idx % n;
+    if (i > j) a[idx] = symmetric ? a[j * n + i] : 0.0;
+}
+
+// The grid of one sweep on the device: value(q) = scale·(level(q) − zero) [+ offset], levels from a table of
+// at most 64 entries or q itself.
+struct SweepGrid {
+    float levels[64];
+    int has_levels;
+    int has_offset;
+    int maxq;
+};
+
+__device__ __forceinline__ float grid_value_dev(const SweepGrid& g, float scale, float zero, float offset, uint32_t q) {
+    const float level = g.has_levels ? g.levels[q] : float(q);
+    const float v = scale * (level - zero);
+    return g.has_offset ? v + offset : v;
+}
+
+// grid_nearest (ptq/grid.cpp), operation for operation.
+__device__ __forceinline__ uint32_t grid_nearest_dev(const SweepGrid& g, float scale, float zero, float offset, float w) {
+    if (g.has_levels) {
+        uint32_t best = 0;
+        float best_err = INFINITY;
+        for (int q = 0; q <= g.maxq; ++q) {
+            const float e = fabsf(grid_value_dev(g, scale, zero, offset, uint32_t(q)) - w);
+            if (e < best_err) {
+                best_err = e;
+                best = uint32_t(q);
+            }
+        }
+        return best;
+    }
+    if (!(scale != 0.0f) || isnan(scale) || isinf(scale)) return uint32_t(min(max(int(zero), 0), g.maxq));
+    const float x = g.has_offset ? __fdiv_rn(w - offset, scale) : __fdiv_rn(w, scale);
+    const float xc = isnan(x) ? x : fminf(fmaxf(x, -4096.0f), 4096.0f);
+    const float q = rintf(xc) + zero;
+    const float qc = isnan(q) ? q : fminf(fmaxf(q, 0.0f), float(g.maxq));
+    return uint32_t(qc);
+}
+
+constexpr int kSweepWarps = 8;
+constexpr int kMaxSubBlock = 128;
+
+// One lazy sub-block [i1, i1 + nb) of the sweep, one warp per row: the columns in order, each quantized on
+// its (row, group) grid, its error e = (x − q)/U_cc spread over the block's later columns. Writes the codes
+// (at original columns), the block's final values (q), err = −e and (GPTAQ) pre = x, and adds the loss.
+__global__ void sweep_block_kernel(float* w, int64_t cols, int n, int64_t i1, int nb, const float* u, const float* p,
+                                   const int32_t* order, uint8_t* codes, const float* grids, int64_t per_row,
+                                   int64_t group, SweepGrid g, float* err, float* pre, double* loss) {
+    extern __shared__ float smem[];
+    float* us = smem;                                  // [nb, nb]
+    float* ps = us + nb * nb;                          // [nb, nb] when p
+    float* rows_s = ps + (p ? nb * nb : 0);            // [warps, nb] current values
+    float* qs_s = rows_s + kSweepWarps * kMaxSubBlock; // [warps, nb] final values
+    for (int idx = threadIdx.x; idx < nb * nb; idx += blockDim.x) {
+        const int r = idx / nb, c = idx % nb;
+        us[idx] = u[(i1 + r) * cols + i1 + c];
+        if (p) ps[idx] = p[(i1 + r) * cols + i1 + c];
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = blockIdx.x * kSweepWarps + warp;
+    float* rs = rows_s + warp * kMaxSubBlock;
+    float* qs = qs_s + warp * kMaxSubBlock;
+    if (row < n)
+        for (int j = lane; j < nb; j += 32) rs[j] = w[int64_t(row) * cols + i1 + j];
+    __syncthreads();
+    if (row >= n) return;
+    double row_loss = 0.0;
+    for (int c = 0; c < nb; ++c) {
+        __syncwarp();
+        const float x = rs[c];
+        const int32_t oc = order[i1 + c];
+        const float* gg = grids + (int64_t(row) * per_row + oc / group) * 3;
+        const float scale = gg[0], zero = gg[1], offset = gg[2];
+        const uint32_t q = grid_nearest_dev(g, scale, zero, offset, x);
+        const float qv = grid_value_dev(g, scale, zero, offset, q);
+        const float d = us[c * nb + c];
+        const float e = __fdiv_rn(x - qv, d);
+        const float* uc = us + c * nb;
+        if (p) {
+            const float* pc = ps + c * nb;
+            for (int j = c + 1 + lane; j < nb; j += 32) rs[j] -= __fsub_rn(__fmul_rn(e, uc[j]), __fmul_rn(x, pc[j]));
+        } else {
+            for (int j = c + 1 + lane; j < nb; j += 32) rs[j] -= __fmul_rn(e, uc[j]);
+        }
+        if (lane == 0) {
+            codes[int64_t(row) * cols + oc] = uint8_t(q);
+            qs[c] = qv;
+            err[int64_t(row) * nb + c] = -e;
+            if (pre) pre[int64_t(row) * nb + c] = x;
+            row_loss += double(x - qv) * double(x - qv) / (double(d) * double(d)) * 0.5;
+        }
+    }
+    __syncwarp();
+    for (int j = lane; j < nb; j += 32) w[int64_t(row) * cols + i1 + j] = qs[j];
+    if (lane == 0) loss[row] += row_loss;
+}
+
+template <typename T>
+T* grown(DeviceBuffer<T>& b, size_t n) {
+    return b.grow(std::max<size_t>(n, 1));
+}
+
+}  // namespace
+
+void ptq_sample_device_memory() {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return;
+    const size_t used = total_b - free_b;
+    size_t prev = g_peak_bytes.load();
+    while (used > prev && !g_peak_bytes.compare_exchange_weak(prev, used)) {
+    }
+}
+size_t ptq_peak_device_bytes() { return g_peak_bytes.load(); }
+void ptq_reset_peak_device_bytes() { g_peak_bytes.store(0); }
+
+struct CudaSolverDevice::State {
+    CudaBlas blas;
+    cusolverDnHandle_t solver = nullptr;
+    DeviceBuffer<double> chol_a, chol_work;
+    DeviceBuffer<int> chol_info;
+    DeviceBuffer<float> ga, gb, gc;                       // gemm operands
+    uint64_t input_id = 0;                                // the (u, p) held in su / sp
+    DeviceBuffer<float> su, sp, sw, serr, spre, sgrids;
+    DeviceBuffer<int32_t> sorder;
+    DeviceBuffer<uint8_t> scodes;
+    DeviceBuffer<double> sloss;
+};
+
+CudaSolverDevice::CudaSolverDevice() : s_(std::make_unique<State>()) {
+    cusolver_check(cusolverDnCreate(&s_->solver), "cusolverDnCreate");
+    cusolver_check(cusolverDnSetStream(s_->solver, s_->blas.stream()), "cusolverDnSetStream");
+    CUDA_CHECK(cudaFuncSetAttribute(sweep_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int((2 * kMaxSubBlock * kMaxSubBlock + 2 * kSweepWarps * kMaxSubBlock) * sizeof(float))));
+}
+
+CudaSolverDevice::~CudaSolverDevice() {
+    if (s_ && s_->solver) cusolverDnDestroy(s_->solver);
+}
+
+bool CudaSolverDevice::inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>* h_inv) const {
+    State& s = *s_;
+    const cudaStream_t st = s.blas.stream();
+    double* da = grown(s.chol_a, size_t(n * n));
+    CUDA_CHECK(cudaMemcpyAsync(da, a.data(), size_t(n * n) * sizeof(double), cudaMemcpyHostToDevice, st));
+    const int nn = int(n);
+    int lwork = 0, lwork2 = 0;
+    // Row-major upper U (A = UᵀU) is LAPACK's column-major lower factor.
+    cusolver_check(cusolverDnDpotrf_bufferSize(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, &lwork), "potrf_bufferSize");
+    cusolver_check(cusolverDnDpotri_bufferSize(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, &lwork2), "potri_bufferSize");
+    double* work = grown(s.chol_work, size_t(std::max(lwork, lwork2)));
+    int* info = grown(s.chol_info, 1);
+    ptq_sample_device_memory();
+    const auto ok = [&]() {
+        int h = 0;
+        CUDA_CHECK(cudaMemcpyAsync(&h, info, sizeof(int), cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        return h == 0;
+    };
+    const int threads = 256;
+    const unsigned blocks = unsigned((n * n + threads - 1) / threads);
+    cusolver_check(cusolverDnDpotrf(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork, info), "cusolverDnDpotrf");
+    if (!ok()) return false;
+    cusolver_check(cusolverDnDpotri(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork2, info), "cusolverDnDpotri");
+    if (!ok()) return false;
+    fill_lower_kernel<<<blocks, threads, 0, st>>>(da, n, true);  // H⁻¹, both triangles
+    CUDA_CHECK(cudaGetLastError());
+    if (h_inv) {
+        h_inv->resize(size_t(n * n));
+        CUDA_CHECK(cudaMemcpyAsync(h_inv->data(), da, size_t(n * n) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    }
+    cusolver_check(cusolverDnDpotrf(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork, info), "cusolverDnDpotrf");
+    if (!ok()) return false;
+    fill_lower_kernel<<<blocks, threads, 0, st>>>(da, n, false);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemcpyAsync(a.data(), da, size_t(n * n) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return true;
+}
+
+void CudaSolverDevice::gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const {
+    const int64_t m = c.rows, n = c.cols, k = ta == Trans::yes ? a.rows : a.cols;
+    LOWBIT_CHECK((ta == Trans::yes ? a.cols : a.rows) == m && (tb == Trans::yes ? b.cols : b.rows) == k &&
+                     (tb == Trans::yes ? b.rows : b.cols) == n,
+                 ErrorKind::usage, "gemm: shapes {}x{} · {}x{} → {}x{} do not agree", a.rows, a.cols, b.rows, b.cols, m, n);
+    if (m == 0 || n == 0) return;
+    State& s = *s_;
+    const cudaStream_t st = s.blas.stream();
+    float* da = grown(s.ga, size_t(a.rows * a.cols));
+    float* db = grown(s.gb, size_t(b.rows * b.cols));
+    float* dc = grown(s.gc, size_t(m * n));
+    const auto up = [&](float* dst, ConstMatF v) {
+        CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(v.cols) * 4, v.data, size_t(v.ld) * 4, size_t(v.cols) * 4, size_t(v.rows),
+                                     cudaMemcpyHostToDevice, st));
+    };
+    up(da, a);
+    up(db, b);
+    if (beta != 0.0f) up(dc, ConstMatF(c.data, c.rows, c.cols, c.ld));
+    ptq_sample_device_memory();
+    const float one = 1.0f;
+    // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same storage.
+    cublas_check(cublasSgemm(s.blas.handle(), tb == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             ta == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k), &one, db, int(b.cols), da,
+                             int(a.cols), &beta, dc, int(n)),
+                 "cublasSgemm");
+    CUDA_CHECK(cudaMemcpy2DAsync(c.data, size_t(c.ld) * 4, dc, size_t(n) * 4, size_t(n) * 4, size_t(m),
+                                 cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+double CudaSolverDevice::sweep(const SweepCall& call) const {
+    State& s = *s_;
+    const cudaStream_t st = s.blas.stream();
+    QuantizedWeight& out = *call.out;
+    const GridSpec& g = out.spec;
+    const int64_t n = call.n, cols = call.cols, group = g.group_size(cols), per_row = cols / group;
+    const int64_t span = g.fit_span(cols);
+    if (n == 0) return 0.0;
+    if (s.input_id != call.input_id || call.input_id == 0) {
+        s.input_id = 0;
+        grown(s.su, size_t(cols * cols));
+        s.su.upload(call.u, size_t(cols * cols));
+        if (call.p) {
+            grown(s.sp, size_t(cols * cols));
+            s.sp.upload(call.p, size_t(cols * cols));
+        }
+        s.input_id = call.input_id;
+    }
+    float* dw = grown(s.sw, size_t(n * cols));
+    CUDA_CHECK(cudaMemcpyAsync(dw, call.w, size_t(n * cols) * 4, cudaMemcpyHostToDevice, st));
+    std::vector<int32_t> order32(call.order->begin(), call.order->end());
+    int32_t* dorder = grown(s.sorder, size_t(cols));
+    CUDA_CHECK(cudaMemcpyAsync(dorder, order32.data(), size_t(cols) * 4, cudaMemcpyHostToDevice, st));
+    float* dgrids = grown(s.sgrids, size_t(n * per_row * 3));
+    static_assert(sizeof(GroupGrid) == 3 * sizeof(float), "GroupGrid is three floats");
+    const GroupGrid* host_grids = out.grids.data() + call.row0 * per_row;
+    const auto upload_grids = [&]() {
+        CUDA_CHECK(cudaMemcpyAsync(dgrids, host_grids, size_t(n * per_row) * sizeof(GroupGrid), cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));  // host_grids may change again before the next copy
+    };
+    upload_grids();
+    uint8_t* dcodes = grown(s.scodes, size_t(n * cols));
+    const int64_t sub = std::min<int64_t>(kMaxSubBlock, call.block);
+    float* derr = grown(s.serr, size_t(n * sub));
+    float* dpre = call.p ? grown(s.spre, size_t(n * sub)) : nullptr;
+    double* dloss = grown(s.sloss, size_t(n));
+    CUDA_CHECK(cudaMemsetAsync(dloss, 0, size_t(n) * sizeof(double), st));
+    ptq_sample_device_memory();
+
+    SweepGrid sg{};
+    const float* levels = grid_levels(g);
+    sg.has_levels = levels != nullptr;
+    sg.has_offset = grid_has_offset(g);
+    sg.maxq = g.max_code();
+    LOWBIT_CHECK(sg.maxq < 64 || !levels, ErrorKind::runtime, "sweep: level table of {} entries", sg.maxq + 1);
+    if (levels) std::copy(levels, levels + sg.maxq + 1, sg.levels);
+
+    const float one = 1.0f;
+    for (int64_t i1 = 0; i1 < cols; i1 += call.block) {
+        const int64_t i2 = std::min(cols, i1 + call.block);
+        if (call.fit_block) {
+            const int64_t s_first = (i1 + span - 1) / span * span;
+            if (s_first < i2) {  // bring the spans' columns up to date on the host, fit, send the grids
+                const int64_t s_last = (i2 - 1) / span * span, c_end = std::min(cols, s_last + span);
+                CUDA_CHECK(cudaMemcpy2DAsync(call.w + s_first, size_t(cols) * 4, dw + s_first, size_t(cols) * 4,
+                                             size_t(c_end - s_first) * 4, size_t(n), cudaMemcpyDeviceToHost, st));
+                CUDA_CHECK(cudaStreamSynchronize(st));
+                call.fit_block(i1, i2);
+                upload_grids();
+            }
+        }
+        for (int64_t j1 = i1; j1 < i2; j1 += sub) {  // sub-blocks of at most 128 columns, lazily coupled
+            const int64_t j2 = std::min(i2, j1 + sub), nb = j2 - j1;
+            const size_t smem = size_t((call.p ? 2 : 1) * nb * nb + 2 * kSweepWarps * kMaxSubBlock) * sizeof(float);
+            sweep_block_kernel<<<unsigned((n + kSweepWarps - 1) / kSweepWarps), kSweepWarps * 32, smem, st>>>(
+                dw, cols, int(n), j1, int(nb), s.su.data(), call.p ? s.sp.data() : nullptr, dorder, dcodes, dgrids, per_row,
+                group, sg, derr, dpre, dloss);
+            CUDA_CHECK(cudaGetLastError());
+            if (j2 < cols) {  // W[:, j2:] += err·U[j1:j2, j2:] (+ pre·P[j1:j2, j2:])
+                cublas_check(cublasSgemm(s.blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(cols - j2), int(n), int(nb), &one,
+                                         s.su.data() + j1 * cols + j2, int(cols), derr, int(nb), &one, dw + j2, int(cols)),
+                             "cublasSgemm (lazy update)");
+                if (call.p)
+                    cublas_check(cublasSgemm(s.blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(cols - j2), int(n), int(nb), &one,
+                                             s.sp.data() + j1 * cols + j2, int(cols), dpre, int(nb), &one, dw + j2, int(cols)),
+                                 "cublasSgemm (lazy GPTAQ update)");
+            }
+        }
+    }
+    CUDA_CHECK(cudaMemcpyAsync(call.w, dw, size_t(n * cols) * 4, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaMemcpyAsync(out.codes.data() + call.row0 * cols, dcodes, size_t(n * cols), cudaMemcpyDeviceToHost, st));
+    std::vector<double> loss(static_cast<size_t>(n));
+    CUDA_CHECK(cudaMemcpyAsync(loss.data(), dloss, size_t(n) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return std::accumulate(loss.begin(), loss.end(), 0.0);
+}
+
+}  // namespace lowbit

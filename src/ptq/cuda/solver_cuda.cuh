@@ -1,0 +1,45 @@
+// solver_cuda.cuh — the GPU SolverDevice of post-training quantization (ptq/solver.h): FP64 inverse
+// Cholesky with cuSOLVER (potrf → potri → potrf, as the CPU does with LAPACK), FP32 products with cuBLAS
+// (no TF32), and GPTQ's column sweep as a kernel (one warp per row, the lazy block's chol_U(H⁻¹) and GPTAQ P
+// blocks in shared memory) with the lazy updates between blocks as cuBLAS GEMMs.
+//
+// Exactness: the sweep kernel does the CPU sweep's arithmetic in the CPU's order (nearest code, (x − q)/U_cc,
+// the row updates w_j −= e·U_cj [− x·P_cj], built with --fmad=false), so a sweep that fits in one lazy block
+// gives bit-identical codes, grids and values; across blocks the lazy GEMMs sum in cuBLAS's order instead of
+// OpenBLAS's (tests/cuda/test_ptq_cuda.cu states the observed differences).
+//
+// Memory: the inputs of a sweep (u, p) stay on the device between calls with the same SweepCall::input_id
+// (TurboBoA sweeps each row block against one factorization); every buffer grows and is reused.
+// peak_bytes() is the largest device memory in use seen at the points where this object holds the most.
+#pragma once
+
+#include <memory>
+
+#include "ptq/solver.h"
+
+namespace lowbit {
+
+class CudaSolverDevice final : public SolverDevice {
+public:
+    CudaSolverDevice();
+    ~CudaSolverDevice() override;
+    CudaSolverDevice(const CudaSolverDevice&) = delete;
+    CudaSolverDevice& operator=(const CudaSolverDevice&) = delete;
+
+    bool inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>* h_inv) const override;
+    void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override;
+    double sweep(const SweepCall& call) const override;
+    std::string name() const override { return "cuda"; }
+
+private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
+
+// Device memory in use (total − free, cudaMemGetInfo), sampled by the PTQ GPU code at its high points; the
+// largest sample since the process started or the last reset.
+void ptq_sample_device_memory();
+size_t ptq_peak_device_bytes();
+void ptq_reset_peak_device_bytes();
+
+}  // namespace lowbit

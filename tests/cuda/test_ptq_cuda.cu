@@ -1,0 +1,346 @@
+// test_ptq_cuda.cu — the GPU post-training-quantization path against the CPU one:
+//   CudaSolverDevice  inverse Cholesky (cuSOLVER FP64) vs LAPACK; products vs OpenBLAS; GPTQ / GPTAQ /
+//                     TurboBoA sweeps bit-identical to the CPU's when the factorization is shared and a sweep
+//                     fits in one lazy block (every grid kind: int with groups fitted at the group, per channel,
+//                     level tables, offsets), and equal in objective across lazy blocks (cuBLAS vs OpenBLAS
+//                     summation order only);
+//   cuda_calibration_paths  every block statistic (H_in, H_out, block_v, F2's D) and the propagated
+//                     activations vs cpu_calibration_paths, FP32;
+//   quantize_model    end to end on a tiny GGUF model with both devices: same codes nearly everywhere, same loss.
+#include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
+
+#include <cmath>
+#include <vector>
+
+#include "core/gemm_cpu.h"
+#include "core/random_fill.h"
+#include "../model_test_util.h"
+#include "ptq/cuda/calibration_cuda.cuh"
+#include "ptq/cuda/solver_cuda.cuh"
+#include "ptq/quantize.h"
+
+extern "C" {
+void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+}
+
+namespace lowbit {
+namespace {
+
+using testing_util::have_gpu;
+
+#define SKIP_WITHOUT_GPU() \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+// The CPU's factorization (LAPACK, as solver.cpp calls it) and products with the GPU's sweep: isolates the
+// sweep kernel, so that its codes must equal the CPU sweep's bit for bit.
+class CpuFactorGpuSweep final : public SolverDevice {
+public:
+    bool inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>* h_inv) const override {
+        const int nn = int(n);
+        int info = 0;
+        const auto zero_lower = [&]() {
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t j = 0; j < i; ++j) a[size_t(i * n + j)] = 0.0;
+        };
+        dpotrf_("L", &nn, a.data(), &nn, &info);
+        if (info != 0) return false;
+        zero_lower();
+        dpotri_("L", &nn, a.data(), &nn, &info);
+        if (info != 0) return false;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < i; ++j) a[size_t(i * n + j)] = a[size_t(j * n + i)];
+        if (h_inv) *h_inv = a;
+        dpotrf_("L", &nn, a.data(), &nn, &info);
+        if (info != 0) return false;
+        zero_lower();
+        return true;
+    }
+    void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override {
+        gemm_f32(a, ta, b, tb, c, beta);
+    }
+    double sweep(const SweepCall& call) const override { return gpu.sweep(call); }
+    std::string name() const override { return "cpu factors, cuda sweep"; }
+    CudaSolverDevice gpu;
+};
+
+std::vector<float> random_normal(size_t n, uint64_t seed) {
+    std::vector<float> v(n);
+    fill_gaussian(v.data(), int64_t(n), seed);
+    return v;
+}
+
+// 2/T·XᵀX of T random rows with a few strong and a few dead inputs (a realistic, ill-conditioned Hessian).
+std::vector<float> random_hessian(int64_t n, uint64_t seed, bool dead = true) {
+    const int64_t t = 3 * n;
+    std::vector<float> x = random_normal(size_t(t * n), seed);
+    for (int64_t r = 0; r < t; ++r) {
+        x[size_t(r * n + 3)] *= 8.0f;
+        if (dead) x[size_t(r * n + n - 2)] = 0.0f;
+    }
+    std::vector<float> h(size_t(n * n));
+    gemm_f32(ConstMatF(x.data(), t, n), Trans::yes, ConstMatF(x.data(), t, n), Trans::no, MatF(h.data(), n, n));
+    for (float& v : h) v *= 2.0f / float(t);
+    return h;
+}
+
+struct Problem {
+    std::vector<float> w, h, d;
+    LayerProblem p;
+};
+
+Problem make_problem(int64_t rows, int64_t cols, uint64_t seed, bool with_d) {
+    Problem pr;
+    pr.w = random_normal(size_t(rows * cols), seed);
+    for (float& v : pr.w) v *= 0.05f;
+    pr.h = random_hessian(cols, seed + 1);
+    if (with_d) {
+        pr.d = random_normal(size_t(cols * cols), seed + 2);
+        for (float& v : pr.d) v *= 0.002f;
+    }
+    pr.p.w = pr.w.data();
+    pr.p.rows = rows;
+    pr.p.cols = cols;
+    pr.p.h_in = pr.h.data();
+    pr.p.d = with_d ? pr.d.data() : nullptr;
+    pr.p.name = "test";
+    return pr;
+}
+
+int64_t code_differences(const QuantizedWeight& a, const QuantizedWeight& b) {
+    int64_t n = 0;
+    for (size_t i = 0; i < a.codes.size(); ++i) n += a.codes[i] != b.codes[i];
+    return n;
+}
+
+bool same_grids(const QuantizedWeight& a, const QuantizedWeight& b) {
+    if (a.grids.size() != b.grids.size()) return false;
+    for (size_t i = 0; i < a.grids.size(); ++i)
+        if (a.grids[i].scale != b.grids[i].scale || a.grids[i].zero != b.grids[i].zero ||
+            a.grids[i].offset != b.grids[i].offset)
+            return false;
+    return true;
+}
+
+TEST(PtqCuda, InverseCholeskyMatchesLapack) {
+    SKIP_WITHOUT_GPU();
+    const CudaSolverDevice dev;
+    for (int64_t n : {5, 64, 200}) {
+        const std::vector<float> h = random_hessian(n, 40 + uint64_t(n));
+        const InverseCholesky cpu = inverse_cholesky(h.data(), n, 0.01, 1.0f, "t");
+        const InverseCholesky gpu = inverse_cholesky(h.data(), n, 0.01, 1.0f, "t", &dev);
+        ASSERT_EQ(gpu.u.size(), cpu.u.size());
+        double du = 0, mu = 0, dh = 0, mh = 0;
+        for (size_t i = 0; i < cpu.u.size(); ++i) {
+            du = std::max(du, std::fabs(double(cpu.u[i]) - double(gpu.u[i])));
+            mu = std::max(mu, std::fabs(double(cpu.u[i])));
+            dh = std::max(dh, std::fabs(cpu.h_inv[i] - gpu.h_inv[i]));
+            mh = std::max(mh, std::fabs(cpu.h_inv[i]));
+        }
+        EXPECT_LT(du / mu, 1e-6) << "n = " << n;   // FP64 factors, rounded to FP32
+        EXPECT_LT(dh / mh, 1e-10) << "n = " << n;  // FP64 inverses, different operation order
+        EXPECT_EQ(gpu.dead, cpu.dead);
+        EXPECT_EQ(gpu.retries, cpu.retries);
+        for (int64_t i = 1; i < n; ++i) EXPECT_EQ(gpu.u[size_t(i * n)], 0.0f);  // lower triangle zero
+    }
+    // A rank-2 Hessian is factored with the default damping on both, and an all-zero one (every input
+    // dead) gives the same U. (With a damping of 1e-12 LAPACK still factors a rank-2 16 × 16 H while cuSOLVER
+    // reports it singular and the retries run out: near that boundary the devices may differ by retries.)
+    const int64_t n = 16;
+    std::vector<float> x = random_normal(size_t(2 * n), 9);
+    std::vector<float> h(size_t(n * n));
+    gemm_f32(ConstMatF(x.data(), 2, n), Trans::yes, ConstMatF(x.data(), 2, n), Trans::no, MatF(h.data(), n, n));
+    const InverseCholesky cpu = inverse_cholesky(h.data(), n, 0.01, 1.0f, "t");
+    const InverseCholesky gpu = inverse_cholesky(h.data(), n, 0.01, 1.0f, "t", &dev);
+    EXPECT_EQ(gpu.retries, cpu.retries);
+    const std::vector<float> zero(size_t(n * n), 0.0f);
+    EXPECT_EQ(inverse_cholesky(zero.data(), n, 0.01, 0.5f, "t", &dev).u, inverse_cholesky(zero.data(), n, 0.01, 0.5f, "t").u);
+    // NaN is refused before any device work.
+    h[5] = NAN;
+    testing_util::expect_error(ErrorKind::input, [&] { inverse_cholesky(h.data(), n, 0.01, 1.0f, "t", &dev); });
+}
+
+TEST(PtqCuda, GemmMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    const CudaSolverDevice dev;
+    const int64_t m = 37, k = 53, n = 29;
+    const std::vector<float> a = random_normal(size_t(k * (m + 3)), 1), b = random_normal(size_t(k * n), 2);
+    std::vector<float> c0 = random_normal(size_t(m * (n + 5)), 3), c1 = c0;
+    // a stored transposed with a leading dimension > its width; c with a leading dimension; beta = 1.
+    gemm_f32(ConstMatF(a.data(), k, m, m + 3), Trans::yes, ConstMatF(b.data(), k, n), Trans::no, MatF(c0.data(), m, n, n + 5), 1.0f);
+    dev.gemm(ConstMatF(a.data(), k, m, m + 3), Trans::yes, ConstMatF(b.data(), k, n), Trans::no, MatF(c1.data(), m, n, n + 5), 1.0f);
+    double diff = 0;
+    for (size_t i = 0; i < c0.size(); ++i) diff = std::max(diff, std::fabs(double(c0[i]) - double(c1[i])));
+    EXPECT_LT(diff, 1e-4);
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = n; j < n + 5; ++j) EXPECT_EQ(c0[size_t(r * (n + 5) + j)], c1[size_t(r * (n + 5) + j)]);  // untouched
+}
+
+// Every grid kind, one lazy block (cols ≤ 128): the GPU sweep is the CPU sweep, bit for bit.
+TEST(PtqCuda, SweepInOneBlockIsBitExact) {
+    SKIP_WITHOUT_GPU();
+    const CpuFactorGpuSweep hybrid;
+    struct Case {
+        GridSpec g;
+        const char* what;
+    };
+    const std::vector<Case> cases = {
+        {parse_grid("int4", 32, false, GridSearch::minmax), "int4 g32 asym (grids at the group)"},
+        {parse_grid("int3", 0, true, GridSearch::mse), "int3 per channel sym"},
+        {parse_grid("int2", 64, false, GridSearch::hessian), "int2 g64 hessian"},
+        {parse_grid("mxfp4"), "mxfp4 (level table)"},
+        {parse_grid("q4_1"), "q4_1 (offset)"},
+        {parse_grid("iq4_nl"), "iq4_nl"},
+        {parse_grid("q8_0"), "q8_0"},
+    };
+    for (const Case& cs : cases)
+        for (bool with_d : {false, true})
+            for (bool act_order : {false, true}) {
+                Problem pr = make_problem(45, 128, 100 + uint64_t(with_d) + 2 * uint64_t(act_order), with_d);
+                SolverOptions o;
+                o.grid = cs.g;
+                o.sweep.act_order = act_order;
+                const QuantizedWeight cpu = solve_gptq(pr.p, o);
+                o.device = &hybrid;
+                const QuantizedWeight gpu = solve_gptq(pr.p, o);
+                EXPECT_EQ(code_differences(cpu, gpu), 0) << cs.what << " d " << with_d << " act-order " << act_order;
+                EXPECT_TRUE(same_grids(cpu, gpu)) << cs.what;
+            }
+    // TurboBoA's two-sided row blocks (q with H_out, F2, F3b), one block of columns.
+    Problem pr = make_problem(32, 96, 7, true);
+    std::vector<float> hout = random_hessian(16, 77, false);
+    std::vector<float> hout2(2 * 16 * 16);
+    std::copy(hout.begin(), hout.end(), hout2.begin());
+    std::copy(hout.begin(), hout.end(), hout2.begin() + 256);
+    pr.p.h_out = hout2.data();
+    pr.p.head_rows = 16;
+    SolverOptions o;
+    o.grid = parse_grid("int3", 32, false);
+    o.row_block = 4;
+    o.refine_scales = true;
+    const QuantizedWeight cpu = solve_turboboa(pr.p, o);
+    o.device = &hybrid;
+    const QuantizedWeight gpu = solve_turboboa(pr.p, o);
+    EXPECT_EQ(code_differences(cpu, gpu), 0);
+    EXPECT_TRUE(same_grids(cpu, gpu));
+}
+
+// Several lazy blocks and the full GPU device: the same solution up to FP32 summation order.
+TEST(PtqCuda, SweepAcrossBlocksMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    const CudaSolverDevice dev;
+    for (const char* fmt : {"int4", "q4_k", "mxfp4"}) {
+        Problem pr = make_problem(70, 512, 300, false);
+        SolverOptions o;
+        o.grid = std::string(fmt) == "int4" ? parse_grid("int4", 128, false) : parse_grid(fmt);
+        const QuantizedWeight cpu = solve_gptq(pr.p, o);
+        o.device = &dev;
+        const QuantizedWeight gpu = solve_gptq(pr.p, o);
+        const double lc = layer_objective(pr.p, cpu.dequantize()), lg = layer_objective(pr.p, gpu.dequantize(), &dev);
+        const double differ = double(code_differences(cpu, gpu)) / double(cpu.codes.size());
+        std::printf("  %s: objective cpu %.6g gpu %.6g, codes differing %.4f%%\n", fmt, lc, lg, 100.0 * differ);
+        EXPECT_LT(differ, 0.01) << fmt;
+        EXPECT_NEAR(lg, lc, 0.01 * lc) << fmt;
+        const QuantizedWeight rtn = solve_rtn(pr.p, o.grid);
+        EXPECT_LT(lg, layer_objective(pr.p, rtn.dequantize())) << fmt;  // still a GPTQ solution
+    }
+}
+
+LlamaModel ptq_model(uint64_t seed = 3) {
+    LlamaModel m;
+    m.config = tiny_llama_config(false, true);
+    m.config.ffn_size = 64;
+    m.config.rope_pairing = RopePairing::adjacent;
+    m.weights = random_llama_weights(m.config, seed, 0.3f);
+    return m;
+}
+
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double m = 0, s = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+        s = std::max(s, std::fabs(double(b[i])));
+    }
+    return s > 0 ? m / s : m;
+}
+
+TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    const LlamaModel m = ptq_model();
+    const LlamaConfig& c = m.config;
+    const int64_t S = 3, L = 24;
+    const std::vector<int32_t> windows = test::random_tokens(S * L, c.vocab_size, 5);
+    std::unique_ptr<CalibrationPaths> cpu = cpu_calibration_paths(c, 2), gpu = cuda_calibration_paths(c, 2);
+    cpu->embed(m, windows, S, L, true);
+    gpu->embed(m, windows, S, L, true);
+    const BlockStatsOptions all{true, true, true};
+    for (int64_t l = 0; l < 2; ++l) {
+        const BlockStatistics a = cpu->statistics(m.weights.blocks[size_t(l)], l, all);
+        const BlockStatistics b = gpu->statistics(m.weights.blocks[size_t(l)], l, all);
+        EXPECT_EQ(a.tokens, b.tokens);
+        const std::vector<std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>>> fields = {
+            {"h_attn", {&a.h_attn, &b.h_attn}}, {"h_o", {&a.h_o, &b.h_o}},       {"h_ffn", {&a.h_ffn, &b.h_ffn}},
+            {"h_down", {&a.h_down, &b.h_down}}, {"h_out_q", {&a.h_out_q, &b.h_out_q}}, {"h_out_k", {&a.h_out_k, &b.h_out_k}},
+            {"h_v", {&a.h_v, &b.h_v}},           {"d_attn", {&a.d_attn, &b.d_attn}}, {"d_o", {&a.d_o, &b.d_o}},
+            {"d_ffn", {&a.d_ffn, &b.d_ffn}},     {"d_down", {&a.d_down, &b.d_down}}, {"d_v", {&a.d_v, &b.d_v}}};
+        for (const auto& [name, pair] : fields) {
+            ASSERT_FALSE(pair.first->empty()) << name;
+            // D is a difference of two paths: compare it to the scale of the Hessian it corrects.
+            EXPECT_LT(max_rel(*pair.second, *pair.first), name[0] == 'd' ? 1e-3 : 1e-4) << name << " block " << l;
+        }
+        // Propagate a perturbed ("quantized") block on both and compare the activations.
+        BlockWeights q = m.weights.blocks[size_t(l)];
+        for (float& v : q.wq) v *= 0.9f;
+        cpu->propagate(q, l);
+        gpu->propagate(q, l);
+        std::vector<float> xq0, xfp0, xq1, xfp1;
+        cpu->save(xq0, xfp0);
+        gpu->save(xq1, xfp1);
+        EXPECT_LT(max_rel(xq1, xq0), 1e-5);
+        EXPECT_LT(max_rel(xfp1, xfp0), 1e-5);
+    }
+}
+
+TEST(PtqCuda, QuantizeModelMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    const LlamaModel m = ptq_model(11);
+    const std::string path = test::temp_path("ptq_cuda.gguf");
+    test::write_model_gguf(m, "llama", path);
+    const std::unique_ptr<ModelReader> reader = ModelReader::open(path);
+    const int64_t S = 4, L = 32;
+    const std::vector<int32_t> windows = test::random_tokens(S * L, m.config.vocab_size, 3);
+    const CudaSolverDevice dev;
+    for (PtqMethod method : {PtqMethod::gptq, PtqMethod::turboboa}) {
+        PtqOptions o;
+        o.method = method;
+        o.grid = parse_grid("int3", 32, false);
+        o.calibration.samples = S;
+        o.calibration.length = L;
+        o.batch = 3;
+        PtqReport rc, rg;
+        const QuantizedModel cpu = quantize_model(*reader, windows, o, &rc);
+        o.solver_device = &dev;
+        o.calibration_paths = [](const LlamaConfig& c, int64_t batch) { return cuda_calibration_paths(c, batch); };
+        const QuantizedModel gpu = quantize_model(*reader, windows, o, &rg);
+        EXPECT_EQ(rg.device, "cuda fp32");
+        int64_t codes = 0, differ = 0;
+        double loss_c = 0, loss_g = 0;
+        for (const auto& [name, qc] : cpu.linears) {
+            const QuantizedWeight& qg = gpu.linears.at(name);
+            codes += int64_t(qc.codes.size());
+            differ += code_differences(qc, qg);
+        }
+        for (size_t i = 0; i < rc.layers.size(); ++i) {
+            loss_c += rc.layers[i].loss;
+            loss_g += rg.layers[i].loss;
+        }
+        std::printf("  %s: codes differing %lld of %lld, loss cpu %.6g gpu %.6g\n", ptq_method_name(method),
+                    (long long)differ, (long long)codes, loss_c, loss_g);
+        EXPECT_LT(double(differ) / double(codes), 0.02) << ptq_method_name(method);
+        EXPECT_NEAR(loss_g, loss_c, 0.02 * loss_c) << ptq_method_name(method);
+    }
+}
+
+}  // namespace
+}  // namespace lowbit
