@@ -202,6 +202,15 @@ int main(int argc, char** argv) {
         std::printf("  total %.1f s for %lld blocks (calibration %.1f s, solves %.1f s, outside the loop %.1f s); peak GPU "
                     "%.2f GiB, peak host RSS %.1f GiB\n",
                     total, (long long)c.n_layers, rep.calibration_seconds, solve, outside, peak_gpu, peak_rss_gib());
+        double factor = 0, sweep = 0, refine = 0, objective = 0;
+        for (const LayerReport& l : rep.layers) {
+            factor += l.factor_seconds;
+            sweep += l.sweep_seconds;
+            refine += l.refine_seconds;
+            objective += l.objective_seconds;
+        }
+        std::printf("  solves: factorizations %.1f s, sweeps %.1f s, F3b %.1f s, report objectives %.1f s, rest %.1f s\n",
+                    factor, sweep, refine, objective, solve - factor - sweep - refine - objective);
         std::printf("  per block %.2f s → whole model (%lld blocks) %s %.1f s = %.2f min\n", per_block,
                     (long long)full_layers, c.n_layers < full_layers ? "extrapolated" : "measured", estimate, estimate / 60.0);
         std::printf("  floors per block: forwards %.3g FLOP (%.2f s at 60 TFLOP/s FP32, %.2f s at 700 BF16), Hessians %.3g "
@@ -225,6 +234,12 @@ int main(int argc, char** argv) {
             j["seconds"] = total;
             j["calibration_seconds"] = rep.calibration_seconds;
             j["solve_seconds"] = solve;
+            j["solve_parts_seconds"] = {{"factorizations", factor}, {"sweeps", sweep}, {"refine", refine},
+                                        {"objectives", objective}};
+            for (const LayerReport& l : rep.layers)
+                j["layers"].push_back({{"name", l.name}, {"seconds", l.seconds}, {"factor", l.factor_seconds},
+                                       {"sweep", l.sweep_seconds}, {"refine", l.refine_seconds},
+                                       {"objectives", l.objective_seconds}});
             j["per_block_seconds"] = per_block;
             j["whole_model_seconds"] = estimate;
             j["extrapolated"] = c.n_layers < full_layers;

@@ -214,7 +214,9 @@ void run_quantize(const QuantizeArgs& a) {
         j["resumed_from_block"] = rep.resumed_from_block;
         j["flagged_layers"] = flagged;
         for (const LayerReport& l : rep.layers)
-            j["layers"].push_back({{"name", l.name}, {"grid", l.grid}, {"loss", l.loss}, {"rel_loss", l.rel_loss}, {"seconds", l.seconds},
+            j["layers"].push_back({{"name", l.name}, {"grid", l.grid}, {"loss", l.loss}, {"rel_loss", l.rel_loss}, {"seconds", l.seconds}, {"factor_seconds", l.factor_seconds},
+                                   {"sweep_seconds", l.sweep_seconds}, {"refine_seconds", l.refine_seconds},
+                                   {"objective_seconds", l.objective_seconds},
                                    {"damping", l.damping}, {"retries", l.retries}, {"dead_inputs", l.dead},
                                    {"flagged", l.flagged}});
         const std::string text = j.dump(1);

@@ -312,12 +312,17 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             LayerReport lr;
             lr.name = name;
             lr.grid = g.describe();
+            lr.factor_seconds = ss.factor_seconds;
+            lr.sweep_seconds = ss.sweep_seconds;
+            lr.refine_seconds = ss.refine_seconds;
             if (calibrated) {
+                const Clock::time_point to = Clock::now();
                 lr.loss = layer_objective(pb, projection_weight(bw, p), o.solver_device);
                 LayerProblem plain = pb;  // tr(H_out W H_in Wᵀ): the objective of all-zero weights without D
                 plain.d = nullptr;
                 const double size = layer_objective(plain, std::vector<float>(w.size(), 0.0f), o.solver_device);
                 lr.rel_loss = size > 0 ? lr.loss / size : 0.0;
+                lr.objective_seconds = seconds_since(to);
             }
             lr.damping = ss.damping;
             lr.retries = ss.retries;

@@ -63,7 +63,8 @@ struct LayerReport {
     std::string grid;
     double loss = 0;         // the layer objective (turboboa.md §4.1) of the quantized weights
     double rel_loss = 0;     // loss / tr(H_out W H_in Wᵀ): the output error relative to the output's size
-    double seconds = 0;
+    double seconds = 0;      // the whole layer: solve, dequantization and the report's objectives
+    double factor_seconds = 0, sweep_seconds = 0, refine_seconds = 0, objective_seconds = 0;  // parts of it
     double damping = 0;
     int retries = 0;
     int64_t dead = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <cmath>
 #include <numeric>
@@ -20,6 +21,9 @@ void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* inf
 namespace lowbit {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // In place: lower Cholesky in LAPACK's column-major view = row-major upper U with A = UᵀU.
 bool cholesky_upper_rowmajor(std::vector<double>& a, int64_t n) {
@@ -45,27 +49,26 @@ InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, floa
                                  const SolverDevice* device, bool want_h_inv) {
     InverseCholesky out;
     out.dead.assign(size_t(n), 0);
-    std::vector<double> base(size_t(n * n));
-    for (int64_t i = 0; i < n * n; ++i) {
+    for (int64_t i = 0; i < n * n; ++i)
         LOWBIT_CHECK(std::isfinite(h[i]), ErrorKind::input, "{}: the Hessian holds NaN/Inf (element {}, {}); the "
                      "calibration activations overflowed", what, i / n, i % n);
-        base[size_t(i)] = double(h[i]);
-    }
     double mean_diag = 0.0;
     for (int64_t j = 0; j < n; ++j) {
-        double& djj = base[size_t(j * n + j)];
-        if (djj == 0.0) {
-            out.dead[size_t(j)] = 1;
-            djj = double(dead_value);
-        }
+        const double djj = h[j * n + j] == 0.0f ? double(dead_value) : double(h[j * n + j]);
+        out.dead[size_t(j)] = h[j * n + j] == 0.0f;
         mean_diag += djj;
     }
     mean_diag /= double(n);
     if (!(mean_diag > 0.0)) mean_diag = 1.0;
+    std::vector<double> a(size_t(n * n));  // one buffer for every attempt (a large H is gigabytes)
     for (int attempt = 0; attempt <= 50; ++attempt) {
         const double damp = damping * double(attempt + 1) * mean_diag;
-        std::vector<double> a = base;
-        for (int64_t j = 0; j < n; ++j) a[size_t(j * n + j)] += damp;
+        parallel_for(n, 64, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i)
+                for (int64_t j = 0; j < n; ++j) a[size_t(i * n + j)] = double(h[i * n + j]);
+        });
+        for (int64_t j = 0; j < n; ++j)
+            a[size_t(j * n + j)] = (out.dead[size_t(j)] ? double(dead_value) : double(h[j * n + j])) + damp;
         if (device) {
             if (!device->inverse_cholesky_upper(a, n, want_h_inv ? &out.h_inv : nullptr)) continue;
             out.u.resize(size_t(n * n));
@@ -247,7 +250,7 @@ InputSide prepare_input_uncached(const float* h, const float* d, int64_t n, cons
     const bool permuted = o.sweep.act_order;
     const std::vector<float> hp = permuted ? permute_square(h, n, s.order) : std::vector<float>();
     s.chol = inverse_cholesky(permuted ? hp.data() : h, n, o.damping, o.dead_value, what, o.device, d && need_rh);
-    s.u = s.chol.u;
+    s.u = std::move(s.chol.u);  // chol.u is not read again
     if (d) {
         // D in sweep order with dead columns zeroed; P = triu₁(D·Uᵀ)·U.
         std::vector<float> dp(size_t(n * n));
@@ -527,15 +530,19 @@ QuantizedWeight solve_gptq(const LayerProblem& p, const SolverOptions& o, SolveS
         const int64_t n2 = p.cols * p.cols;
         const float* h = p.h_in_heads ? p.h_in_heads + hh * n2 : p.h_in;
         const float* d = p.d ? (p.h_in_heads ? p.d + hh * n2 : p.d) : nullptr;
+        const Clock::time_point tf = Clock::now();
         const std::shared_ptr<const InputSide> side = prepare_input(h, d, p.cols, o, false, p.name);
         const InputSide& in = *side;
+        st.factor_seconds += seconds_since(tf);
         // Dead inputs: their weights are zeroed before the sweep (they never reach the output).
         std::vector<float> w(p.w + hh * rows_per * p.cols, p.w + (hh + 1) * rows_per * p.cols);
         for (int64_t c = 0; c < p.cols; ++c)
             if (in.chol.dead[size_t(c)])
                 for (int64_t r = 0; r < rows_per; ++r) w[size_t(r * p.cols + c)] = 0.0f;
         QuantizedWeight part = empty_result(o.grid, rows_per, p.cols);
+        const Clock::time_point ts = Clock::now();
         st.loss += solve_rows_one_sided(w.data(), 0, rows_per, in, o, up_front ? GridFit::from_input : GridFit::at_group, part);
+        st.sweep_seconds += seconds_since(ts);
         st.damping = std::max(st.damping, in.chol.damping);
         st.retries = std::max(st.retries, in.chol.retries);
         st.dead += int64_t(std::count(in.chol.dead.begin(), in.chol.dead.end(), uint8_t(1)));
@@ -552,8 +559,12 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
     if (!p.h_out) {  // one-sided layers: GPTAQ sweep with TurboBoA's grid (+ F3b)
         SolverOptions one = o;
         one.sweep.grids_up_front = true;  // grids from the sweep's input W (static groups), turboboa.md §4.5
-        QuantizedWeight q = solve_gptq(p, one, stats);
+        SolveStats st;
+        QuantizedWeight q = solve_gptq(p, one, &st);
+        const Clock::time_point tr = Clock::now();
         if (o.refine_scales) refine_scales(p, o, q);
+        st.refine_seconds = seconds_since(tr);
+        if (stats) *stats = st;
         return q;
     }
     check_problem(p, true);
@@ -563,9 +574,12 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
     const int64_t nblk = std::max<int64_t>(1, o.row_block);
     QuantizedWeight q = empty_result(o.grid, rows, cols);
     SolverOptions so = o;
+    const Clock::time_point tf = Clock::now();
     const std::shared_ptr<const InputSide> side = prepare_input(p.h_in, p.d, cols, so, p.d != nullptr, p.name);
     const InputSide& in = *side;
     SolveStats st;
+    st.factor_seconds = seconds_since(tf);
+    const Clock::time_point ts = Clock::now();
     st.damping = in.chol.damping;
     st.retries = in.chol.retries;
     st.dead = int64_t(std::count(in.chol.dead.begin(), in.chol.dead.end(), uint8_t(1)));
@@ -615,7 +629,10 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
                      MatF(wu.data() + (head * hd + r2) * cols, rest, cols), 1.0f);
         }
     }
+    st.sweep_seconds = seconds_since(ts);
+    const Clock::time_point tr = Clock::now();
     if (o.refine_scales) refine_scales(p, o, q);
+    st.refine_seconds = seconds_since(tr);
     if (stats) *stats = st;
     return q;
 }

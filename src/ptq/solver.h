@@ -62,6 +62,9 @@ struct SolveStats {
     double damping = 0;       // relative damping used for H_in
     int retries = 0;          // extra damping steps needed
     int64_t dead = 0;         // dead input columns
+    // Wall-clock seconds by phase: preparing the input sides (factorizations, GPTAQ's P), the column sweeps
+    // (with TurboBoA's row-block bookkeeping), F3b's refinement.
+    double factor_seconds = 0, sweep_seconds = 0, refine_seconds = 0;
 };
 
 // One layer's problem. Pointers are borrowed; h_in (cols × cols) is required except for RTN.
