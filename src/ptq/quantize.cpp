@@ -317,11 +317,9 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             lr.refine_seconds = ss.refine_seconds;
             if (calibrated) {
                 const Clock::time_point to = Clock::now();
-                lr.loss = layer_objective(pb, projection_weight(bw, p), o.solver_device);
-                LayerProblem plain = pb;  // tr(H_out W H_in Wᵀ): the objective of all-zero weights without D
-                plain.d = nullptr;
-                const double size = layer_objective(plain, std::vector<float>(w.size(), 0.0f), o.solver_device);
-                lr.rel_loss = size > 0 ? lr.loss / size : 0.0;
+                const LayerObjective obj = layer_objective_and_scale(pb, projection_weight(bw, p), o.solver_device);
+                lr.loss = obj.objective;
+                lr.rel_loss = obj.scale > 0 ? obj.objective / obj.scale : 0.0;
                 lr.objective_seconds = seconds_since(to);
             }
             lr.damping = ss.damping;

@@ -60,23 +60,22 @@ InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, floa
     }
     mean_diag /= double(n);
     if (!(mean_diag > 0.0)) mean_diag = 1.0;
-    std::vector<double> a(size_t(n * n));  // one buffer for every attempt (a large H is gigabytes)
+    std::vector<double> a(device ? 0 : size_t(n * n));  // one buffer for every attempt (a large H is gigabytes)
     for (int attempt = 0; attempt <= 50; ++attempt) {
         const double damp = damping * double(attempt + 1) * mean_diag;
+        if (device) {
+            if (!device->inverse_cholesky_upper(h, n, out.dead, dead_value, damp, out.u, want_h_inv ? &out.h_inv : nullptr))
+                continue;
+            out.damping = damping * double(attempt + 1);
+            out.retries = attempt;
+            return out;
+        }
         parallel_for(n, 64, [&](int64_t i0, int64_t i1) {
             for (int64_t i = i0; i < i1; ++i)
                 for (int64_t j = 0; j < n; ++j) a[size_t(i * n + j)] = double(h[i * n + j]);
         });
         for (int64_t j = 0; j < n; ++j)
             a[size_t(j * n + j)] = (out.dead[size_t(j)] ? double(dead_value) : double(h[j * n + j])) + damp;
-        if (device) {
-            if (!device->inverse_cholesky_upper(a, n, want_h_inv ? &out.h_inv : nullptr)) continue;
-            out.u.resize(size_t(n * n));
-            for (int64_t i = 0; i < n * n; ++i) out.u[size_t(i)] = float(a[size_t(i)]);
-            out.damping = damping * double(attempt + 1);
-            out.retries = attempt;
-            return out;
-        }
         if (!cholesky_upper_rowmajor(a, n)) continue;
         const int nn = int(n);
         int info = 0;
@@ -637,38 +636,56 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
     return q;
 }
 
-double layer_objective(const LayerProblem& p, const std::vector<float>& q, const SolverDevice* device) {
+LayerObjective layer_objective_and_scale(const LayerProblem& p, const std::vector<float>& q, const SolverDevice* device) {
     const int64_t rows = p.rows, cols = p.cols;
     const int64_t hd = p.h_out ? p.head_rows : 1;
     const int64_t hin_rows = p.h_in_heads ? p.head_rows : rows;  // rows sharing one H_in (and D)
-    std::vector<float> dw(size_t(rows * cols)), m(size_t(rows * cols)), nd(p.d ? size_t(rows * cols) : 0);
+    std::vector<float> dw(size_t(rows * cols)), nd(p.d ? size_t(rows * cols) : 0);
     for (int64_t i = 0; i < rows * cols; ++i) dw[size_t(i)] = q[size_t(i)] - p.w[i];
-    // M = ΔW·H_in and N = W·D, per group of rows sharing H_in (sgemm).
+    // Per group of rows sharing H_in, one product of the stacked [ΔW; W] with H_in: M = ΔW·H_in and
+    // MW = W·H_in; and N = W·D.
+    std::vector<float> stacked(size_t(2 * hin_rows * cols)), prod(size_t(2 * hin_rows * cols));
+    std::vector<float> m(size_t(rows * cols)), mw(size_t(rows * cols));
     for (int64_t r0 = 0; r0 < rows; r0 += hin_rows) {
         const float* hin = p.h_in_heads ? p.h_in_heads + (r0 / p.head_rows) * cols * cols : p.h_in;
-        solver_gemm(device, ConstMatF(dw.data() + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(hin, cols, cols),
-                    Trans::no, MatF(m.data() + r0 * cols, hin_rows, cols));
+        std::copy_n(dw.data() + r0 * cols, hin_rows * cols, stacked.data());
+        std::copy_n(p.w + r0 * cols, hin_rows * cols, stacked.data() + hin_rows * cols);
+        solver_gemm(device, ConstMatF(stacked.data(), 2 * hin_rows, cols), Trans::no, ConstMatF(hin, cols, cols), Trans::no,
+                    MatF(prod.data(), 2 * hin_rows, cols));
+        std::copy_n(prod.data(), hin_rows * cols, m.data() + r0 * cols);
+        std::copy_n(prod.data() + hin_rows * cols, hin_rows * cols, mw.data() + r0 * cols);
         if (p.d) {
             const float* dm = p.h_in_heads ? p.d + (r0 / p.head_rows) * cols * cols : p.d;
             solver_gemm(device, ConstMatF(p.w + r0 * cols, hin_rows, cols), Trans::no, ConstMatF(dm, cols, cols),
                         Trans::no, MatF(nd.data() + r0 * cols, hin_rows, cols));
         }
     }
-    // Σ_head Σ_{j,k} H_out[j,k]·(M_k − 2·N_k)·ΔW_jᵀ (H_out = I for one-sided layers), in double.
-    double total = 0.0;
-    for (int64_t head = 0; head < rows / hd; ++head)
-        for (int64_t j = 0; j < hd; ++j)
-            for (int64_t k = 0; k < hd; ++k) {
-                const double hjk = p.h_out ? double(p.h_out[head * hd * hd + j * hd + k]) : 1.0;
-                if (hjk == 0.0) continue;
-                const int64_t rj = head * hd + j, rk = head * hd + k;
-                double s = 0.0;
-                for (int64_t c = 0; c < cols; ++c)
-                    s += (double(m[size_t(rk * cols + c)]) - (p.d ? 2.0 * double(nd[size_t(rk * cols + c)]) : 0.0)) *
-                         double(dw[size_t(rj * cols + c)]);
-                total += hjk * s;
-            }
-    return total;
+    // Σ_head Σ_{j,k} H_out[j,k]·(M_k − 2·N_k)·ΔW_jᵀ and Σ H_out[j,k]·MW_k·W_jᵀ (H_out = I for one-sided
+    // layers), in double, head by head on our threads.
+    const int64_t heads = rows / hd;
+    std::vector<double> obj(size_t(heads), 0.0), scale(size_t(heads), 0.0);
+    parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
+        for (int64_t head = h0; head < h1; ++head)
+            for (int64_t j = 0; j < hd; ++j)
+                for (int64_t k = 0; k < hd; ++k) {
+                    const double hjk = p.h_out ? double(p.h_out[head * hd * hd + j * hd + k]) : 1.0;
+                    if (hjk == 0.0) continue;
+                    const int64_t rj = (head * hd + j) * cols, rk = (head * hd + k) * cols;
+                    double s = 0.0, t = 0.0;
+                    for (int64_t c = 0; c < cols; ++c) {
+                        s += (double(m[size_t(rk + c)]) - (p.d ? 2.0 * double(nd[size_t(rk + c)]) : 0.0)) *
+                             double(dw[size_t(rj + c)]);
+                        t += double(mw[size_t(rk + c)]) * double(p.w[rj + c]);
+                    }
+                    obj[size_t(head)] += hjk * s;
+                    scale[size_t(head)] += hjk * t;
+                }
+    });
+    return {std::accumulate(obj.begin(), obj.end(), 0.0), std::accumulate(scale.begin(), scale.end(), 0.0)};
+}
+
+double layer_objective(const LayerProblem& p, const std::vector<float>& q, const SolverDevice* device) {
+    return layer_objective_and_scale(p, q, device).objective;
 }
 
 }  // namespace lowbit

@@ -103,9 +103,11 @@ struct SweepCall {
 class SolverDevice {
 public:
     virtual ~SolverDevice() = default;
-    // In place on the damped H (row-major n × n, FP64): true and a = chol_U(H⁻¹) (upper, zeros below) and,
-    // when h_inv is not null, *h_inv = H⁻¹; false when H or H⁻¹ is not numerically positive definite.
-    virtual bool inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>* h_inv) const = 0;
+    // For the damped H = h (row-major n × n FP32, the diagonal of `dead` inputs replaced by dead_value) + damp·I,
+    // factored in FP64: true and u = chol_U(H⁻¹) rounded to FP32 (upper, zeros below) and, when h_inv is not
+    // null, *h_inv = H⁻¹; false when H or H⁻¹ is not numerically positive definite.
+    virtual bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
+                                        double damp, std::vector<float>& u, std::vector<double>* h_inv) const = 0;
     // gemm_f32's contract.
     virtual void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const = 0;
     // sweep_rows' contract; returns the sweep's loss.
@@ -139,5 +141,12 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
 // The layer's loss tr(H_out ΔW H_in ΔWᵀ) − 2 tr(H_out W D ΔWᵀ) (turboboa.md §4.1; H_out = I when null,
 // D = 0 when null), in double: what every solver decreases; used by the tests and the report.
 double layer_objective(const LayerProblem& p, const std::vector<float>& q, const SolverDevice* device = nullptr);
+// The same and, from the same products, the output's size tr(H_out W H_in Wᵀ) (the objective of all-zero
+// weights without D): the report's relative loss is objective / scale.
+struct LayerObjective {
+    double objective = 0, scale = 0;
+};
+LayerObjective layer_objective_and_scale(const LayerProblem& p, const std::vector<float>& q,
+                                         const SolverDevice* device = nullptr);
 
 }  // namespace lowbit

@@ -36,7 +36,11 @@ using testing_util::have_gpu;
 // sweep kernel, so that its codes must equal the CPU sweep's bit for bit.
 class CpuFactorGpuSweep final : public SolverDevice {
 public:
-    bool inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>* h_inv) const override {
+    bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value, double damp,
+                                std::vector<float>& u, std::vector<double>* h_inv) const override {
+        std::vector<double> a(size_t(n * n));  // the damped H, as inverse_cholesky builds it for LAPACK
+        for (int64_t i = 0; i < n * n; ++i) a[size_t(i)] = double(h[i]);
+        for (int64_t j = 0; j < n; ++j) a[size_t(j * n + j)] = (dead[size_t(j)] ? double(dead_value) : double(h[j * n + j])) + damp;
         const int nn = int(n);
         int info = 0;
         const auto zero_lower = [&]() {
@@ -54,6 +58,7 @@ public:
         dpotrf_("L", &nn, a.data(), &nn, &info);
         if (info != 0) return false;
         zero_lower();
+        u.assign(a.begin(), a.end());
         return true;
     }
     void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override {

@@ -27,6 +27,20 @@ __global__ void fill_lower_kernel(double* a, int64_t n, bool symmetric) {
     if (i > j) a[idx] = symmetric ? a[j * n + i] : 0.0;
 }
 
+// a (FP64) = the damped Hessian: h with the diagonal of dead inputs replaced by dead_value, plus damp·I.
+__global__ void damped_hessian_kernel(const float* h, const uint8_t* dead, float dead_value, double damp, double* a,
+                                      int64_t n) {
+    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= n * n) return;
+    const int64_t i = idx / n, j = idx % n;
+    a[idx] = i == j ? (dead[i] ? double(dead_value) : double(h[idx])) + damp : double(h[idx]);
+}
+
+__global__ void to_float_kernel(const double* a, float* out, int64_t n) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = float(a[i]);
+}
+
 // The grid of one sweep on the device: value(q) = scale·(level(q) − zero) [+ offset], levels from a table of
 // at most 64 entries or q itself.
 struct SweepGrid {
@@ -145,6 +159,7 @@ struct CudaSolverDevice::State {
     cusolverDnHandle_t solver = nullptr;
     DeviceBuffer<double> chol_a, chol_work;
     DeviceBuffer<int> chol_info;
+    DeviceBuffer<uint8_t> chol_dead;
     DeviceBuffer<float> ga, gb, gc;                       // gemm operands
     uint64_t input_id = 0;                                // the (u, p) held in su / sp
     DeviceBuffer<float> su, sp, sw, serr, spre, sgrids;
@@ -164,11 +179,17 @@ CudaSolverDevice::~CudaSolverDevice() {
     if (s_ && s_->solver) cusolverDnDestroy(s_->solver);
 }
 
-bool CudaSolverDevice::inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>* h_inv) const {
+bool CudaSolverDevice::inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
+                                              double damp, std::vector<float>& u, std::vector<double>* h_inv) const {
     State& s = *s_;
     const cudaStream_t st = s.blas.stream();
     double* da = grown(s.chol_a, size_t(n * n));
-    CUDA_CHECK(cudaMemcpyAsync(da, a.data(), size_t(n * n) * sizeof(double), cudaMemcpyHostToDevice, st));
+    float* dh = grown(s.ga, size_t(n * n));  // FP32 in and out: half the bytes of FP64 over the bus
+    uint8_t* ddead = grown(s.chol_dead, size_t(n));
+    CUDA_CHECK(cudaMemcpyAsync(dh, h, size_t(n * n) * sizeof(float), cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaMemcpyAsync(ddead, dead.data(), size_t(n), cudaMemcpyHostToDevice, st));
+    damped_hessian_kernel<<<unsigned((n * n + 255) / 256), 256, 0, st>>>(dh, ddead, dead_value, damp, da, n);
+    CUDA_CHECK(cudaGetLastError());
     const int nn = int(n);
     int lwork = 0, lwork2 = 0;
     // Row-major upper U (A = UᵀU) is LAPACK's column-major lower factor.
@@ -198,8 +219,10 @@ bool CudaSolverDevice::inverse_cholesky_upper(std::vector<double>& a, int64_t n,
     cusolver_check(cusolverDnDpotrf(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork, info), "cusolverDnDpotrf");
     if (!ok()) return false;
     fill_lower_kernel<<<blocks, threads, 0, st>>>(da, n, false);
+    to_float_kernel<<<blocks, threads, 0, st>>>(da, dh, n * n);
     CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaMemcpyAsync(a.data(), da, size_t(n * n) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    u.resize(size_t(n * n));
+    CUDA_CHECK(cudaMemcpyAsync(u.data(), dh, size_t(n * n) * sizeof(float), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     return true;
 }

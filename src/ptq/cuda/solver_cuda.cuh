@@ -1,5 +1,6 @@
 // solver_cuda.cuh — the GPU SolverDevice of post-training quantization (ptq/solver.h): FP64 inverse
-// Cholesky with cuSOLVER (potrf → potri → potrf, as the CPU does with LAPACK), FP32 products with cuBLAS
+// Cholesky with cuSOLVER (potrf → potri → potrf, as the CPU does with LAPACK; the damped FP64 matrix is built on
+// the device from the FP32 Hessian and the factor goes back in FP32, half the bytes), FP32 products with cuBLAS
 // (no TF32), and GPTQ's column sweep as a kernel (one warp per row, the lazy block's chol_U(H⁻¹) and GPTAQ P
 // blocks in shared memory) with the lazy updates between blocks as cuBLAS GEMMs.
 //
@@ -26,7 +27,8 @@ public:
     CudaSolverDevice(const CudaSolverDevice&) = delete;
     CudaSolverDevice& operator=(const CudaSolverDevice&) = delete;
 
-    bool inverse_cholesky_upper(std::vector<double>& a, int64_t n, std::vector<double>* h_inv) const override;
+    bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
+                                double damp, std::vector<float>& u, std::vector<double>* h_inv) const override;
     void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override;
     double sweep(const SweepCall& call) const override;
     std::string name() const override { return "cuda"; }
