@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # ptq_table.sh — quantize SmolLM2-135M with several methods at one format and print a table of file size,
 # perplexity and KLD against the unquantized model (SOTU test split, llama.cpp's protocol, 8 windows of 512).
-#   scripts/ptq_table.sh --format F [--out DIR] [--methods "rtn gptq turboboa"] [--chunks N] [extra quantize args...]
+#   scripts/ptq_table.sh --format F [--out DIR] [--methods "rtn gptq turboboa"] [--chunks N] [--eval-device cpu|cuda]
+#                        [extra quantize args, e.g. --group 128 --device cuda...]
+# GGUF formats are written as .gguf; int grids as GPTQ-packed safetensors directories.
 # Needs a built ./build/lowbit (or LOWBIT=path) and the fetched model (scripts/run.sh does both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-format=mxfp4; out=build/ptq_table; methods="rtn gptq turboboa"; chunks=8; extra=()
+format=mxfp4; out=build/ptq_table; methods="rtn gptq turboboa"; chunks=8; extra=(); eval_device=cpu
 while [ $# -gt 0 ]; do
     case "$1" in
         --format) format="$2"; shift 2 ;;
@@ -13,21 +15,25 @@ while [ $# -gt 0 ]; do
         --out) out="$2"; shift 2 ;;
         --methods) methods="$2"; shift 2 ;;
         --chunks) chunks="$2"; shift 2 ;;
+        --eval-device) eval_device="$2"; shift 2 ;;
         *) extra+=("$1"); shift ;;
     esac
 done
 lowbit=${LOWBIT:-./build/lowbit}
 model=smollm2-135m
 mkdir -p "$out"
-eval_args=(--corpus sotu-test --ctx 512 --chunks "$chunks" --no-progress --json)
+eval_args=(--corpus sotu-test --ctx 512 --chunks "$chunks" --device "$eval_device" --no-progress --json)
+# int grids have no GGUF type: they go to a GPTQ-packed safetensors directory, read back with the model's tokenizer.
+suffix=.gguf; tok_arg=()
+case "$format" in int*) suffix=""; tok_arg=(--tokenizer "$model") ;; esac
 echo "ptq_table: reference logits of the unquantized model"
 "$lowbit" eval --model "$model" "${eval_args[@]}" --save-logits "$out/base.kld" > "$out/eval_base.json"
 for m in $methods; do
     echo "ptq_table: quantize --method $m --format $format"
     fmt_arg=(--format "$format"); [ -n "${mix:-}" ] && fmt_arg=()
-    "$lowbit" quantize --model "$model" --method "$m" "${fmt_arg[@]}" --out "$out/smollm2-$m-$format.gguf" \
+    "$lowbit" quantize --model "$model" --method "$m" "${fmt_arg[@]}" --out "$out/smollm2-$m-$format$suffix" \
         --report "$out/quantize_$m.json" --quiet "${extra[@]}"
-    "$lowbit" eval --model "$out/smollm2-$m-$format.gguf" "${eval_args[@]}" --kld-base "$out/base.kld" \
+    "$lowbit" eval --model "$out/smollm2-$m-$format$suffix" "${tok_arg[@]}" "${eval_args[@]}" --kld-base "$out/base.kld" \
         > "$out/eval_$m.json"
 done
 python3 - "$out" "$format" "$methods" <<'PY'
