@@ -60,8 +60,8 @@ void run_quantize(const QuantizeArgs& a) {
                  "--device cuda: this lowbit was built without CUDA (no nvcc at build time); use --device cpu");
 #endif
     const bool to_gguf = ends_with(a.out, ".gguf");
-    LOWBIT_CHECK(a.packing == "auto" || a.packing == "gptq" || a.packing == "fake-quant", ErrorKind::usage,
-                 "--packing {}: auto | gptq | fake-quant", a.packing);
+    LOWBIT_CHECK(a.packing == "auto" || a.packing == "gptq" || a.packing == "gptq-v2" || a.packing == "fake-quant",
+                 ErrorKind::usage, "--packing {}: auto | gptq | gptq-v2 | fake-quant", a.packing);
     PtqOptions o;
     o.method = parse_ptq_method(a.method);
     if (o.method == PtqMethod::turboboa) {
@@ -161,7 +161,17 @@ void run_quantize(const QuantizeArgs& a) {
         std::printf("quantize: wrote %s (%.2f MB, %lld tensors, %lld from solver codes)\n", a.out.c_str(),
                     double(ex.bytes) / 1e6, (long long)ex.tensors, (long long)ex.quantized);
     } else {
-        const QuantizedExportReport ex = export_quantized_safetensors(q, a.out, packing);
+        // GPTQ v1 stores zero − 1, so an asymmetric grid with a zero point of 0 needs v2 (true zeros): `auto`
+        // picks it then and says so; `gptq` keeps v1 and refuses such a grid.
+        SafetensorsExportOptions eo;
+        bool zero_point_0 = false;
+        for (const auto& [name, w] : q.linears)
+            for (const GroupGrid& gg : w.grids) zero_point_0 |= !w.spec.is_gguf() && !w.spec.sym && gg.zero < 1.0f;
+        if (a.packing == "gptq-v2" || (a.packing == "auto" && zero_point_0)) eo.gptq_zeros = GptqZeroConvention::v2;
+        if (a.packing == "auto" && zero_point_0 && packing == SafetensorsPacking::gptq)
+            std::printf("quantize: some groups have a zero point of 0, which GPTQ v1 checkpoints cannot hold: writing "
+                        "checkpoint_format gptq_v2 (true zeros; --packing gptq refuses instead, --sym avoids it)\n");
+        const QuantizedExportReport ex = export_quantized_safetensors(q, a.out, packing, eo);
         file_bytes = ex.hf.bytes;
         export_json = ex.to_json();
         std::printf("quantize: wrote %s (%s safetensors, %.2f MB of tensors%s)\n", a.out.c_str(),
@@ -256,7 +266,9 @@ void register_quantize_command(CLI::App& app) {
                    "calibration forwards)");
     cq->add_option("--out", a->out, "output: FILE.gguf, or a directory for a Hugging Face safetensors checkpoint")->required();
     cq->add_option("--packing", a->packing,
-                   "safetensors: gptq (qweight/qzeros/scales/g_idx; int grids) | fake-quant (dequantized weights) | auto");
+                   "safetensors: gptq (qweight/qzeros/scales/g_idx, checkpoint_format gptq: v1 zeros − 1; int grids) | "
+                   "gptq-v2 (true zeros) | fake-quant (dequantized weights) | auto (int grids: gptq, or gptq-v2 when a "
+                   "zero point is 0; others: fake-quant)");
     cq->add_option("--report", a->report, "write a JSON report (per-layer loss, time, memory)");
     cq->add_flag("--resume", a->resume, "continue an interrupted run from OUT.partial/");
     cq->add_flag("--quiet", a->quiet, "no per-layer table");
