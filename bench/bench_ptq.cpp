@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/counter_rng.h"
 #include "core/thread_pool.h"
 #include "io/npy.h"
 #include "ptq/cuda/calibration_cuda.cuh"
@@ -65,18 +66,13 @@ LlamaConfig shape_config(const std::string& shape) {
     return c;
 }
 
-// Uniform values of standard deviation `std` from a counter hash (fast, threaded, reproducible).
+// Uniform values of standard deviation `std` from the counter generator (fast, threaded, reproducible).
 std::vector<float> random_tensor(size_t n, uint64_t seed, float std) {
     std::vector<float> v(n);
     const float a = std * std::sqrt(3.0f);
     parallel_for(int64_t(n), 1 << 16, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-            uint64_t z = seed * 0x9E3779B97F4A7C15ull + uint64_t(i);
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            z ^= z >> 31;
-            v[size_t(i)] = a * (float(double(z >> 40) / double(1ull << 24)) * 2.0f - 1.0f);
-        }
+        for (int64_t i = i0; i < i1; ++i)
+            v[size_t(i)] = a * (float(counter_random24(seed, uint64_t(i))) / float(1u << 24) * 2.0f - 1.0f);
     });
     return v;
 }
