@@ -1,5 +1,6 @@
 // test_lp_matmul.cpp — the low-precision GEMM (adahop/lp_matmul.h): exactness identities with quantization
-// off, exact OE rows/columns with it on, outlier extraction, prepared operands, storage accounting.
+// off, exact OE rows/columns with it on, outlier extraction, prepared operands, storage accounting, and the
+// random signs of the randomized Hadamard (Tseng et al.).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,8 +8,10 @@
 
 #include "adahop/lp_matmul.h"
 #include "adahop/pair_analysis.h"
+#include "core/counter_rng.h"
 #include "core/error.h"
 #include "core/gemm_cpu.h"
+#include "hadamard/hadamard.h"
 
 using namespace lowbit;
 
@@ -158,4 +161,117 @@ TEST(LpMatmul, Nvfp4AndMxfp8AreSelectable) {
     o.nvfp4 = true;
     lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c.data());
     EXPECT_LT(rel_diff(c, ref), e4);  // 16-blocks with E4M3 scales beat MXFP4 on Gaussian data
+}
+
+// Random signs (Tseng et al.'s randomized Hadamard, LpMatmulOptions::random_signs_seed).
+namespace {
+const Strategy kIhtFamily[] = {Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right};
+
+// The documented draw, written out from core/counter_rng.h: s_k = −1 when bit 0 of counter_random24(seed, k) is set.
+float documented_sign(uint64_t seed, int64_t k) { return (counter_random24(seed, uint64_t(k)) & 1u) ? -1.0f : 1.0f; }
+}  // namespace
+
+TEST(LpMatmul, RandomSignsAreTheDocumentedDrawBeforeTheBlockHadamard) {
+    const int64_t m = 8, k = 64, n = 16;
+    auto a = synthetic_operand(m, k, Pattern::none, 21), b = synthetic_operand(k, n, Pattern::none, 22);
+    LpMatmulOptions o;
+    o.quantize = false;
+    o.random_signs_seed = 0xC0FFEE;
+    // A·S then the plain block Hadamard along K (rows of A; columns of B), bit for bit
+    std::vector<float> as = a, bs = b;
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < k; ++c) as[size_t(r * k + c)] *= documented_sign(o.random_signs_seed, c);
+    for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < n; ++c) bs[size_t(r * n + c)] *= documented_sign(o.random_signs_seed, r);
+    HadamardOptions h;
+    h.block = kIhtBlock;
+    h.axis = 1;
+    hadamard_transform(as.data(), m, k, h);
+    h.axis = 0;
+    hadamard_transform(bs.data(), k, n, h);
+    const PreparedOperand pa = lp_prepare(a.data(), m, k, Side::left, Strategy::iht, o);
+    const PreparedOperand pb = lp_prepare(b.data(), k, n, Side::right, Strategy::iht, o);
+    EXPECT_EQ(pa.dense, as);
+    EXPECT_EQ(pb.dense, bs);
+    EXPECT_EQ(pa.random_signs_seed, o.random_signs_seed);
+    // the signs do something: some are −1 and the rotated operand is not the unsigned one
+    int negative = 0;
+    for (int64_t c = 0; c < k; ++c) negative += documented_sign(o.random_signs_seed, c) < 0;
+    EXPECT_GT(negative, 16);
+    EXPECT_LT(negative, 48);
+    o.random_signs_seed = 0;
+    EXPECT_NE(lp_prepare(a.data(), m, k, Side::left, Strategy::iht, o).dense, pa.dense);
+}
+
+TEST(LpMatmul, RandomSignsKeepTheProductExactWithoutQuantization) {
+    const int64_t m = 96, k = 128, n = 64;
+    auto a = synthetic_operand(m, k, Pattern::row, 23), b = synthetic_operand(k, n, Pattern::col, 24);
+    std::vector<float> ref(size_t(m * n)), c(ref.size());
+    gemm_f32(ConstMatF(a.data(), m, k), Trans::no, ConstMatF(b.data(), k, n), Trans::no, MatF(ref.data(), m, n));
+    LpMatmulOptions o;
+    o.quantize = false;
+    o.high_precision_bf16 = false;
+    o.oe_k = 8;
+    o.random_signs_seed = 99;
+    for (Strategy s : kIhtFamily) {
+        lp_matmul(a.data(), b.data(), m, k, n, s, o, c.data());
+        EXPECT_LT(rel_diff(c, ref), 1e-6) << strategy_name(s);  // (A·S·H)(H·S·B) = A·B: FP32 rounding only
+    }
+    // the OE slices are the unsigned rows of A / columns of B (exact slivers)
+    const PreparedOperand pa = lp_prepare(a.data(), m, k, Side::left, Strategy::iht_oe_left, o);
+    for (size_t i = 0; i < pa.indices.size(); ++i)
+        for (int64_t j = 0; j < k; ++j) ASSERT_EQ(pa.slice[i * size_t(k) + size_t(j)], a[size_t(pa.indices[i]) * size_t(k) + size_t(j)]);
+}
+
+TEST(LpMatmul, RandomSignsChangeTheQuantizedProductButNotItsErrorLevel) {
+    const int64_t m = 128, k = 256, n = 128;
+    std::vector<float> ref(size_t(m * n)), signed_c(ref.size()), unsigned_c(ref.size());
+    for (Pattern pa : {Pattern::none, Pattern::col}) {
+        auto a = synthetic_operand(m, k, pa, 25), b = synthetic_operand(k, n, Pattern::none, 26);
+        gemm_f32(ConstMatF(a.data(), m, k), Trans::no, ConstMatF(b.data(), k, n), Trans::no, MatF(ref.data(), m, n));
+        for (Strategy s : kIhtFamily) {
+            LpMatmulOptions o;
+            o.oe_k = 8;
+            lp_matmul(a.data(), b.data(), m, k, n, s, o, unsigned_c.data());
+            o.random_signs_seed = 1234;
+            lp_matmul(a.data(), b.data(), m, k, n, s, o, signed_c.data());
+            EXPECT_NE(signed_c, unsigned_c) << strategy_name(s);
+            // Both rotations are orthonormal and leave the block statistics of these operands alike (Gaussian
+            // bulk; outlier columns of A are spread by H either way), so the MXFP4 error stays at the same level:
+            // measured ratios here are 1.00–1.03 (relative errors ~0.14–0.16); ±10 % leaves room for the draw.
+            const double e_signed = rel_diff(signed_c, ref), e_unsigned = rel_diff(unsigned_c, ref);
+            EXPECT_GT(e_signed, 0.9 * e_unsigned) << strategy_name(s);
+            EXPECT_LT(e_signed, 1.1 * e_unsigned) << strategy_name(s);
+        }
+    }
+}
+
+TEST(LpMatmul, RandomSignsAreDeterministicBySeedAndOnlyForTheIhtFamily) {
+    const int64_t m = 64, k = 128, n = 32;
+    auto a = synthetic_operand(m, k, Pattern::none, 27), b = synthetic_operand(k, n, Pattern::none, 28);
+    LpMatmulOptions o;
+    o.rounding_a = o.rounding_b = Rounding::stochastic;  // mxfp4-rht-sr's gradient GEMMs
+    o.seed_a = 5, o.seed_b = 6;
+    o.random_signs_seed = 41;
+    std::vector<float> c1(size_t(m * n)), c2(c1.size()), c3(c1.size());
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c1.data());
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c2.data());
+    EXPECT_EQ(c1, c2);
+    o.random_signs_seed = 42;
+    lp_matmul(a.data(), b.data(), m, k, n, Strategy::iht, o, c3.data());
+    EXPECT_NE(c1, c3);
+    // plain, full and oht ignore the seed
+    for (Strategy s : {Strategy::plain, Strategy::full, Strategy::oht}) {
+        LpMatmulOptions none = o;
+        none.random_signs_seed = 0;
+        lp_matmul(a.data(), b.data(), m, k, n, s, o, c1.data());
+        lp_matmul(a.data(), b.data(), m, k, n, s, none, c2.data());
+        EXPECT_EQ(c1, c2) << strategy_name(s);
+        EXPECT_EQ(lp_prepare(a.data(), m, k, Side::left, s, o).random_signs_seed, 0u) << strategy_name(s);
+    }
+    // operands prepared with different signs are refused (their product would not be A·B)
+    const PreparedOperand pa = lp_prepare(a.data(), m, k, Side::left, Strategy::iht, o);
+    o.random_signs_seed = 43;
+    const PreparedOperand pb = lp_prepare(b.data(), k, n, Side::right, Strategy::iht, o);
+    EXPECT_THROW(lp_matmul_prepared(pa, pb, o, c1.data()), Error);
 }

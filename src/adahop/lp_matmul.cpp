@@ -23,10 +23,15 @@ std::vector<float> high_precision_copy(const float* t, int64_t n, const LpMatmul
     return v;
 }
 
-void rotate(std::vector<float>& t, int64_t rows, int64_t cols, int axis, int64_t block, bool inverse = false) {
+// Hadamard along `axis` in blocks of `block` (0: the whole dimension); random_signs_seed ≠ 0 makes it the
+// randomized H·S of hadamard.h (signs only, no permutation).
+void rotate(std::vector<float>& t, int64_t rows, int64_t cols, int axis, int64_t block, uint64_t random_signs_seed = 0,
+            bool inverse = false) {
     HadamardOptions h;
     h.block = block;
     h.axis = axis;
+    h.randomized = random_signs_seed != 0;
+    h.seed = random_signs_seed;
     h.inverse = inverse;
     hadamard_transform(t.data(), rows, cols, h);
 }
@@ -82,6 +87,7 @@ PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side
     p.cols = cols;
     p.nvfp4 = opts.nvfp4;
     p.element = opts.element;
+    p.random_signs_seed = applied_random_signs_seed(s, opts);
     const int64_t n = rows * cols;
     const Rounding rnd = side == Side::left ? opts.rounding_a : opts.rounding_b;
     const uint64_t seed = side == Side::left ? opts.seed_a : opts.seed_b;
@@ -102,8 +108,9 @@ PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side
     } else {
         work.assign(t, t + n);
     }
-    if (s == Strategy::oht) rotate(work, rows, cols, 1 - k_axis(side), 0);            // outer dimension, full size
-    else if (s != Strategy::plain) rotate(work, rows, cols, k_axis(side), kIhtBlock);  // inner dimension, H₃₂ blocks
+    if (s == Strategy::oht) rotate(work, rows, cols, 1 - k_axis(side), 0);  // outer dimension, full size
+    else if (s != Strategy::plain)                                          // inner dimension, H₃₂ blocks (·S)
+        rotate(work, rows, cols, k_axis(side), kIhtBlock, p.random_signs_seed);
     if (opts.quantize) quantize_into(p, work.data(), rnd, seed, opts);
     else p.dense = std::move(work);  // identity quantizer (exactness identities)
     return p;
@@ -115,6 +122,9 @@ void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, cons
     if (a.strategy != b.strategy)
         fail(ErrorKind::usage, "lp_matmul: operands prepared for different strategies ({} vs {})", strategy_name(a.strategy),
              strategy_name(b.strategy));
+    if (a.random_signs_seed != b.random_signs_seed)
+        fail(ErrorKind::usage, "lp_matmul: operands prepared with different random signs (seeds {} and {}); prepare both with the same "
+             "random_signs_seed", a.random_signs_seed, b.random_signs_seed);
     if (a.cols != b.rows)
         fail(ErrorKind::input, "lp_matmul: inner dimensions differ: A is {}x{}, B is {}x{}", a.rows, a.cols, b.rows, b.cols);
     const int64_t m = a.rows, k = a.cols, n = b.cols;
@@ -127,8 +137,8 @@ void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, cons
         if (s == Strategy::oht) {
             std::vector<float> cv(c, c + m * n);
             // C' = H_M·A·B·H_Nᵀ  →  C = H_Mᵀ·C'·H_N (inverse transforms along both axes)
-            rotate(cv, m, n, 0, 0, true);
-            rotate(cv, m, n, 1, 0, true);
+            rotate(cv, m, n, 0, 0, /*random_signs_seed=*/0, /*inverse=*/true);
+            rotate(cv, m, n, 1, 0, /*random_signs_seed=*/0, /*inverse=*/true);
             std::copy(cv.begin(), cv.end(), c);
         }
     }

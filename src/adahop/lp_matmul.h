@@ -8,6 +8,13 @@
 //   full         C = bf16(A) · bf16(B)
 //   oht          C = H_M · (deq(Q(H_M·A)) · deq(Q(B·H_N))) · H_N  (full-dimension Hadamards of M and N;
 //                analysis only — it rotates outer dimensions, which is what HALO does)
+// Random signs (opts.random_signs_seed ≠ 0; Tseng et al.'s randomized Hadamard): the iht family rotates by
+// H·S instead of H, with S = diag(s_0 … s_{K−1}) along K and the same S on both operands, so
+//   (A·S·H)(H·S·B) = A·B  before quantization;  s_k = hadamard_random_sign(seed, k)
+//                  = (counter_random24(seed, k) & 1) ? −1 : +1   (hadamard/hadamard.h, core/counter_rng.h),
+// k = 0 … K−1 the global index along K (column of A, row of B) — exactly hadamard_transform's randomized
+// block transform with that seed and no permutation. OE extracts from the unsigned operand first (the slices
+// stay A's rows / B's columns); plain, full and oht ignore the seed.
 // "High precision" is BF16 (operands rounded to BF16, FP32 accumulation) unless opts.high_precision_bf16
 // is false (then FP32: the slivers are exact). With opts.quantize = false every strategy returns A·B up
 // to FP32 rounding (Hadamards are orthonormal and OE slices are exact).
@@ -40,7 +47,16 @@ struct LpMatmulOptions {
     OutlierMetric oe_metric = OutlierMetric::l2;
     bool high_precision_bf16 = true;
     bool output_bf16 = false;
+    // Random signs along K for iht / iht_oe_left / iht_oe_right (see the top of this file): 0 = none. A run
+    // draws one per slot; keep it apart from seed_a/seed_b (the same generator draws the rounding bits).
+    uint64_t random_signs_seed = 0;
 };
+
+// The random-signs seed strategy s applies under opts: opts.random_signs_seed for the iht family, else 0.
+inline uint64_t applied_random_signs_seed(Strategy s, const LpMatmulOptions& opts) {
+    const bool iht_family = s == Strategy::iht || s == Strategy::iht_oe_left || s == Strategy::iht_oe_right;
+    return iht_family ? opts.random_signs_seed : 0;
+}
 
 enum class Side : uint8_t { left, right };
 
@@ -58,6 +74,7 @@ struct PreparedOperandOf {
     bool quantized = false;               // codes/scales hold the (rotated, cleaned) operand
     bool nvfp4 = false;                   // NVFP4 instead of MX
     MxElement element = MxElement::e2m1;  // MX element type
+    uint64_t random_signs_seed = 0;       // the signs applied along K (applied_random_signs_seed), 0 = none
     // Blocked along K ([outer][inner]; left: outer = rows, right: outer = cols), as the quantize kernels
     // write them: element codes (E2M1 packed two per byte, low nibble first; others one per byte), one
     // scale byte per block (E8M0, or E4M3 for NVFP4), NVFP4's FP32 tensor scale (one value).
@@ -79,7 +96,7 @@ struct PreparedOperandOf {
 using PreparedOperand = PreparedOperandOf<HostBuffer>;
 
 PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts);
-// c: M×N row-major. The operands must have been prepared for the same strategy and matching K.
+// c: M×N row-major. The operands must have been prepared for the same strategy, random signs and matching K.
 void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, const LpMatmulOptions& opts, float* c);
 void lp_matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, Strategy s, const LpMatmulOptions& opts,
                float* c);

@@ -1,159 +1,187 @@
-// cmd_train.cpp — `lowbit train --device cpu`: a training run of the CPU FP32 reference (src/train/) on a
-// token-shard set (io/token_shards.h, made by `lowbit tokenize-corpus`), for tiny configurations: batches
-// of random windows from the train split (deterministic from the seed), the AdamW step on the schedule,
-// a log line every --log-every steps, validation loss on the val split, an HF checkpoint at the end
-// (config.json + model.safetensors: `lowbit info/eval --model DIR`) and a JSON report. The CUDA engine is
-// not built yet.
+// cmd_train.cpp — `lowbit train`: a training run into a run directory (train/training_run.h,
+// train/checkpoint.h) on a token-shard set (io/token_shards.h, made by `lowbit tokenize-corpus`), on the CPU
+// FP32 reference or the CUDA engine, under a precision recipe (train/recipe.h). Batches are random windows
+// of the train split that depend only on (seed, step), so a run resumed from its newest checkpoint
+// (--resume) takes the very steps of one that never stopped. Per logged step a line of DIR/metrics.jsonl
+// (train/run_metrics.h) and of stderr;
+// validation on the val split every --val-every steps and at the end; checkpoints every
+// --checkpoint-every steps and when the call stops (--stop-at, --time-limit). When the run is complete: the
+// model exported as DIR/hf/ (HF checkpoint: config.json + model.safetensors) and DIR/model.gguf (llama
+// GGUF, --export-dtype), and DIR/report.json (the JSON report, with the recipe's strategy map).
+//
+// The old `--adahop STRATEGY` (one strategy in every slot) is folded into --precision: mxfp4 (plain) and
+// mxfp4-iht (hadamard) are its two useful cases; the AdaHOP recipes choose per layer and slot.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "adahop/strategy_plan.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "io/npy.h"
 #include "io/token_shards.h"
 #include "model/hf_export.h"
+#include "train/recipe.h"
+#include "train/run_metrics.h"
+#include "train/training_run.h"
+#include "train/train_export.h"
 #include "train/train_model.h"
+#include "train/trainer.h"
 #include "train/trainer_cpu.h"
 
 namespace lowbit {
 
 namespace {
 
+namespace fs = std::filesystem;
+
 struct TrainArgs {
-    std::string config = "tiny", data, device = "cpu", out, report, adahop;
-    int64_t steps = 0, log_every = 0, val_windows = 8;
-    int64_t seed = -1;
+    std::string config = "tiny", data, device = "cpu", out, report, precision = "bf16", export_dtype = "f32", tokenizer;
+    int64_t steps = 0, log_every = 0, val_every = 0, val_windows = 8, checkpoint_every = 0, stop_at = 0;
+    int64_t seed = -1, calibration_steps = 0;
+    int keep_checkpoints = 2;
+    double time_limit = 0, peak_tflops = 0;
     int threads = 0;
-    bool no_progress = false;
+    bool resume = false, no_progress = false;
 };
 
-TrainConfig load_config(const TrainArgs& a) {
+TrainConfig load_config(const TrainArgs& a, const TokenShardSet& data) {
     TrainConfig c = a.config.ends_with(".json") ? train_config_from_file(a.config) : train_preset(a.config);
     if (a.steps > 0) {
         c.schedule.total_steps = a.steps;
         if (c.schedule.warmup_steps >= a.steps) c.schedule.warmup_steps = a.steps / 10;
     }
     if (a.seed >= 0) c.seed = uint64_t(a.seed);
-    return c;
-}
-
-// The mean loss over the first n consecutive windows of the split (batch_size at a time).
-double split_loss(CpuTrainer& trainer, const TokenShardSet& data, const std::string& split, int64_t n) {
-    const TrainConfig& c = trainer.config();
-    const int64_t window = c.seq_len + 1;
-    double sum = 0;
-    std::vector<int32_t> w(static_cast<size_t>(window)), inputs, targets;
-    for (int64_t i0 = 0; i0 < n; i0 += c.batch_size) {
-        const int64_t nb = std::min(c.batch_size, n - i0);
-        inputs.clear();
-        targets.clear();
-        for (int64_t i = i0; i < i0 + nb; ++i) {
-            data.read_sequential_window(split, i, window, w.data());
-            inputs.insert(inputs.end(), w.begin(), w.end() - 1);
-            targets.insert(targets.end(), w.begin() + 1, w.end());
-        }
-        sum += double(nb) * trainer.loss({inputs.data(), targets.data(), {nb, c.seq_len}});
-    }
-    return sum / double(n);
-}
-
-void run_train(const TrainArgs& a) {
-    LOWBIT_CHECK(a.device == "cpu", ErrorKind::usage,
-                 "--device {}: only the CPU FP32 reference trains today (--device cpu); the CUDA engine is not built yet",
-                 a.device);
-    LayerPlan adahop_plan;  // --adahop: the same strategy in every slot
-    if (!a.adahop.empty()) adahop_plan.fwd = adahop_plan.dgrad = adahop_plan.wgrad = parse_strategy(a.adahop);
-    if (a.threads > 0) set_thread_count(a.threads);
-    const TokenShardSet data = TokenShardSet::open(a.data);
-    LOWBIT_CHECK(data.has_split("train"), ErrorKind::input, "{}: the shard set has no train split", a.data);
-    TrainConfig c = load_config(a);
     if (c.model.vocab_size != int64_t(data.manifest().vocab_size)) {  // the data defines the vocabulary
         std::fprintf(stderr, "train: vocabulary %lld from the shards (the config said %lld)\n",
                      (long long)data.manifest().vocab_size, (long long)c.model.vocab_size);
         c.model.vocab_size = int64_t(data.manifest().vocab_size);
     }
     validate_train_config(c, a.config);
-    TrainLinears linears = a.adahop.empty() ? dense_train_linears(c.model)
-                                            : adahop_train_linears(c.model, Plan{}, LpMatmulOptions{}, adahop_plan);
-    const std::string linear_desc = linears.at(0, Projection::q).describe();
-    CpuTrainer trainer(c, std::move(linears));
-    const int64_t steps = c.schedule.total_steps, T = c.seq_len, B = c.batch_size;
-    const int64_t log_every = a.log_every > 0 ? a.log_every : std::max<int64_t>(1, steps / 10);
-    std::fprintf(stderr, "train: %s, %lld parameters, %lld layers, d %lld, %lld steps of %lld x %lld tokens, linears %s\n",
-                 c.model.name.c_str(), (long long)trainer.layout().total(), (long long)c.model.n_layers,
-                 (long long)c.model.hidden_size, (long long)steps, (long long)B, (long long)T, linear_desc.c_str());
+    return c;
+}
 
-    nlohmann::json log = nlohmann::json::array();
-    std::vector<int32_t> windows(size_t(B * (T + 1))), inputs(size_t(B * T)), targets(size_t(B * T));
-    std::unique_ptr<ProgressLine> progress;
-    if (!a.no_progress) progress = std::make_unique<ProgressLine>("train", steps);
-    const auto start = std::chrono::steady_clock::now();
-    StepStats s;
-    for (int64_t step = 0; step < steps; ++step) {
-        data.sample_windows("train", c.seed, uint64_t(step), B, T + 1, windows.data());
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t t = 0; t < T; ++t) {
-                inputs[size_t(b * T + t)] = windows[size_t(b * (T + 1) + t)];
-                targets[size_t(b * T + t)] = windows[size_t(b * (T + 1) + t + 1)];
-            }
-        s = trainer.step({inputs.data(), targets.data(), {B, T}});
-        if (progress) progress->update(step + 1);
-        if ((step + 1) % log_every == 0 || step + 1 == steps) {
-            std::fprintf(stderr, "%sstep %6lld  loss %.4f  lr %.3g  grad norm %.3g%s\n", progress ? "\n" : "",
-                         (long long)step, s.loss, s.lr, s.grad_norm, s.clip_scale < 1 ? " (clipped)" : "");
-            log.push_back({{"step", step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm}});
-        }
-    }
-    if (progress) progress->finish();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const int64_t val_windows =
-        data.has_split("val") ? std::min(a.val_windows, data.sequential_window_count("val", T + 1)) : 0;
-    const bool has_val = val_windows > 0;
-    const double val_loss = has_val ? split_loss(trainer, data, "val", val_windows) : 0.0;
+std::unique_ptr<Trainer> make_trainer(const std::string& device, const TrainConfig& c, const Recipe& r) {
+    if (device == "cpu") return std::make_unique<CpuTrainer>(c, r);
+    LOWBIT_CHECK(device == "cuda", ErrorKind::usage, "--device {}: cpu or cuda", device);
+#if defined(LOWBIT_HAVE_CUDA)
+    return make_cuda_trainer(c, r);
+#else
+    fail(ErrorKind::usage, "--device cuda: this lowbit was built without CUDA (configure with the h200 preset)");
+#endif
+}
 
-    std::printf("steps %lld  tokens %lld  time %.1f s  %.0f tokens/s\n", (long long)steps, (long long)(steps * B * T),
-                seconds, double(steps * B * T) / seconds);
-    std::printf("last train loss %.4f%s\n", s.loss,
-                has_val ? fmt::format("  validation loss {:.4f} ({} windows)", val_loss, val_windows).c_str() : "");
-    if (!a.out.empty()) {
-        export_hf_checkpoint(to_llama_model(trainer.layout(), trainer.params().data()), a.out);
-        std::printf("model: %s (HF checkpoint: config.json + model.safetensors)\n", a.out.c_str());
+void run_train(const TrainArgs& a) {
+    if (a.threads > 0) set_thread_count(a.threads);
+    const TokenShardSet data = TokenShardSet::open(a.data);
+    const TrainConfig c = load_config(a, data);
+    Recipe recipe;
+    recipe.precision = parse_precision(a.precision);
+    if (a.calibration_steps > 0) recipe.calibration_steps = int(a.calibration_steps);
+    std::unique_ptr<Trainer> trainer = make_trainer(a.device, c, recipe);
+    std::fprintf(stderr, "train: %s, %lld parameters, %lld layers, d %lld, %lld steps of %lld x %lld tokens, %s\n",
+                 c.model.name.c_str(), (long long)trainer->layout().total(), (long long)c.model.n_layers,
+                 (long long)c.model.hidden_size, (long long)c.schedule.total_steps, (long long)c.batch_size,
+                 (long long)c.seq_len, trainer->describe().c_str());
+
+    RunOptions o;
+    o.run_dir = a.out;
+    o.data_dir = a.data;
+    o.resume = a.resume;
+    o.log_every = a.log_every > 0 ? a.log_every : std::max<int64_t>(1, c.schedule.total_steps / 10);
+    o.val_every = a.val_every;
+    o.val_windows = a.val_windows;
+    o.checkpoint_every = a.checkpoint_every;
+    o.keep_checkpoints = a.keep_checkpoints;
+    o.stop_at = a.stop_at;
+    o.time_limit_s = a.time_limit;
+    o.peak_flops = a.peak_tflops * 1e12;
+    o.progress = !a.no_progress;
+    o.log = true;
+    RunResult r = run_training(*trainer, data, o);
+
+    const int64_t T = c.seq_len, B = c.batch_size;
+    const int64_t tokens_this_call = (r.steps_done - r.first_step) * B * T;
+    std::printf("steps %lld of %lld  tokens this call %lld  time %.1f s  %.0f tokens/s\n", (long long)r.steps_done,
+                (long long)r.total_steps, (long long)tokens_this_call, r.seconds,
+                r.seconds > 0 ? double(tokens_this_call) / r.seconds : 0.0);
+    std::printf("strategies:");
+    for (const auto& [name, n] : trainer->recipe().strategy_counts()) std::printf("  %s %lld", name.c_str(), (long long)n);
+    std::printf("\n");
+    if (!r.complete()) {
+        std::printf("stopped after %lld of %lld steps: run the same command with --resume to continue (%s)\n",
+                    (long long)r.steps_done, (long long)r.total_steps, a.out.c_str());
+        return;
     }
-    if (!a.report.empty()) {
-        nlohmann::json j = {{"command", "train"},       {"device", a.device},     {"data", a.data},
-                            {"config", train_config_to_json(c)}, {"linears", linear_desc}, {"parameters", trainer.layout().total()},
-                            {"seconds", seconds},       {"log", log},             {"final_train_loss", s.loss}};
-        if (has_val) j["validation_loss"] = {{"loss", val_loss}, {"windows", val_windows}};
-        const std::string text = j.dump(2) + "\n";
-        write_file_atomic(a.report, text.data(), text.size());
-    }
+
+    // The run is complete: the last validation, the exports and the report.
+    if (r.val_windows > 0 && !r.val_loss) r.val_loss = validation_loss(*trainer, data, r.val_windows / B);
+    if (r.steps_done > r.first_step) std::printf("last train loss %.4f", r.last.loss);
+    if (r.val_loss) std::printf("  validation loss %.4f (%lld windows)", *r.val_loss, (long long)r.val_windows);
+    std::printf("\n");
+    const LlamaModel model = to_llama_model(trainer->layout(), trainer->state().params.data());
+    export_hf_checkpoint(model, (fs::path(a.out) / "hf").string());
+    std::string why;
+    const std::optional<Tokenizer> tok = shard_set_tokenizer(data.manifest(), a.tokenizer, why);
+    if (!tok) std::fprintf(stderr, "train: model.gguf without a tokenizer: %s\n", why.c_str());
+    const std::string gguf_path = (fs::path(a.out) / "model.gguf").string();
+    export_llama_gguf(model, gguf_path, parse_export_dtype(a.export_dtype), tok ? &*tok : nullptr);
+    std::printf("model: %s (HF checkpoint) and %s (GGUF %s, %s)\n", (fs::path(a.out) / "hf").string().c_str(),
+                gguf_path.c_str(), a.export_dtype.c_str(), tok ? "with the shards' tokenizer" : "no tokenizer");
+
+    nlohmann::json report = {{"command", "train"},
+                             {"device", a.device},
+                             {"trainer", trainer->describe()},
+                             {"data", a.data},
+                             {"run_dir", a.out},
+                             {"config", train_config_to_json(c)},
+                             {"precision", precision_name(recipe.precision)},
+                             {"parameters", trainer->layout().total()},
+                             {"seconds_this_call", r.seconds},
+                             {"strategy_counts", nlohmann::json(trainer->recipe().strategy_counts())},
+                             {"saved_operand_bytes", trainer->saved_operand_bytes()},
+                             {"saved_operand_bytes_bf16", trainer->saved_operand_bytes_bf16()},
+                             {"peak_device_bytes", trainer->peak_device_bytes()},
+                             {"log", read_metrics(r.metrics_path)}};
+    if (r.steps_done > r.first_step) report["final_train_loss"] = r.last.loss;
+    if (!trainer->recipe().plan().layers.empty()) report["plan"] = plan_to_json(trainer->recipe().plan());
+    if (r.val_loss) report["validation_loss"] = {{"loss", *r.val_loss}, {"windows", r.val_windows}};
+    const std::string text = report.dump(2) + "\n";
+    const std::string report_path = a.report.empty() ? (fs::path(a.out) / "report.json").string() : a.report;
+    write_file_atomic(report_path, text.data(), text.size());
 }
 
 }  // namespace
 
 void register_train_command(CLI::App& app) {
     auto a = std::make_shared<TrainArgs>();
-    auto* c = app.add_subcommand("train", "train a Llama-architecture model from scratch on token shards (CPU FP32 reference)");
+    auto* c = app.add_subcommand("train", "train a Llama-architecture model from scratch on token shards (CPU FP32 reference or CUDA)");
     c->add_option("--config", a->config, "preset tiny | small | base, or a training config FILE.json (src/train/train_model.h); default tiny");
     c->add_option("--data", a->data, "token-shard directory (lowbit tokenize-corpus)")->required();
-    c->add_option("--device", a->device, "cpu (the only one today)");
-    c->add_option("--steps", a->steps, "optimizer steps (default: the config's; a longer warm-up is cut to a tenth)");
+    c->add_option("--out", a->out, "the run directory: config.json, metrics.jsonl, checkpoints/, and at the end hf/, model.gguf, report.json")->required();
+    c->add_option("--device", a->device, "cpu (FP32 reference) or cuda (default cpu)");
+    c->add_option("--precision", a->precision, "bf16 | mxfp4 | mxfp4-iht | mxfp4-rht-sr | adahop-lv1 | adahop-lv2 (default bf16)");
+    c->add_option("--calibration-steps", a->calibration_steps, "AdaHOP's calibration steps (default 30)");
+    c->add_option("--steps", a->steps, "optimizer steps of the run (default: the config's; a longer warm-up is cut to a tenth)");
     c->add_option("--seed", a->seed, "initialization and batch seed (default: the config's)");
-    c->add_option("--adahop", a->adahop, "every projection's three GEMMs through AdaHOP's lp_matmul (MXFP4) with this strategy: hadamard, none, …");
-    c->add_option("--log-every", a->log_every, "a log line every N steps (default: a tenth of the run)");
-    c->add_option("--val-windows", a->val_windows, "validation windows scored at the end (default 8)");
-    c->add_option("--out", a->out, "write the trained model as an HF checkpoint into this directory");
-    c->add_option("--report", a->report, "write a JSON report");
+    c->add_flag("--resume", a->resume, "continue the run in --out from its newest checkpoint (refused if its config differs)");
+    c->add_option("--checkpoint-every", a->checkpoint_every, "a checkpoint every N steps (and always when the call stops)");
+    c->add_option("--keep-checkpoints", a->keep_checkpoints, "checkpoints kept (default 2)");
+    c->add_option("--stop-at", a->stop_at, "stop this call after this many steps of the run, with a checkpoint (resume later)");
+    c->add_option("--time-limit", a->time_limit, "stop this call after the step that passes this many seconds, with a checkpoint");
+    c->add_option("--log-every", a->log_every, "a metrics line every N steps (default: a tenth of the run)");
+    c->add_option("--val-every", a->val_every, "validation loss every N steps (default: at the end only)");
+    c->add_option("--val-windows", a->val_windows, "validation windows, rounded up to whole batches (default 8)");
+    c->add_option("--peak-tflops", a->peak_tflops, "the device's peak TFLOP/s, for the mfu of the metrics (default: no mfu)");
+    c->add_option("--export-dtype", a->export_dtype, "matrices of model.gguf: f32 | f16 | bf16 (default f32)");
+    c->add_option("--tokenizer", a->tokenizer, "the tokenizer written into model.gguf (default: the shards' own, if it can be loaded)");
+    c->add_option("--report", a->report, "write the JSON report here instead of DIR/report.json");
     c->add_option("--threads", a->threads, "worker threads (default: all cores)");
     c->add_flag("--no-progress", a->no_progress, "no progress line on stderr");
     c->callback([a] { run_train(*a); });

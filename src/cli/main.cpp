@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     lowbit::register_quantize_command(app);
     lowbit::register_tokenize_corpus_command(app);
     lowbit::register_train_command(app);
+    lowbit::register_plot_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -50,6 +50,16 @@ float grad_clip_scale(double norm, double max_norm) {
 AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config)
     : layout_(&layout), config_(config), m_(size_t(layout.total()), 0.0f), v_(size_t(layout.total()), 0.0f) {}
 
+void AdamW::set_state(std::vector<float> m, std::vector<float> v, int64_t steps_done) {
+    LOWBIT_CHECK(int64_t(m.size()) == layout_->total() && int64_t(v.size()) == layout_->total(), ErrorKind::input,
+                 "AdamW state: moments of {} and {} values for a model of {} parameters", m.size(), v.size(),
+                 layout_->total());
+    LOWBIT_CHECK(steps_done >= 0, ErrorKind::input, "AdamW state: {} steps done", steps_done);
+    m_ = std::move(m);
+    v_ = std::move(v);
+    t_ = steps_done;
+}
+
 void AdamW::step(float* params, const float* grads, double lr, float grad_scale) {
     ++t_;
     const float beta1 = float(config_.beta1), beta2 = float(config_.beta2);

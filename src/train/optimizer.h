@@ -62,6 +62,9 @@ public:
     int64_t steps_done() const { return t_; }
     const std::vector<float>& first_moment() const { return m_; }
     const std::vector<float>& second_moment() const { return v_; }
+    // The state put back (a checkpoint): Error(input) when m or v does not hold layout.total() floats or
+    // steps_done is negative.
+    void set_state(std::vector<float> m, std::vector<float> v, int64_t steps_done);
 
 private:
     const ParamLayout* layout_;

@@ -1,6 +1,12 @@
-// trainer_cpu.cpp — the CPU optimizer step: forward, backward, clipping, AdamW on the schedule.
+// trainer_cpu.cpp — the CPU optimizer step (forward, backward, clipping, AdamW on the schedule), the recipe's
+// linears and calibration, and the run state.
 #include "train/trainer_cpu.h"
 
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "adahop/outlier_detector.h"
 #include "core/error.h"
 
 namespace lowbit {
@@ -12,9 +18,26 @@ const TrainConfig& validated(const TrainConfig& c) {
     return c;
 }
 
+bool all_finite(ConstMatF m) {
+    for (int64_t r = 0; r < m.rows; ++r)
+        for (int64_t c = 0; c < m.cols; ++c)
+            if (!std::isfinite(m.row(r)[c])) return false;
+    return true;
+}
+
 }  // namespace
 
-CpuTrainer::CpuTrainer(const TrainConfig& config) : CpuTrainer(config, dense_train_linears(validated(config).model)) {}
+CpuTrainer::CpuTrainer(const TrainConfig& config) : CpuTrainer(config, Recipe{}) {}
+
+CpuTrainer::CpuTrainer(const TrainConfig& config, const Recipe& recipe)
+    : config_(validated(config)),
+      layout_(config_.model),
+      params_(init_params(layout_, config_.seed, config_.init_std)),
+      grads_(size_t(layout_.total()), 0.0f),
+      optimizer_(layout_, config_.optimizer),
+      recipe_(recipe, config_.model) {
+    build_recipe_linears();
+}
 
 CpuTrainer::CpuTrainer(const TrainConfig& config, TrainLinears linears)
     : config_(validated(config)),
@@ -22,7 +45,44 @@ CpuTrainer::CpuTrainer(const TrainConfig& config, TrainLinears linears)
       params_(init_params(layout_, config_.seed, config_.init_std)),
       grads_(size_t(layout_.total()), 0.0f),
       optimizer_(layout_, config_.optimizer),
+      recipe_(Recipe{}, config_.model),
+      linears_from_recipe_(false),
       linears_(std::move(linears)) {}
+
+void CpuTrainer::observe(int64_t layer, Projection p, Operand which, ConstMatF m) {
+    // A NaN/Inf operand is left to the loss and gradient checks of step(), which name the step.
+    if (!recording_ || !all_finite(m)) return;
+    std::vector<float> dense;
+    if (!m.dense())
+        for (int64_t r = 0; r < m.rows; ++r) dense.insert(dense.end(), m.row(r), m.row(r) + m.cols);
+    const float* data = m.dense() ? m.data : dense.data();
+    recipe_.record(layer, p, which, detect_outlier_pattern(data, m.rows, m.cols, recipe_.recipe().detector).pattern);
+}
+
+void CpuTrainer::build_recipe_linears() {
+    const Precision precision = recipe_.recipe().precision;
+    if (precision == Precision::bf16) {
+        linears_ = dense_train_linears(config_.model);
+        return;
+    }
+    if (recipe_.calibrating()) {
+        linears_ = make_train_linears(config_.model, [this](int64_t layer, Projection p) -> std::unique_ptr<TrainLinear> {
+            return std::make_unique<ObservedTrainLinear>(
+                std::make_unique<DenseTrainLinear>(),
+                [this, layer, p](Operand which, ConstMatF m) { observe(layer, p, which, m); });
+        });
+        return;
+    }
+    linears_ = make_train_linears(config_.model, [this](int64_t layer, Projection p) -> std::unique_ptr<TrainLinear> {
+        LayerPlan plan;
+        plan.fwd = recipe_.strategy(layer, p, Slot::fwd);
+        plan.dgrad = recipe_.strategy(layer, p, Slot::dgrad);
+        plan.wgrad = recipe_.strategy(layer, p, Slot::wgrad);
+        std::optional<RhtSrSeeds> rht_sr;
+        if (recipe_.randomized(Slot::dgrad)) rht_sr = RhtSrSeeds{config_.seed, layer, p};
+        return std::make_unique<AdahopTrainLinear>(plan, LpMatmulOptions{}, rht_sr);
+    });
+}
 
 StepStats CpuTrainer::step(const TokenBatch& batch) {
     LOWBIT_CHECK(batch.shape.n_seq == config_.batch_size && batch.shape.n_tok == config_.seq_len, ErrorKind::usage,
@@ -30,15 +90,49 @@ StepStats CpuTrainer::step(const TokenBatch& batch) {
                  batch.shape.n_tok, config_.batch_size, config_.seq_len);
     StepStats s;
     s.step = optimizer_.steps_done();
-    s.loss = train_forward(layout_, params_.data(), linears_, batch, acts_);
-    train_backward(layout_, params_.data(), linears_, batch, acts_, grads_.data());
-    s.grad_norm = global_grad_norm(layout_, grads_.data());
+    linears_.begin_step(s.step);
+    recording_ = recipe_.calibrating();
+    try {
+        s.loss = train_forward(layout_, params_.data(), linears_, batch, acts_);
+        LOWBIT_CHECK(std::isfinite(s.loss), ErrorKind::runtime,
+                     "step {}: loss is NaN/Inf ({}); the parameters are those after step {} (lower the learning rate, "
+                     "check the data, or resume from the last checkpoint)",
+                     s.step, s.loss, s.step - 1);
+        train_backward(layout_, params_.data(), linears_, batch, acts_, grads_.data());
+        recording_ = false;
+        s.grad_norm = global_grad_norm(layout_, grads_.data());
+    } catch (const Error& e) {
+        recording_ = false;
+        if (std::string(e.what()).starts_with("step ")) throw;
+        throw Error(e.kind(), fmt::format("step {}: {}", s.step, e.what()));
+    }
     s.clip_scale = grad_clip_scale(s.grad_norm, config_.optimizer.grad_clip);
     s.lr = config_.schedule.lr_at(s.step, config_.optimizer.lr);
     optimizer_.step(params_.data(), grads_.data(), s.lr, s.clip_scale);
+    const bool was_calibrating = recipe_.calibrating();
+    recipe_.end_step();
+    if (was_calibrating && !recipe_.calibrating() && linears_from_recipe_) build_recipe_linears();
     return s;
 }
 
 double CpuTrainer::loss(const TokenBatch& batch) { return train_forward(layout_, params_.data(), linears_, batch, acts_); }
+
+TrainerState CpuTrainer::state() const {
+    return {params_, optimizer_.first_moment(), optimizer_.second_moment(), optimizer_.steps_done(), recipe_.to_json()};
+}
+
+void CpuTrainer::set_state(const TrainerState& s) {
+    LOWBIT_CHECK(int64_t(s.params.size()) == layout_.total(), ErrorKind::input,
+                 "trainer state: {} parameters for a model of {}", s.params.size(), layout_.total());
+    optimizer_.set_state(s.m, s.v, s.steps_done);
+    params_ = s.params;
+    if (!s.recipe_state.is_null()) recipe_ = RecipeState::from_json(s.recipe_state, config_.model, "trainer state");
+    if (linears_from_recipe_) build_recipe_linears();
+}
+
+std::string CpuTrainer::describe() const {
+    return fmt::format("cpu (FP32 reference), recipe {}{}, block linears {}", precision_name(recipe_.recipe().precision),
+                       recipe_.calibrating() ? " (calibrating)" : "", linears_.at(0, Projection::q).describe());
+}
 
 }  // namespace lowbit

@@ -1,6 +1,6 @@
 // test_cuda_lp_matmul.cu — lp_matmul on the GPU (adahop/cuda/lp_matmul_cuda.cuh) against the CPU's lp_matmul:
-// quantized operands bit for bit, products within FP32 summation-order tolerance, and the identities that
-// hold without quantization.
+// quantized operands bit for bit, products within FP32 summation-order tolerance, the identities that
+// hold without quantization, and the same with the random signs of the randomized Hadamard.
 #include "adahop_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
 #include <vector>
@@ -10,6 +10,50 @@
 using namespace lowbit;
 using namespace lowbit::testing_util;
 
+namespace {
+
+struct Fmt {
+    bool nvfp4;
+    MxElement e;
+};
+const Fmt kFormats[] = {{false, MxElement::e2m1}, {false, MxElement::e4m3}, {true, MxElement::e2m1}};
+
+// Both operands prepared on the CPU and on the GPU: the same fields hold the same bytes (one struct template
+// on both sides) — quantized codes, scales, NVFP4's tensor scale, or the unquantized rotated operand; the OE
+// indices and slice; the random signs applied.
+void expect_prepared_operands_match(LpMatmulCuda& gpu, const std::vector<float>& a, const std::vector<float>& b,
+                                    const DeviceBuffer<float>& da, const DeviceBuffer<float>& db, int64_t m, int64_t k, int64_t n,
+                                    Strategy s, const LpMatmulOptions& o) {
+    for (Side side : {Side::left, Side::right}) {
+        SCOPED_TRACE(side == Side::left ? "left operand" : "right operand");
+        const auto& t = side == Side::left ? a : b;
+        const int64_t rr = side == Side::left ? m : k, cc = side == Side::left ? k : n;
+        PreparedOperand pc = lp_prepare(t.data(), rr, cc, side, s, o);
+        PreparedOperandCuda pg = gpu.prepare(side == Side::left ? da.data() : db.data(), rr, cc, side, s, o);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(pg.codes.size(), pc.codes.size()) << strategy_name(s);
+        if (o.quantize) {
+            EXPECT_EQ(download(pg.codes, pc.codes.size()), pc.codes) << strategy_name(s);
+            EXPECT_EQ(download(pg.scales, pc.scales.size()), pc.scales) << strategy_name(s);
+            if (o.nvfp4) EXPECT_EQ(download(pg.tensor_scale, 1), pc.tensor_scale) << strategy_name(s);
+        } else {
+            ASSERT_EQ(pg.dense.size(), pc.dense.size()) << strategy_name(s);
+            EXPECT_EQ(float_bits(download(pg.dense, pc.dense.size())), float_bits(pc.dense)) << strategy_name(s);
+        }
+        EXPECT_EQ(pg.k_extracted, pc.k_extracted) << strategy_name(s);
+        if (pc.k_extracted > 0) {
+            EXPECT_EQ(download(pg.indices, size_t(pc.k_extracted)), pc.indices) << strategy_name(s);
+            // the slice: the operand's own (unsigned, unrotated) rows or columns, BF16-rounded on both sides
+            ASSERT_EQ(pg.slice.size(), pc.slice.size()) << strategy_name(s);
+            EXPECT_EQ(float_bits(download(pg.slice, pc.slice.size())), float_bits(pc.slice)) << strategy_name(s);
+        }
+        EXPECT_EQ(pg.random_signs_seed, pc.random_signs_seed) << strategy_name(s);
+        EXPECT_EQ(pg.storage_bytes(), pc.storage_bytes());
+    }
+}
+
+}  // namespace
+
 TEST(AdahopCuda, LpMatmulMatchesCpu) {
     REQUIRE_GPU();
     LpMatmulCuda gpu;
@@ -17,11 +61,9 @@ TEST(AdahopCuda, LpMatmulMatchesCpu) {
     auto a = synthetic_operand(m, k, Pattern::row, 31), b = synthetic_operand(k, n, Pattern::col, 32);
     auto da = to_device(a), db = to_device(b);
     DeviceBuffer<float> dc(size_t(m * n));
-    struct Fmt { bool nvfp4; MxElement e; };
-    const Fmt fmts[] = {{false, MxElement::e2m1}, {false, MxElement::e4m3}, {true, MxElement::e2m1}};
     const Strategy strategies[] = {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right,
                                    Strategy::full, Strategy::oht};
-    for (const Fmt& f : fmts)
+    for (const Fmt& f : kFormats)
         for (Strategy s : strategies)
             for (Rounding rnd : {Rounding::nearest_even, Rounding::stochastic}) {
                 LpMatmulOptions o;
@@ -40,20 +82,7 @@ TEST(AdahopCuda, LpMatmulMatchesCpu) {
                 EXPECT_LT(rel_diff(got, cpu), tol) << strategy_name(s) << " nvfp4 " << f.nvfp4 << " " << int(f.e);
                 if (s == Strategy::full || s == Strategy::oht) continue;
                 // the quantized operands themselves are bit-identical
-                for (Side side : {Side::left, Side::right}) {
-                    const auto& t = side == Side::left ? a : b;
-                    const int64_t rr = side == Side::left ? m : k, cc = side == Side::left ? k : n;
-                    PreparedOperand pc = lp_prepare(t.data(), rr, cc, side, s, o);
-                    PreparedOperandCuda pg = gpu.prepare(side == Side::left ? da.data() : db.data(), rr, cc, side, s, o);
-                    CUDA_CHECK(cudaDeviceSynchronize());
-                    // One struct template on both sides: the same fields hold the same bytes.
-                    EXPECT_EQ(pg.codes.size(), pc.codes.size()) << strategy_name(s);
-                    EXPECT_EQ(download(pg.codes, pc.codes.size()), pc.codes) << strategy_name(s);
-                    EXPECT_EQ(download(pg.scales, pc.scales.size()), pc.scales) << strategy_name(s);
-                    if (f.nvfp4) EXPECT_EQ(download(pg.tensor_scale, 1), pc.tensor_scale) << strategy_name(s);
-                    EXPECT_EQ(pg.k_extracted, pc.k_extracted) << strategy_name(s);
-                    EXPECT_EQ(pg.storage_bytes(), pc.storage_bytes());
-                }
+                expect_prepared_operands_match(gpu, a, b, da, db, m, k, n, s, o);
             }
 }
 
@@ -74,4 +103,61 @@ TEST(AdahopCuda, LpMatmulIdentitiesWithoutQuantization) {
         gpu.matmul(da.data(), db.data(), m, k, n, s, o, dc.data());
         EXPECT_LT(rel_diff(download(dc, size_t(m * n)), ref), 1e-6) << strategy_name(s);
     }
+}
+
+// mxfp4-rht-sr's gradient GEMMs: random signs along K before the block Hadamard (opts.random_signs_seed),
+// stochastic rounding of both operands. The sign pass multiplies by ±1 (exact) in the CPU's order, so the
+// rotated operands, and with them codes and scales, are bit-identical; the products then differ only by
+// cuBLAS's summation order (2e-5 relative, as above).
+TEST(AdahopCuda, LpMatmulWithRandomSignsMatchesCpu) {
+    REQUIRE_GPU();
+    LpMatmulCuda gpu;
+    // M = 200: a partial row group of the sign kernel (32 rows) for A; K = 320: a partial 256-column block
+    const int64_t m = 200, k = 320, n = 72;
+    auto a = synthetic_operand(m, k, Pattern::row, 51), b = synthetic_operand(k, n, Pattern::col, 52);
+    auto da = to_device(a), db = to_device(b);
+    DeviceBuffer<float> dc(size_t(m * n));
+    for (const Fmt& f : kFormats)
+        for (Strategy s : {Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right})
+            for (Rounding rnd : {Rounding::nearest_even, Rounding::stochastic}) {
+                SCOPED_TRACE(std::string(strategy_name(s)) + (f.nvfp4 ? " nvfp4" : " mx") + " element " + std::to_string(int(f.e)) +
+                             (rnd == Rounding::stochastic ? " SR" : " RNE"));
+                LpMatmulOptions o;
+                o.nvfp4 = f.nvfp4;
+                o.element = f.e;
+                o.oe_k = 16;
+                o.rounding_a = o.rounding_b = rnd;
+                o.seed_a = 77, o.seed_b = 78;
+                o.random_signs_seed = 0x5EED5EEDull;
+                std::vector<float> cpu(size_t(m * n)), unsigned_cpu(size_t(m * n));
+                lp_matmul(a.data(), b.data(), m, k, n, s, o, cpu.data());
+                gpu.matmul(da.data(), db.data(), m, k, n, s, o, dc.data());
+                EXPECT_LT(rel_diff(download(dc, size_t(m * n)), cpu), 2e-5);
+                // the signs were applied: the CPU product without them differs
+                LpMatmulOptions none = o;
+                none.random_signs_seed = 0;
+                lp_matmul(a.data(), b.data(), m, k, n, s, none, unsigned_cpu.data());
+                EXPECT_NE(cpu, unsigned_cpu);
+                expect_prepared_operands_match(gpu, a, b, da, db, m, k, n, s, o);
+            }
+    // Without quantization: the rotated operands bit for bit, and the product is A·B.
+    LpMatmulOptions o;
+    o.quantize = false;
+    o.high_precision_bf16 = false;
+    o.oe_k = 8;
+    o.random_signs_seed = 0x5EED5EEDull;
+    DeviceBuffer<float> dref(size_t(m * n));
+    gpu.gemm(da.data(), db.data(), m, k, n, false, dref.data());
+    const auto ref = download(dref, size_t(m * n));
+    for (Strategy s : {Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right}) {
+        expect_prepared_operands_match(gpu, a, b, da, db, m, k, n, s, o);
+        gpu.matmul(da.data(), db.data(), m, k, n, s, o, dc.data());
+        EXPECT_LT(rel_diff(download(dc, size_t(m * n)), ref), 1e-6) << strategy_name(s);
+    }
+    // operands prepared with different signs are refused
+    PreparedOperandCuda pa = gpu.prepare(da.data(), m, k, Side::left, Strategy::iht, o);
+    LpMatmulOptions other = o;
+    other.random_signs_seed = 1;
+    PreparedOperandCuda pb = gpu.prepare(db.data(), k, n, Side::right, Strategy::iht, other);
+    expect_error(ErrorKind::usage, [&] { gpu.matmul_prepared(pa, pb, o, dc.data()); });
 }

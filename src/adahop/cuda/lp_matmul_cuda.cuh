@@ -1,6 +1,7 @@
 // lp_matmul_cuda.cuh — the CUDA path of AdaHOP's low-precision GEMM (CPU reference: adahop/lp_matmul.h),
-// by emulation: rotate (block-32 Hadamard along K), quantize (MX or NVFP4, bit-identical to the CPU),
-// dequantize to BF16 (exact for every MX element type) and multiply with cuBLAS BF16 → FP32 accumulation.
+// by emulation: rotate (block-32 Hadamard along K, after the random signs when opts.random_signs_seed ≠ 0),
+// quantize (MX or NVFP4, bit-identical to the CPU), dequantize to BF16 (exact for every MX element type) and
+// multiply with cuBLAS BF16 → FP32 accumulation.
 // NVFP4 values (E2M1 × E4M3 × FP32) are not exact in BF16, so NVFP4 runs the product in FP32 (cuBLAS SGEMM).
 // OE slivers and the full strategy use BF16 operands (or FP32 when opts.high_precision_bf16 is false).
 // OHT (analysis only) rotates M and N with dense Hadamard products (cuBLAS) instead of a fast transform.

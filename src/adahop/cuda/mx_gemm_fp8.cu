@@ -1,0 +1,473 @@
+// mx_gemm_fp8.cu — the MX GEMM of mx_gemm_fp8.cuh: the E2M1 → E4M3 expansion pass, the sm_90a kernel (TMA
+// producer warp, two wgmma consumer warpgroups, per-32 FP32 promotion), the CUDA-core kernel for other
+// devices, and the launcher. The exactness argument, the design and its bound are in the header.
+#include "adahop/cuda/mx_gemm_fp8.cuh"
+
+#include <string>
+
+#include "core/cuda/tma.cuh"
+#include "formats/element_codec.h"
+
+// wgmma exists only in sm_90a machine code; for other targets (the portable PTX of the dev preset) its
+// wrappers are empty, like tma.cuh's, and the launcher never starts the kernel there.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LOWBIT_WGMMA_DEVICE 1
+#else
+#define LOWBIT_WGMMA_DEVICE 0
+#endif
+
+namespace lowbit {
+
+namespace {
+
+using namespace cuda_detail;
+
+// ---------------------------------------------------------------------------------------------------
+// E2M1 → E4M3, exact. The 16 E4M3 bytes come from the formats' own codecs (formats/element_codec.h), not
+// from a hand table: byte c % 8 of word c / 8 is encode_e4m3(decode_e2m1(c)) — exact, since every E2M1 value
+// {0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6} is an E4M3 value (the test checks all 16 codes through the kernel).
+
+struct E2m1AsE4m3 {
+    uint64_t word[2];  // codes 0–7 (sign clear), codes 8–15 (sign set)
+};
+
+E2m1AsE4m3 e2m1_as_e4m3_table() {
+    const ElementSpec e2m1 = element_spec(ElementType::e2m1), e4m3 = element_spec(ElementType::e4m3);
+    E2m1AsE4m3 t{{0, 0}};
+    for (uint32_t code = 0; code < 16; ++code) {
+        const uint32_t byte = encode_element(e4m3, decode_element(e2m1, code), Rounding::nearest_even, Overflow::saturate);
+        t.word[code / 8] |= uint64_t(byte) << (8 * (code % 8));
+    }
+    return t;
+}
+
+__device__ __forceinline__ uint32_t e2m1_as_e4m3(const E2m1AsE4m3& t, uint32_t code) {
+    return uint32_t(((code & 8u) ? t.word[1] : t.word[0]) >> (8 * (code & 7u))) & 0xFFu;  // a select, no indexed load
+}
+
+// 4 packed bytes (8 codes, low nibble first) → 8 E4M3 bytes in element order.
+__device__ __forceinline__ uint2 expand_e2m1_word(const E2m1AsE4m3& t, uint32_t packed) {
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        lo |= e2m1_as_e4m3(t, (packed >> (4 * i)) & 0xFu) << (8 * i);
+        hi |= e2m1_as_e4m3(t, (packed >> (16 + 4 * i)) & 0xFu) << (8 * i);
+    }
+    return make_uint2(lo, hi);
+}
+
+// One thread per 8 packed bytes (16 codes) → 16 E4M3 bytes. Napkin math: 8192 × 8192 codes read 33.5 MB and
+// write 67 MB → ~24 µs at 4.2 TB/s (an 8192³ GEMM at ~700 TFLOP/s takes ~1.6 ms: 1.5 % per operand).
+__global__ void expand_e2m1_kernel(const uint2* packed, uint4* out, int64_t chunks, E2m1AsE4m3 table) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < chunks; i += int64_t(gridDim.x) * blockDim.x) {
+        const uint2 p = packed[i];
+        const uint2 lo = expand_e2m1_word(table, p.x), hi = expand_e2m1_word(table, p.y);
+        out[i] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The sm_90a kernel's geometry.
+
+constexpr int kTileM = 128;              // rows of C per CTA tile (two consumer warpgroups × 64)
+constexpr int kTileN = 128;              // columns of C per tile (the wgmma's N)
+constexpr int kStageK = 128;             // K elements (bytes) per pipeline stage: one 128-byte swizzle row
+constexpr int kBlocksPerStage = kStageK / kMxBlock;
+constexpr int kStages = 5;               // 5 × 36 KB of the 227 KB of shared memory
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+constexpr int kGroupTilesM = 8;          // tile order: 8 M-tiles per group, N-tiles within the group (L2 reuse)
+static_assert(kTileM == kTileN, "the producer stages A's and B's factors in one loop");
+
+struct alignas(1024) MxGemmStage {          // 1024: the 128-byte swizzle pattern repeats every 8 rows of 128 B
+    uint8_t a[kTileM * kStageK];            // TMA box 128 × 128, SWIZZLE_128B
+    uint8_t b[kTileN * kStageK];
+    float a_factor[kBlocksPerStage][kTileM];  // 2^(s−127) of each row's 4 blocks (0 past M or K, NaN for 0xFF)
+    float b_factor[kBlocksPerStage][kTileN];
+};
+static_assert(sizeof(MxGemmStage) == 36 * 1024, "stage: A and B tiles 16 KB each, the factors 2 KB each");
+
+struct MxGemmShared {
+    MxGemmStage stage[kStages];
+    uint64_t full[kStages];   // producer → consumers: TMA bytes landed and factors written (32 arrivals + tx)
+    uint64_t empty[kStages];  // consumers → producer: stage read (one arrival per consumer warp)
+};
+constexpr int kSharedBytes = int(sizeof(MxGemmShared)) + 1024;  // + slack to align the dynamic base to 1024
+constexpr uint32_t kStageTxBytes = uint32_t(kTileM * kStageK + kTileN * kStageK);
+
+struct TileGrid {
+    int tiles_m, tiles_n;
+    __host__ __device__ int count() const { return tiles_m * tiles_n; }
+    // Tile t → its first row and column: groups of kGroupTilesM M-tiles, column-major inside a group.
+    __host__ __device__ void origin(int t, int* m0, int* n0) const {
+        const int per_group = kGroupTilesM * tiles_n;
+        const int group = t / per_group, first_m = group * kGroupTilesM;
+        const int group_m = tiles_m - first_m < kGroupTilesM ? tiles_m - first_m : kGroupTilesM;
+        const int in_group = t - group * per_group;
+        *m0 = (first_m + in_group % group_m) * kTileM;
+        *n0 = (in_group / group_m) * kTileN;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// PTX wrappers of this kernel (sm_90a): plain mbarrier arrival, wgmma and its shared-memory descriptors.
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#if LOWBIT_TMA_DEVICE
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
+#endif
+}
+
+// Descriptor of a K-major operand tile in shared memory written by TMA with 128-byte swizzle: rows of 128
+// bytes, 8-row groups 1024 bytes apart (stride byte offset), leading byte offset unused for swizzled K-major
+// (encoded 1), layout type 1 = 128-byte swizzle in bits 62–63. Start addresses inside a row (k · 32 bytes for
+// the k-th MX block) select the K slice; the swizzle is applied to absolute addresses, hence the 1024-byte
+// aligned tiles.
+__device__ __forceinline__ uint64_t sw128_kmajor_descriptor(const void* p) {
+    const uint64_t address = smem_address(p);
+    return ((address & 0x3FFFFull) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if LOWBIT_WGMMA_DEVICE
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_and_wait_all() {
+#if LOWBIT_WGMMA_DEVICE
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving reads of wgmma results above the wait (the registers are written
+// asynchronously; to the compiler they are defined by the wgmma statement).
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// D (64 × 128 FP32, fresh: scale-d = 0) = A (64 × 32 E4M3) · B (128 × 32 E4M3)ᵀ, both from shared memory.
+// Fragment of thread t of the warpgroup (warp w, lane l): d[4j + 2h + e] is row 16w + l/4 + 8h, column
+// 8j + 2(l % 4) + e, j = 0 … 15.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t a_desc, uint64_t b_desc) {
+#if LOWBIT_WGMMA_DEVICE
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, "
+        "%47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 0, 1, 1;"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]),
+          "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]),
+          "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]),
+          "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]),
+          "=f"(d[33]), "=f"(d[34]), "=f"(d[35]), "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]),
+          "=f"(d[41]), "=f"(d[42]), "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]),
+          "=f"(d[49]), "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]),
+          "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+        : "l"(a_desc), "l"(b_desc)
+        : "memory");
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Shared by both kernels: the FP32 factor 2^(s−127) of block kb of line `line` (decode_e8m0: NaN for 0xFF),
+// 0 for lines and blocks outside the matrix (their codes are zero there: TMA zero fill, or not read).
+
+constexpr uint32_t kOutside = 0x100;  // not a scale byte: the block lies outside the matrix
+
+__device__ __forceinline__ uint32_t scale_byte_or_outside(const uint8_t* scales, int line, int lines, int kb, int k_blocks) {
+    return line < lines && kb < k_blocks ? uint32_t(scales[int64_t(line) * k_blocks + kb]) : kOutside;
+}
+__device__ __forceinline__ float factor_of_scale(uint32_t raw) { return raw == kOutside ? 0.0f : decode_e8m0(uint8_t(raw)); }
+__device__ __forceinline__ float block_factor(const uint8_t* scales, int line, int lines, int kb, int k_blocks) {
+    return factor_of_scale(scale_byte_or_outside(scales, line, lines, kb, k_blocks));
+}
+
+__device__ __forceinline__ void store_pair(float* c_f32, __nv_bfloat16* c_bf16, int m, int n, int row, int col, float v0, float v1) {
+    if (row >= m || col >= n) return;
+    const int64_t at = int64_t(row) * n + col;
+    const bool pair = col + 1 < n && (n & 1) == 0;  // even n: (row·n + col) is even, the pair aligned
+    if (c_f32) {
+        if (pair) *reinterpret_cast<float2*>(c_f32 + at) = make_float2(v0, v1);
+        else {
+            c_f32[at] = v0;
+            if (col + 1 < n) c_f32[at + 1] = v1;
+        }
+    } else {
+        if (pair) *reinterpret_cast<__nv_bfloat162*>(c_bf16 + at) = __floats2bfloat162_rn(v0, v1);
+        else {
+            c_bf16[at] = __float2bfloat16_rn(v0);
+            if (col + 1 < n) c_bf16[at + 1] = __float2bfloat16_rn(v1);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The sm_90a kernel. a_map / b_map: E4M3 bytes [M][K] / [N][K], boxes 128 × 128, 128-byte swizzle.
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mx_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                         const uint8_t* __restrict__ a_scales, const uint8_t* __restrict__ b_scales, int m, int n, int k_blocks,
+                         float* c_f32, __nv_bfloat16* c_bf16) {
+    extern __shared__ uint8_t shared_raw[];
+    const uint32_t misalignment = smem_address(shared_raw) & 1023u;
+    MxGemmShared& sh = *reinterpret_cast<MxGemmShared*>(shared_raw + ((1024u - misalignment) & 1023u));
+
+    const TileGrid grid{(m + kTileM - 1) / kTileM, (n + kTileN - 1) / kTileN};
+    const int k_stages = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage;
+    const int warpgroup = int(threadIdx.x) / 128;
+    const int lane = int(threadIdx.x) % 32;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbarrier_init(&sh.full[s], 32);
+            mbarrier_init(&sh.empty[s], 4 * kConsumerWarpgroups);
+        }
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // Producer: warp 0 only (the other three warps of the warpgroup have nothing to do). It walks this CTA's
+        // (tile, stage) pairs in order; the scale bytes of the next pair are loaded into registers while it waits
+        // for the next free slot, so their latency stays off the pipeline's critical path.
+        if (threadIdx.x >= 32) return;
+        const int my_tiles = (grid.count() - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+        const uint32_t uses = uint32_t(my_tiles) * uint32_t(k_stages);
+        auto origin_of = [&](uint32_t use, int* m0, int* n0, int* ks) {
+            grid.origin(int(blockIdx.x) + int(use / uint32_t(k_stages)) * int(gridDim.x), m0, n0);
+            *ks = int(use % uint32_t(k_stages));
+        };
+        // Lane l stages entries i = l + 32r (r = 0 … 15) of each factor table: line i / 4, block i % 4 — 4 lanes
+        // read one line's 4 consecutive scale bytes, 8 lines per warp access.
+        constexpr int kPerLane = kTileM * kBlocksPerStage / 32;
+        uint32_t a_raw[kPerLane], b_raw[kPerLane];
+        auto fetch = [&](uint32_t use) {
+            int m0, n0, ks;
+            origin_of(use, &m0, &n0, &ks);
+#pragma unroll
+            for (int r = 0; r < kPerLane; ++r) {
+                const int i = lane + 32 * r, line = i / kBlocksPerStage, kb = ks * kBlocksPerStage + i % kBlocksPerStage;
+                a_raw[r] = scale_byte_or_outside(a_scales, m0 + line, m, kb, k_blocks);
+                b_raw[r] = scale_byte_or_outside(b_scales, n0 + line, n, kb, k_blocks);
+            }
+        };
+        if (uses > 0) fetch(0);
+        for (uint32_t use = 0; use < uses; ++use) {
+            const int slot = int(use % kStages);
+            const uint32_t round = use / kStages;
+            if (round > 0) mbarrier_wait(&sh.empty[slot], (round - 1) & 1u);
+            MxGemmStage& st = sh.stage[slot];
+#pragma unroll
+            for (int r = 0; r < kPerLane; ++r) {
+                const int i = lane + 32 * r, line = i / kBlocksPerStage, kb = i % kBlocksPerStage;
+                st.a_factor[kb][line] = factor_of_scale(a_raw[r]);
+                st.b_factor[kb][line] = factor_of_scale(b_raw[r]);
+            }
+            // The arrivals release the factor stores to the consumers' acquiring wait on `full`.
+            if (lane == 0) {
+                int m0, n0, ks;
+                origin_of(use, &m0, &n0, &ks);
+                mbarrier_arrive_expect_tx(&sh.full[slot], kStageTxBytes);
+                tma_load_2d(st.a, &a_map, ks * kStageK, m0, &sh.full[slot]);
+                tma_load_2d(st.b, &b_map, ks * kStageK, n0, &sh.full[slot]);
+            } else {
+                mbarrier_arrive(&sh.full[slot]);
+            }
+            if (use + 1 < uses) fetch(use + 1);
+        }
+        return;
+    }
+
+    // Consumers: warpgroup 1 takes rows 0–63 of the tile, warpgroup 2 rows 64–127.
+    const int consumer = warpgroup - 1;
+    const int warp_in_group = (int(threadIdx.x) % 128) / 32;
+    const int row_local = consumer * 64 + warp_in_group * 16 + lane / 4;  // and row_local + 8
+    const int col_local = 2 * (lane % 4);                                  // + 8j, and + 1
+    uint32_t use = 0;
+    for (int t = int(blockIdx.x); t < grid.count(); t += int(gridDim.x)) {
+        int m0, n0;
+        grid.origin(t, &m0, &n0);
+        float acc[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+        for (int ks = 0; ks < k_stages; ++ks, ++use) {
+            const int slot = int(use % kStages);
+            mbarrier_wait(&sh.full[slot], (use / kStages) & 1u);
+            const MxGemmStage& st = sh.stage[slot];
+            const int blocks = k_blocks - ks * kBlocksPerStage < kBlocksPerStage ? k_blocks - ks * kBlocksPerStage : kBlocksPerStage;
+#pragma unroll
+            for (int kb = 0; kb < kBlocksPerStage; ++kb) {
+                if (kb >= blocks) break;
+                float part[64];
+                wgmma_fence();
+                wgmma_m64n128k32_e4m3(part, sw128_kmajor_descriptor(st.a + consumer * 64 * kStageK + kb * kMxBlock),
+                                      sw128_kmajor_descriptor(st.b + kb * kMxBlock));
+                wgmma_commit_and_wait_all();
+#pragma unroll
+                for (int i = 0; i < 64; ++i) fence_operand(part[i]);
+                const float fa0 = st.a_factor[kb][row_local], fa1 = st.a_factor[kb][row_local + 8];
+#pragma unroll
+                for (int j = 0; j < 16; ++j) {
+                    const float2 fb = *reinterpret_cast<const float2*>(&st.b_factor[kb][8 * j + col_local]);
+                    acc[4 * j + 0] = __fmaf_rn(part[4 * j + 0], fa0 * fb.x, acc[4 * j + 0]);
+                    acc[4 * j + 1] = __fmaf_rn(part[4 * j + 1], fa0 * fb.y, acc[4 * j + 1]);
+                    acc[4 * j + 2] = __fmaf_rn(part[4 * j + 2], fa1 * fb.x, acc[4 * j + 2]);
+                    acc[4 * j + 3] = __fmaf_rn(part[4 * j + 3], fa1 * fb.y, acc[4 * j + 3]);
+                }
+            }
+            // Every lane of the warp is done with the stage (its wgmmas waited on, its factors read).
+            __syncwarp();
+            if (lane == 0) mbarrier_arrive(&sh.empty[slot]);
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int col = n0 + 8 * j + col_local;
+            store_pair(c_f32, c_bf16, m, n, m0 + row_local, col, acc[4 * j + 0], acc[4 * j + 1]);
+            store_pair(c_f32, c_bf16, m, n, m0 + row_local + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The CUDA-core kernel (devices without sm_90a, TMA switched off): the same per-block math — each block's
+// dot product of the unscaled element values in FP32 (exact for E2M1), then acc += P · (fa · fb).
+// 16 × 16 threads, one output each; per MX block the CTA stages 16 rows of A and 16 of B as FP32.
+
+constexpr int kSimtTile = 16;
+
+__device__ __forceinline__ float element_value(const uint8_t* codes, MxElement e, int64_t line, int64_t k, int64_t i) {
+    if (e == MxElement::e2m1) {
+        const uint32_t byte = codes[line * (k / 2) + i / 2];
+        return decode_element(element_spec(ElementType::e2m1), (i & 1) ? byte >> 4 : byte & 0xFu);
+    }
+    return decode_element(element_spec(ElementType::e4m3), codes[line * k + i]);
+}
+
+__global__ void mx_gemm_simt_kernel(MxGemmOperand a, MxGemmOperand b, int m, int n, int k_blocks, float* c_f32, __nv_bfloat16* c_bf16) {
+    __shared__ float a_vals[kSimtTile][kMxBlock + 1], b_vals[kSimtTile][kMxBlock + 1];
+    __shared__ float a_fac[kSimtTile], b_fac[kSimtTile];
+    const int tx = int(threadIdx.x), ty = int(threadIdx.y), tid = ty * kSimtTile + tx;
+    const int m0 = int(blockIdx.y) * kSimtTile, n0 = int(blockIdx.x) * kSimtTile;
+    const int64_t k = int64_t(k_blocks) * kMxBlock;
+    float acc = 0.0f;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+        for (int i = tid; i < kSimtTile * kMxBlock; i += kSimtTile * kSimtTile) {
+            const int line = i / kMxBlock, e = i % kMxBlock;
+            const int64_t at = int64_t(kb) * kMxBlock + e;
+            a_vals[line][e] = m0 + line < m ? element_value(a.codes, a.element, m0 + line, k, at) : 0.0f;
+            b_vals[line][e] = n0 + line < n ? element_value(b.codes, b.element, n0 + line, k, at) : 0.0f;
+        }
+        if (tid < kSimtTile) a_fac[tid] = block_factor(a.scales, m0 + tid, m, kb, k_blocks);
+        else if (tid < 2 * kSimtTile) b_fac[tid - kSimtTile] = block_factor(b.scales, n0 + tid - kSimtTile, n, kb, k_blocks);
+        __syncthreads();
+        float part = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kMxBlock; ++e) part = __fmaf_rn(a_vals[ty][e], b_vals[tx][e], part);
+        acc = __fmaf_rn(part, a_fac[ty] * b_fac[tx], acc);
+        __syncthreads();
+    }
+    const int row = m0 + ty, col = n0 + tx;
+    if (row >= m || col >= n) return;
+    if (c_f32) c_f32[int64_t(row) * n + col] = acc;
+    else c_bf16[int64_t(row) * n + col] = __float2bfloat16_rn(acc);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Launcher pieces.
+
+void check_operand(const MxGemmOperand& op, const char* name) {
+    if (op.element != MxElement::e2m1 && op.element != MxElement::e4m3)
+        cuda_usage_error(std::string("mx_gemm_fp8: operand ") + name + " must be MXFP4 (e2m1) or MXFP8 (e4m3), got " +
+                         mx_element_name(op.element));
+    if (op.codes == nullptr || op.scales == nullptr)
+        cuda_usage_error(std::string("mx_gemm_fp8: operand ") + name + " has no codes or no scales (null device pointer)");
+    cuda_check_aligned(op.codes, 16, name, "mx_gemm_fp8");
+}
+
+// The operand's codes as E4M3 bytes: as they are for MXFP8, expanded into `buffer` (or stream-ordered memory,
+// returned in *owned) for MXFP4.
+const uint8_t* e4m3_codes(const MxGemmOperand& op, int64_t rows, int64_t k, DeviceBuffer<uint8_t>* buffer, void** owned,
+                          cudaStream_t stream) {
+    if (op.element == MxElement::e4m3) return op.codes;
+    uint8_t* out = nullptr;
+    if (buffer) {
+        out = buffer->grow(size_t(rows * k));
+    } else {
+        void* p = nullptr;
+        CUDA_CHECK(cudaMallocAsync(&p, size_t(rows * k), stream));
+        *owned = p;
+        out = static_cast<uint8_t*>(p);
+    }
+    mx_expand_e2m1_to_e4m3_cuda(op.codes, rows, k, out, stream);
+    return out;
+}
+
+void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
+                  __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch) {
+    void* owned_a = nullptr;
+    void* owned_b = nullptr;
+    const uint8_t* a8 = e4m3_codes(a, m, k, scratch ? &scratch->a_e4m3 : nullptr, &owned_a, stream);
+    const uint8_t* b8 = e4m3_codes(b, n, k, scratch ? &scratch->b_e4m3 : nullptr, &owned_b, stream);
+    const CUtensorMap a_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, a8, uint64_t(k), uint64_t(m), uint64_t(k), kStageK,
+                                                 kTileM, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap b_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, b8, uint64_t(k), uint64_t(n), uint64_t(k), kStageK,
+                                                 kTileN, CU_TENSOR_MAP_SWIZZLE_128B);
+    const TileGrid grid{int((m + kTileM - 1) / kTileM), int((n + kTileN - 1) / kTileN)};
+    const int ctas = grid.count() < cuda_multiprocessor_count() ? grid.count() : cuda_multiprocessor_count();
+    cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel), kSharedBytes);
+    mx_gemm_wgmma_kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a.scales, b.scales, int(m), int(n),
+                                                                   int(k / kMxBlock), c_f32, c_bf16);
+    CUDA_CHECK(cudaGetLastError());
+    if (owned_a) CUDA_CHECK(cudaFreeAsync(owned_a, stream));
+    if (owned_b) CUDA_CHECK(cudaFreeAsync(owned_b, stream));
+}
+
+}  // namespace
+
+void mx_expand_e2m1_to_e4m3_cuda(const uint8_t* codes, int64_t rows, int64_t k, uint8_t* e4m3, cudaStream_t stream) {
+    if (rows < 0 || k < 0 || k % kMxBlock != 0)
+        cuda_input_error("mx_expand_e2m1_to_e4m3: K must be a multiple of 32, got " + std::to_string(k) + " (rows " +
+                         std::to_string(rows) + ")");
+    const int64_t chunks = rows * k / 16;  // 8 packed bytes → 16 E4M3 bytes
+    if (chunks == 0) return;
+    cuda_check_aligned(codes, 16, "codes", "mx_expand_e2m1_to_e4m3");
+    cuda_check_aligned(e4m3, 16, "e4m3", "mx_expand_e2m1_to_e4m3");
+    const int64_t wanted = (chunks + 255) / 256, limit = int64_t(cuda_multiprocessor_count()) * 16;
+    static const E2m1AsE4m3 table = e2m1_as_e4m3_table();
+    expand_e2m1_kernel<<<unsigned(wanted < limit ? wanted : limit), 256, 0, stream>>>(reinterpret_cast<const uint2*>(codes),
+                                                                                     reinterpret_cast<uint4*>(e4m3), chunks, table);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
+                      __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch) {
+    constexpr int64_t kLimit = int64_t(1) << 31;
+    if (m < 0 || n < 0 || k < 0 || m >= kLimit || n >= kLimit || k >= kLimit)
+        cuda_input_error("mx_gemm_fp8: M, N, K must lie in [0, 2^31), got M " + std::to_string(m) + ", N " + std::to_string(n) +
+                         ", K " + std::to_string(k));
+    if (k % kMxBlock != 0)
+        cuda_input_error("mx_gemm_fp8: K must be a multiple of the MX block (32), got K " + std::to_string(k) +
+                         "; pad the reduction dimension with zero blocks");
+    if ((c_f32 == nullptr) == (c_bf16 == nullptr))
+        cuda_usage_error("mx_gemm_fp8: pass exactly one output (c_f32 or c_bf16)");
+    if (m == 0 || n == 0) return;
+    if (k == 0) {  // an empty sum: zeros (+0 is all-zero bits in FP32 and BF16)
+        const size_t bytes = size_t(m * n) * (c_f32 ? sizeof(float) : sizeof(__nv_bfloat16));
+        CUDA_CHECK(cudaMemsetAsync(c_f32 ? static_cast<void*>(c_f32) : static_cast<void*>(c_bf16), 0, bytes, stream));
+        return;
+    }
+    check_operand(a, "A");
+    check_operand(b, "B");
+    cuda_check_aligned(c_f32 ? static_cast<const void*>(c_f32) : static_cast<const void*>(c_bf16), 16, "C", "mx_gemm_fp8");
+    if (((m + kTileM - 1) / kTileM) * ((n + kTileN - 1) / kTileN) >= kLimit)
+        cuda_input_error("mx_gemm_fp8: M " + std::to_string(m) + " x N " + std::to_string(n) + " has too many 128 x 128 tiles");
+    if (cuda_tma_usable()) {
+        launch_wgmma(a, b, m, n, k, c_f32, c_bf16, stream, scratch);
+        return;
+    }
+    if ((m + kSimtTile - 1) / kSimtTile > 65535)
+        cuda_input_error("mx_gemm_fp8: M " + std::to_string(m) + " too large for the CUDA-core kernel (at most 65535 · 16 rows)");
+    const dim3 grid(unsigned((n + kSimtTile - 1) / kSimtTile), unsigned((m + kSimtTile - 1) / kSimtTile));
+    mx_gemm_simt_kernel<<<grid, dim3(kSimtTile, kSimtTile), 0, stream>>>(a, b, int(m), int(n), int(k / kMxBlock), c_f32, c_bf16);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace lowbit

@@ -1,0 +1,107 @@
+// mx_gemm_fp8.cuh — exact MXFP4 / MXFP8 GEMM on Hopper's FP8 tensor cores (sm_90a wgmma, adahop.md §13.4,
+// issue 21): C (M × N, row-major, FP32 or BF16) = A · Bᵀ with A [M][K] and B [N][K] MX operands blocked along
+// the reduction dimension K, exactly as the quantize kernels write them (formats/cuda/mx_quantize.cuh,
+// hadamard/cuda/hadamard_mxfp4.cuh; adahop/lp_matmul.h PreparedOperandOf): element codes (E2M1 packed two per
+// byte, low nibble first, or E4M3 one per byte) and one E8M0 scale byte per 32 elements, [rows][K/32].
+// Reference: the BF16 emulation (adahop/cuda/lp_matmul_cuda.cu: dequantize, cuBLAS BF16 → FP32), i.e.
+// C[m][n] = Σ_k deq(A)[m][k] · deq(B)[n][k] in FP32. Test: tests/cuda/test_cuda_mx_gemm_fp8.cu; benchmark:
+// bench/bench_mx_gemm.cu.
+//
+// Why it is exact (MXFP4). Every E2M1 value {0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6} is exact in E4M3, so a
+// 16-entry table, built from the element codecs themselves (encode_e4m3(decode_e2m1(code))), turns codes into
+// E4M3 bytes with no rounding. A 32-long dot product of E2M1 × E2M1 values is
+// a multiple of 1/4 (0.5 · 0.5) bounded by 32 · 6 · 6 = 1152 < 2^11: every partial sum, in any order, is an
+// integer number of quarters below 2^13, so an accumulator that keeps ≥ 13 significant bits holds it
+// exactly. Hopper's FP8 wgmma with K = 32 is one MX block; started from zero (scale-d = 0) it returns the
+// block's dot product P exactly (its accumulator keeps ~14 significant bits by the DeepSeek-V3 report on H800:
+// one bit of margin over the 13 needed). The kernel then
+// adds C += (2^(sa−127) · 2^(sb−127)) · P in FP32 for the row's and the column's scale: the factor product is
+// a power of two, exact while sa + sb − 254 ∈ [−149, 127], and P · factor is exact while the result is a
+// normal FP32 number, so each block's contribution is the reference's exact block sum and the only
+// difference to the reference is FP32 summation order: |C − C_ref| ≤ (K + K/32) · 2^−24 · Σ_k |a_k · b_k|
+// (the reference adds K products in FP32, this kernel K/32 exact block sums).
+// Outside that window — factors below 2^−149 or above 2^127, which the quantizers never produce for finite
+// FP32 data whose products are finite — contributions flush to zero or overflow to ±Inf (the reference's
+// BF16 operands flush below 2^−133 and its products overflow there too). One corner differs: a block pair
+// whose factor product overflows (sa + sb − 254 > 127) but whose dot product is exactly 0 gives 0 · Inf = NaN
+// where the reference may give a finite sum — only hand-made operands hit it (the quantizers give an all-zero
+// block the scale byte 0, and non-zero blocks that large overflow in the reference as well).
+//
+// MXFP8 (E4M3 × E4M3). Products carry 8 significant bits over exponents 2^−18 … 2^17, so a block's sum needs
+// more bits than the tensor core's FP8 accumulator keeps (~14 significant bits by the DeepSeek-V3 report on
+// H800; not measured here): the block partial is not exact. Promoting every block to
+// FP32 (as for MXFP4) bounds the damage to one block: |P − P_exact| ≤ 32 · 2^−13 · max_k |a_k b_k| ≤
+// 2^−8 · Σ_block |a_k b_k| (worst case; typically far smaller), so |C − C_ref| ≤ (2^−8 + (K + K/32) · 2^−24) ·
+// Σ_k |a_k · b_k|. The tests use that bound and report the largest ratio seen.
+//
+// NaN / Inf. An E8M0 byte 0xFF is NaN in the reference (every value of its block decodes to NaN, so every
+// product with it is NaN): the staged factor 2^(s−127) is decode_e8m0(0xFF) = NaN, so factor · P and the
+// whole row (A's scale) or column (B's scale) of C becomes NaN — the propagation is the FP32 arithmetic's own,
+// no flag. E4M3 codes 0x7F / 0xFF are NaN on the tensor cores and in the reference alike. E2M1 and E4M3 hold no
+// Inf.
+//
+// Design (v1). Persistent CTAs of 3 warpgroups over 128 × 128 output tiles (grouped order, 8 M-tiles per
+// group, so CTAs in flight share panels in L2). Warp 0 is the producer: per stage (K = 128 = 4 MX blocks) it
+// waits for the stage's `empty` barrier, stages the 4 × 128 row and 4 × 128 column factors 2^(s−127) as FP32
+// in shared memory (their bytes loaded into registers one stage ahead), and issues two TMA tensor copies
+// (A 128 × 128 bytes, B 128 × 128 bytes, 128-byte swizzle, zero fill past M, N and K) completing on the
+// stage's `full` barrier. Warpgroups 1 and 2 are the consumers, 64 rows each: per MX block one
+// wgmma.m64n128k32.f32.e4m3.e4m3 from shared memory (K-major descriptors, 128-byte swizzle) into a fresh
+// 64-register partial, wait, then 64 FMAs into the running FP32 accumulator with factor(row) · factor(column);
+// the two warpgroups alternate on the tensor cores. Stores are masked (M, N need not be multiples of 128),
+// FP32 or BF16. K must be a multiple of 32.
+// MXFP4 codes are expanded to E4M3 bytes by a separate pass first (mx_expand_e2m1_to_e4m3_cuda; rows·K/2 bytes
+// read, rows·K written: ~24 µs per 8192 × 8192 operand at 4.2 TB/s, together ~3 % of an 8192³ GEMM at
+// ~700 TFLOP/s; expanding while staging in shared memory would save it), MXFP8 codes are used as they are.
+// Without sm_90a (cuda_tma_usable() false) a plain CUDA-core kernel computes the same per-block math.
+//
+// Napkin math (the bound of this design). Per output element and MX block the tensor core does 32 MACs at
+// 4096 FP8 MAC/clk/SM (1/128 clk), the promotion issues one FMUL + one FFMA at 128 lanes/clk/SM (1/64 clk):
+// per-32 promotion with independent row and column scales is issue-bound at ~50 % of FP8 peak
+// (~990 TFLOP/s datasheet, ~710 of the ~1420 measured at 8192³) however well it overlaps. Beating cuBLAS
+// BF16 (~780) by 1.6× needs one FP32 op per element or less: fold B's column scales into its E4M3 values per
+// 128-column tile (exact while a block's column exponents in a tile differ by ≤ 8: E2M1 · 2^−8 is still exact
+// in E4M3) and/or promote every 128 when a row's four block scales agree (adahop.md §13.5/13.6) — the next
+// variants, chosen per shape and checked per tile.
+#pragma once
+
+#include "core/cuda_device.h"  // first: it prepares fmt for nvcc
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "formats/mx_block.h"
+
+namespace lowbit {
+
+// One operand of mx_gemm_fp8_cuda, on the device: `rows` × K elements blocked along K (A: rows = M, B: rows = N,
+// i.e. B stored as [N][K]). element: e2m1 (codes [rows][K/2], two per byte, low nibble first) or e4m3 (codes
+// [rows][K]); scales: E8M0 bytes [rows][K/32]. Code pointers 16-byte aligned.
+struct MxGemmOperand {
+    const uint8_t* codes = nullptr;
+    const uint8_t* scales = nullptr;
+    MxElement element = MxElement::e2m1;
+};
+
+// Where the E4M3 copies of MXFP4 operands go. Without one, each call takes them from the stream-ordered
+// allocator (cudaMallocAsync / cudaFreeAsync); a caller that multiplies repeatedly keeps one and reuses it
+// (it grows, never shrinks; growing frees the old buffers, which waits for the device).
+struct MxGemmScratch {
+    DeviceBuffer<uint8_t> a_e4m3, b_e4m3;
+};
+
+// C = A · Bᵀ: c_f32 (M × N row-major FP32) or c_bf16 (the same in BF16, rounded to nearest even); exactly one
+// of them non-null. K must be a multiple of 32 (K = 0 writes zeros); M, N, K < 2^31. Asynchronous on
+// `stream`; argument errors throw Error(input / usage) before anything is launched. Uses the wgmma kernel
+// where cuda_tma_usable() holds, else the CUDA-core kernel (same results for MXFP4 up to FP32 summation
+// order; for MXFP8 the CUDA-core kernel sums each block in FP32, the tensor cores in ~14 bits).
+void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
+                      __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch = nullptr);
+
+// E2M1 codes [rows][k/2] (two per byte, low nibble first) → the same values as E4M3 bytes [rows][k], exactly
+// (sign kept, −0 → 0x80). k % 32 == 0; both pointers 16-byte aligned.
+void mx_expand_e2m1_to_e4m3_cuda(const uint8_t* codes, int64_t rows, int64_t k, uint8_t* e4m3, cudaStream_t stream);
+
+}  // namespace lowbit

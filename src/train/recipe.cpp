@@ -1,0 +1,148 @@
+// recipe.cpp — the precision recipes: names, the strategy of every slot at a step, AdaHOP's calibration
+// phase and fixed plan, and their JSON (see recipe.h).
+#include "train/recipe.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace lowbit {
+
+namespace {
+
+struct PrecisionName {
+    Precision p;
+    const char* name;
+};
+constexpr PrecisionName kPrecisionNames[] = {
+    {Precision::bf16, "bf16"},           {Precision::mxfp4, "mxfp4"},           {Precision::mxfp4_iht, "mxfp4-iht"},
+    {Precision::mxfp4_rht_sr, "mxfp4-rht-sr"}, {Precision::adahop_lv1, "adahop-lv1"}, {Precision::adahop_lv2, "adahop-lv2"},
+};
+constexpr Slot kSlots[] = {Slot::fwd, Slot::dgrad, Slot::wgrad};
+
+StrategyTable calibration_table(Precision p) {
+    return p == Precision::adahop_lv2 ? strategy_table_lv2() : strategy_table_lv1();
+}
+
+// "attn_q" → "q", "ffn_gate" → "gate", "attn_output" → "o": the short names of the plan map.
+const char* projection_short_name(Projection p) {
+    constexpr const char* names[kProjectionCount] = {"q", "k", "v", "o", "gate", "up", "down"};
+    return names[size_t(p)];
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) {
+    for (const PrecisionName& n : kPrecisionNames)
+        if (n.p == p) return n.name;
+    return "?";
+}
+
+Precision parse_precision(const std::string& name) {
+    for (const PrecisionName& n : kPrecisionNames)
+        if (name == n.name) return n.p;
+    fail(ErrorKind::usage, "unknown precision '{}' (bf16, mxfp4, mxfp4-iht, mxfp4-rht-sr, adahop-lv1, adahop-lv2)", name);
+}
+
+bool precision_calibrates(Precision p) { return p == Precision::adahop_lv1 || p == Precision::adahop_lv2; }
+
+RecipeState::RecipeState(const Recipe& r, const LlamaConfig& c)
+    : recipe_(r), n_layers_(c.n_layers), calibration_(r.calibration_steps) {
+    LOWBIT_CHECK(!precision_calibrates(r.precision) || r.calibration_steps >= 1, ErrorKind::usage,
+                 "recipe {}: {} calibration steps; AdaHOP needs at least one", precision_name(r.precision),
+                 r.calibration_steps);
+}
+
+Strategy RecipeState::strategy(int64_t layer, Projection p, Slot s) const {
+    switch (recipe_.precision) {
+        case Precision::bf16: return Strategy::full;
+        case Precision::mxfp4: return Strategy::plain;
+        case Precision::mxfp4_iht: return Strategy::iht;
+        case Precision::mxfp4_rht_sr: return s == Slot::fwd ? Strategy::plain : Strategy::iht;
+        case Precision::adahop_lv1:
+        case Precision::adahop_lv2: {
+            if (calibrating()) return Strategy::full;
+            const auto it = plan_.layers.find(linear_name(layer, p));
+            // A projection the calibration never saw (cannot happen in a run): patterns none → the table's none/none.
+            return it != plan_.layers.end() ? it->second.at(s) : plan_layer({}, calibration_table(recipe_.precision)).at(s);
+        }
+    }
+    return Strategy::full;
+}
+
+void RecipeState::record(int64_t layer, Projection p, Operand which, Pattern label) {
+    LOWBIT_CHECK(calibrating(), ErrorKind::usage, "recipe {}: a pattern recorded outside calibration ({})",
+                 precision_name(recipe_.precision), linear_name(layer, p));
+    calibration_.record(linear_name(layer, p), which, label);
+}
+
+void RecipeState::end_step() {
+    if (!calibrating()) return;
+    calibration_.end_step();
+    if (calibration_.complete()) plan_ = calibration_.finalize(calibration_table(recipe_.precision));
+}
+
+std::map<std::string, int64_t> RecipeState::strategy_counts() const {
+    std::map<std::string, int64_t> counts;
+    for (int64_t l = 0; l < n_layers_; ++l)
+        for (Projection p : kProjections)
+            for (Slot s : kSlots) ++counts[strategy_short_name(strategy(l, p, s))];
+    return counts;
+}
+
+std::string RecipeState::plan_map() const {
+    std::string out;
+    for (int64_t l = 0; l < n_layers_; ++l) {
+        out += fmt::format("blk.{:<3}", l);
+        for (Projection p : kProjections)
+            out += fmt::format("  {}: {}/{}/{}", projection_short_name(p), strategy_short_name(strategy(l, p, Slot::fwd)),
+                               strategy_short_name(strategy(l, p, Slot::dgrad)),
+                               strategy_short_name(strategy(l, p, Slot::wgrad)));
+        out += "\n";
+    }
+    return out;
+}
+
+nlohmann::json RecipeState::to_json() const {
+    nlohmann::json j = {{"recipe",
+                         {{"precision", precision_name(recipe_.precision)},
+                          {"calibration_steps", recipe_.calibration_steps},
+                          {"detector", {{"tau", recipe_.detector.tau}, {"kappa", recipe_.detector.kappa}}}}}};
+    if (precision_calibrates(recipe_.precision)) j["calibration"] = calibration_.to_json();
+    if (!plan_.layers.empty()) j["plan"] = plan_to_json(plan_);
+    return j;
+}
+
+RecipeState RecipeState::from_json(const nlohmann::json& j, const LlamaConfig& c, const std::string& origin) {
+    LOWBIT_CHECK(j.is_object() && j.contains("recipe") && j["recipe"].is_object(), ErrorKind::input,
+                 "{}: a recipe state is an object with a \"recipe\" object", origin);
+    const nlohmann::json& r = j["recipe"];
+    LOWBIT_CHECK(r.contains("precision") && r["precision"].is_string(), ErrorKind::input,
+                 "{}: the recipe has no \"precision\" string", origin);
+    Recipe recipe;
+    try {
+        recipe.precision = parse_precision(r["precision"].get<std::string>());
+        recipe.calibration_steps = r.value("calibration_steps", recipe.calibration_steps);
+        if (r.contains("detector")) {
+            recipe.detector.tau = r["detector"].value("tau", recipe.detector.tau);
+            recipe.detector.kappa = r["detector"].value("kappa", recipe.detector.kappa);
+        }
+    } catch (const nlohmann::json::exception& e) {
+        fail(ErrorKind::input, "{}: the recipe is malformed ({})", origin, e.what());
+    } catch (const Error& e) {
+        fail(ErrorKind::input, "{}: {}", origin, e.what());
+    }
+    RecipeState s(recipe, c);
+    try {
+        if (j.contains("calibration")) s.calibration_ = Calibration::from_json(j["calibration"]);
+    } catch (const std::exception& e) {
+        fail(ErrorKind::input, "{}: the calibration observations are malformed ({})", origin, e.what());
+    }
+    if (j.contains("plan")) s.plan_ = plan_from_json(j["plan"], origin);
+    LOWBIT_CHECK(!precision_calibrates(recipe.precision) || s.calibrating() || !s.plan_.layers.empty(), ErrorKind::input,
+                 "{}: the calibration of {} is complete but the state holds no plan", origin,
+                 precision_name(recipe.precision));
+    return s;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,80 @@
+// recipe.h — the precision recipes of a training run (`lowbit train --precision`, adahop.md §5–7) and the
+// state one carries through a run: which strategy each slot (forward, dgrad, wgrad) of each block
+// projection uses at a given step. The LM head, embeddings, attention products, norms, SwiGLU, loss and
+// optimizer are never quantized (adahop.md §7 "kept in BF16").
+//
+//   bf16          every GEMM BF16 operands, FP32 accumulation (Strategy::full); on the CPU: FP32 (dense)
+//   mxfp4         every slot plain MXFP4 (both operands along the reduction dimension, no rotation)
+//   mxfp4-iht     every slot block-32 Hadamard along the reduction dimension, then MXFP4
+//   mxfp4-rht-sr  Tseng et al.'s baseline: forward plain MXFP4 with round-to-nearest; dgrad and wgrad
+//                 with a randomized block-32 Hadamard (fixed random signs per run and slot) and stochastic
+//                 rounding of both operands
+//   adahop-lv1/2  the first `calibration_steps` (30) steps in BF16 while the detector records the pattern
+//                 of every projection's X, W and dY; then the majority vote fixes each slot's strategy
+//                 from the Lv1 or Lv2 table (strategy_plan.h), kept for the rest of the run and in
+//                 checkpoints
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "adahop/outlier_detector.h"
+#include "adahop/strategy_plan.h"
+#include "model/config.h"
+#include "model/linear.h"
+
+namespace lowbit {
+
+enum class Precision : uint8_t { bf16, mxfp4, mxfp4_iht, mxfp4_rht_sr, adahop_lv1, adahop_lv2 };
+
+const char* precision_name(Precision p);                 // "bf16", "mxfp4", "mxfp4-iht", ...
+Precision parse_precision(const std::string& name);      // Error(usage) listing the names otherwise
+bool precision_calibrates(Precision p);                  // adahop-lv1 / adahop-lv2
+
+struct Recipe {
+    Precision precision = Precision::bf16;
+    int calibration_steps = 30;  // AdaHOP only
+    DetectorOptions detector;    // τ = 2.0
+    // CUDA engine: keep the backward's operands quantized from the forward where a slot quantizes
+    // (adahop.md §6; the same numbers as re-quantizing in the backward, less memory). Not a plan setting.
+    bool save_quantized_operands = true;
+};
+
+// A run's position in its recipe: calibrating (observations so far) or planned (strategies fixed).
+class RecipeState {
+public:
+    RecipeState() = default;
+    RecipeState(const Recipe& r, const LlamaConfig& c);
+
+    const Recipe& recipe() const { return recipe_; }
+    // Whether this step's GEMMs run in BF16 with the detector recording (AdaHOP's calibration phase).
+    bool calibrating() const { return precision_calibrates(recipe_.precision) && !calibration_.complete(); }
+    // The strategy of a slot of block `layer`'s projection `p` at the current step.
+    Strategy strategy(int64_t layer, Projection p, Slot s) const;
+    // Whether slot s of (layer, p) uses stochastic rounding and random signs (mxfp4-rht-sr's gradient GEMMs).
+    bool randomized(Slot s) const { return recipe_.precision == Precision::mxfp4_rht_sr && s != Slot::fwd; }
+
+    // Calibration: record a label; end_step() after every optimizer step (fixes the plan after the last
+    // calibration step).
+    void record(int64_t layer, Projection p, Operand which, Pattern label);
+    void end_step();
+
+    const Plan& plan() const { return plan_; }
+    // Counts of slots per strategy over all block projections (the headline table's strategy map).
+    std::map<std::string, int64_t> strategy_counts() const;
+    // One line per layer: "blk.0  q: IHT/IHT/IHT  k: …" (printed when the plan is fixed).
+    std::string plan_map() const;
+
+    nlohmann::json to_json() const;  // recipe, calibration observations, plan
+    static RecipeState from_json(const nlohmann::json& j, const LlamaConfig& c, const std::string& origin);
+
+private:
+    Recipe recipe_;
+    int64_t n_layers_ = 0;
+    Calibration calibration_;
+    Plan plan_;  // fixed strategies (AdaHOP after calibration); empty for the uniform recipes
+};
+
+}  // namespace lowbit

@@ -1,0 +1,77 @@
+// trainer.h — what a training run drives, on either device: one optimizer step on a batch, the loss of a
+// batch without an update, and the state a checkpoint holds (the flat FP32 parameters and AdamW's two
+// moments in ParamLayout's order, the number of updates taken, the AdaHOP calibration or plan). CpuTrainer
+// (train/trainer_cpu.h) and the CUDA engine (train/cuda/trainer_cuda.cu, make_cuda_trainer) implement it;
+// cmd_train, the checkpoints (train/checkpoint.h) and the tests use only this interface.
+//
+// Errors: a batch of the wrong shape is Error(usage); a non-finite loss or gradient is Error(runtime)
+// naming the step and the first tensor with a NaN/Inf gradient, thrown before the update, so the
+// parameters (and the last checkpoint written) stay those of the last good step.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/backward_cpu.h"
+#include "train/recipe.h"
+#include "train/train_model.h"
+
+namespace lowbit {
+
+struct StepStats {
+    int64_t step = 0;        // index of the step just taken (from 0)
+    double loss = 0;         // mean cross entropy of the batch before the update
+    double grad_norm = 0;    // before clipping
+    float clip_scale = 1;
+    double lr = 0;
+};
+
+// Everything a bit-exact resume needs besides the config and the data (which the checkpoint stores too).
+struct TrainerState {
+    std::vector<float> params, m, v;  // ParamLayout's order, layout.total() floats each
+    int64_t steps_done = 0;           // AdamW updates taken (the next step's index)
+    nlohmann::json recipe_state;      // the recipe's calibration observations or its fixed plan (RecipeState)
+};
+
+class Trainer {
+public:
+    virtual ~Trainer() = default;
+    virtual StepStats step(const TokenBatch& batch) = 0;
+    virtual double loss(const TokenBatch& batch) = 0;
+    virtual const TrainConfig& config() const = 0;
+    virtual const ParamLayout& layout() const = 0;
+    virtual int64_t steps_done() const = 0;
+    // Host copies of the state, and the state put back (Error(input) when a buffer's size does not fit the
+    // layout); after set_state the next step is bit-identical to the one a run that never stopped takes.
+    virtual TrainerState state() const = 0;
+    virtual void set_state(const TrainerState& s) = 0;
+    // Host copy of the last step's gradients (before clipping), ParamLayout's order: diagnostics and tests.
+    virtual std::vector<float> gradients() const = 0;
+    // The recipe's per-layer strategy map so far (empty plan while calibrating or without AdaHOP).
+    virtual const RecipeState& recipe() const = 0;
+    // Bytes of the linear-layer operands the last step saved for its backward, and what BF16 copies of the
+    // same operands would take (their ratio is the saved-activation memory gain of the recipe).
+    virtual int64_t saved_operand_bytes() const = 0;
+    virtual int64_t saved_operand_bytes_bf16() const = 0;
+    // Per-phase device time of the steps since profiling was switched on (seconds by phase name, e.g.
+    // "attention backward"; CUDA events at phase boundaries, so the phases add up to the steps' device time).
+    // The CPU trainer does not profile (empty map).
+    virtual void set_profiling(bool on) { (void)on; }
+    virtual std::map<std::string, double> phase_seconds() const { return {}; }
+    // Peak device memory of the run so far (0 on the CPU).
+    virtual int64_t peak_device_bytes() const = 0;
+    // One line: device and linears, e.g. "cuda (NVIDIA H200 …), bf16 activations, recipe adahop-lv1".
+    virtual std::string describe() const = 0;
+};
+
+#if defined(LOWBIT_HAVE_CUDA)
+// The CUDA engine (train/cuda/trainer_cuda.cu): FP32 master weights and AdamW state, BF16 activations.
+std::unique_ptr<Trainer> make_cuda_trainer(const TrainConfig& config, const Recipe& recipe);
+#endif
+
+}  // namespace lowbit

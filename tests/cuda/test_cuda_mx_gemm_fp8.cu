@@ -1,0 +1,418 @@
+// test_cuda_mx_gemm_fp8.cu — the MX GEMM on FP8 tensor cores (adahop/cuda/mx_gemm_fp8.cuh) against a CPU
+// double-precision product of the dequantized operands (formats/mx_block.h mx_decode) and against the BF16
+// emulation (LpMatmulCuda::matmul_prepared, Strategy::plain, on the same prepared operands); the E2M1 → E4M3
+// expansion bit for bit; the sm_90a kernel and the CUDA-core one (TMA off) alike. A layout probe (products
+// with one non-zero term per output, compared exactly) names the rows and columns a tile-layout error moves.
+//
+// Tolerances (derived in the header of mx_gemm_fp8.cuh), per element, with S = Σ_k |a_k · b_k|:
+//   MXFP4 vs exact:     (K + K/32) · 2^−24 · S   — FP32 summation order only (block sums are exact)
+//   MXFP8 vs exact:     + 2^−8 · S               — the tensor core's ~14-bit FP8 accumulator within a block
+//   vs the emulation:   + K · 2^−24 · S          — the reference's own FP32 summation error
+//   BF16 output:        + 2^−8 · (|C| + the above) — one rounding to 8 significant bits
+//   always:             + K · 2^−126              — contributions that flush below the normal range
+// The worst error / bound ratio seen is printed, so the bounds can be tightened from H200 runs.
+#include "adahop_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "adahop/cuda/lp_matmul_cuda.cuh"
+#include "adahop/cuda/mx_gemm_fp8.cuh"
+#include "formats/element_codec.h"
+
+using namespace lowbit;
+using namespace lowbit::testing_util;
+
+namespace {
+
+// Block scales: `narrow` 127 ± 8; `wide` 127 ± 50 chosen per block (neighbouring blocks 100 binades apart),
+// with every 7th block all-zero codes and every 11th block scale byte 0 (2^−127).
+enum class Spread { narrow, wide };
+
+struct HostOperand {
+    MxElement element = MxElement::e2m1;
+    int64_t rows = 0, k = 0;
+    std::vector<uint8_t> codes, scales;
+
+    int64_t blocks() const { return k / kMxBlock; }
+    uint32_t code(int64_t line, int64_t i) const {
+        if (element == MxElement::e2m1) {
+            const uint8_t byte = codes[size_t(line * (k / 2) + i / 2)];
+            return (i & 1) ? byte >> 4 : byte & 0xFu;
+        }
+        return codes[size_t(line * k + i)];
+    }
+    float value(int64_t line, int64_t i) const {
+        return mx_decode(code(line, i), scales[size_t(line * blocks() + i / kMxBlock)], mx_spec(element));
+    }
+    // The same operand with every sign bit cleared: its product gives S = Σ |a_k · b_k|.
+    HostOperand magnitudes() const {
+        HostOperand m = *this;
+        for (uint8_t& c : m.codes) c &= element == MxElement::e2m1 ? 0x77u : 0x7Fu;
+        return m;
+    }
+};
+
+HostOperand random_operand(int64_t rows, int64_t k, MxElement e, Spread spread, uint64_t seed) {
+    HostOperand op;
+    op.element = e;
+    op.rows = rows;
+    op.k = k;
+    op.codes.resize(size_t(e == MxElement::e2m1 ? rows * k / 2 : rows * k));
+    for (size_t i = 0; i < op.codes.size(); ++i) {
+        uint8_t byte = uint8_t(counter_random24(seed, i) & 0xFFu);
+        if (e == MxElement::e4m3 && (byte & 0x7Fu) == 0x7Fu) byte ^= 0x01u;  // no NaN codes (tested apart)
+        op.codes[i] = byte;
+    }
+    op.scales.resize(size_t(rows * op.blocks()));
+    for (int64_t line = 0; line < rows; ++line)
+        for (int64_t b = 0; b < op.blocks(); ++b) {
+            const uint32_t r = counter_random24(seed ^ 0x5CA1Eu, uint64_t(line * op.blocks() + b));
+            const int64_t flat = line * op.blocks() + b;
+            int s = spread == Spread::narrow ? 127 + int(r % 17) - 8 : 127 + ((r & 1u) ? 50 : -50) + int((r >> 1) % 3) - 1;
+            if (spread == Spread::wide && flat % 11 == 5) s = 0;
+            op.scales[size_t(flat)] = uint8_t(s);
+            if (spread == Spread::wide && flat % 7 == 3)
+                for (int64_t i = 0; i < kMxBlock; ++i) {
+                    const int64_t at = b * kMxBlock + i;
+                    if (e == MxElement::e2m1) op.codes[size_t(line * (k / 2) + at / 2)] &= (at & 1) ? 0x0Fu : 0xF0u;
+                    else op.codes[size_t(line * k + at)] = 0;
+                }
+        }
+    return op;
+}
+
+// C = A · Bᵀ in double from the FP32 dequantized values, and S = Σ |a·b| (NaN where the product is NaN).
+struct Reference {
+    std::vector<double> value, magnitude;
+};
+
+Reference cpu_reference(const HostOperand& a, const HostOperand& b) {
+    Reference r;
+    r.value.assign(size_t(a.rows * b.rows), 0.0);
+    r.magnitude.assign(r.value.size(), 0.0);
+    std::vector<double> av(size_t(a.rows * a.k)), bv(size_t(b.rows * b.k));
+    for (int64_t i = 0; i < a.rows; ++i)
+        for (int64_t kk = 0; kk < a.k; ++kk) av[size_t(i * a.k + kk)] = a.value(i, kk);
+    for (int64_t j = 0; j < b.rows; ++j)
+        for (int64_t kk = 0; kk < b.k; ++kk) bv[size_t(j * b.k + kk)] = b.value(j, kk);
+    for (int64_t i = 0; i < a.rows; ++i)
+        for (int64_t j = 0; j < b.rows; ++j) {
+            double s = 0, m = 0;
+            for (int64_t kk = 0; kk < a.k; ++kk) {
+                const double p = av[size_t(i * a.k + kk)] * bv[size_t(j * b.k + kk)];
+                s += p;
+                m += std::fabs(p);
+            }
+            r.value[size_t(i * b.rows + j)] = s;
+            r.magnitude[size_t(i * b.rows + j)] = m;
+        }
+    return r;
+}
+
+struct DeviceOperand {
+    DeviceBuffer<uint8_t> codes, scales;
+    MxElement element;
+    explicit DeviceOperand(const HostOperand& h) : codes(to_device(h.codes)), scales(to_device(h.scales)), element(h.element) {}
+    MxGemmOperand view() const { return {codes.data(), scales.data(), element}; }
+};
+
+// Runs the GEMM with FP32 or BF16 output and returns C as FP32.
+std::vector<float> run_gemm(const HostOperand& a, const HostOperand& b, bool bf16_out, MxGemmScratch* scratch = nullptr) {
+    DeviceOperand da(a), db(b);
+    const int64_t m = a.rows, n = b.rows;
+    std::vector<float> out(size_t(m * n));
+    if (bf16_out) {
+        DeviceBuffer<uint16_t> c = poisoned<uint16_t>(size_t(m * n));
+        mx_gemm_fp8_cuda(da.view(), db.view(), m, n, a.k, nullptr, bf16_ptr(c), 0, scratch);
+        device_sync();
+        out = from_bf16(to_host(c));
+    } else {
+        DeviceBuffer<float> c = poisoned<float>(size_t(m * n));
+        mx_gemm_fp8_cuda(da.view(), db.view(), m, n, a.k, c.data(), nullptr, 0, scratch);
+        device_sync();
+        out = to_host(c);
+    }
+    return out;
+}
+
+struct Bound {
+    bool mxfp8 = false;           // either operand E4M3: the tensor core's block partial is inexact
+    bool against_emulation = false;
+    bool bf16_out = false;
+};
+
+// Every element within its bound (NaN exactly where the reference is NaN); prints the worst ratio.
+::testing::AssertionResult within_bound(const std::vector<float>& got, const Reference& ref, int64_t k, Bound b, const char* what) {
+    const double u = std::ldexp(1.0, -24);
+    const double fp32 = (double(k) + double(k) / 32 + (b.against_emulation ? double(k) : 0.0)) * u;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double want = ref.value[i], s = ref.magnitude[i];
+        if (std::isnan(want) || std::isnan(got[i])) {
+            if (std::isnan(want) != std::isnan(got[i]))
+                return ::testing::AssertionFailure() << what << ": element " << i << " is " << got[i] << ", expected " << want;
+            continue;
+        }
+        double tol = fp32 * s + (b.mxfp8 ? std::ldexp(s, -8) : 0.0) + double(k) * std::ldexp(1.0, -126);
+        if (b.bf16_out) tol += std::ldexp(std::fabs(want) + tol, -8);
+        const double err = std::fabs(double(got[i]) - want);
+        if (!(err <= tol))
+            return ::testing::AssertionFailure() << what << ": element " << i << " is " << got[i] << ", expected " << want
+                                                 << " (error " << err << ", bound " << tol << ", S " << s << ")";
+        if (tol > 0) worst = std::max(worst, err / tol);
+    }
+    std::printf("[ %s: worst error / bound = %.3g ]\n", what, worst);
+    return ::testing::AssertionSuccess();
+}
+
+struct GemmShape {
+    int64_t m, n, k;
+};
+// 128³ (one tile, one stage), odd M/N with K = 3 blocks (a partial stage), K = 32, one row/column, tiles of
+// 128 plus a remainder with K = 5 blocks.
+const GemmShape kShapes[] = {{128, 128, 128}, {77, 200, 96}, {64, 64, 32}, {1, 1, 32}, {130, 257, 160}};
+
+std::string shape_name(GemmShape s) { return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k); }
+
+void expect_matches_reference(MxElement ea, MxElement eb, Spread spread, uint64_t seed) {
+    for (const GemmShape& s : kShapes) {
+        const HostOperand a = random_operand(s.m, s.k, ea, spread, seed), b = random_operand(s.n, s.k, eb, spread, seed + 1);
+        const Reference ref = cpu_reference(a, b);
+        with_and_without_tma([&] {
+            for (bool bf16_out : {false, true}) {
+                const std::string what = shape_name(s) + (bf16_out ? " bf16" : " fp32") + (cuda_tma_usable() ? " wgmma" : " simt");
+                Bound bound;
+                bound.mxfp8 = ea == MxElement::e4m3 || eb == MxElement::e4m3;
+                bound.bf16_out = bf16_out;
+                EXPECT_TRUE(within_bound(run_gemm(a, b, bf16_out), ref, s.k, bound, what.c_str()));
+            }
+        });
+    }
+}
+
+PreparedOperandCuda prepared_operand(const HostOperand& h, Side side) {
+    PreparedOperandCuda p;
+    p.side = side;
+    p.strategy = Strategy::plain;
+    p.quantized = true;
+    p.element = h.element;
+    p.rows = side == Side::left ? h.rows : h.k;
+    p.cols = side == Side::left ? h.k : h.rows;
+    p.codes = to_device(h.codes);
+    p.scales = to_device(h.scales);
+    return p;
+}
+
+// The emulated product (dequantize to BF16, cuBLAS) of the same operands: value and S (from the operands'
+// magnitudes), as a Reference.
+Reference emulated_reference(LpMatmulCuda& emulation, const HostOperand& a, const HostOperand& b) {
+    const int64_t m = a.rows, n = b.rows;
+    DeviceBuffer<float> c(size_t(m * n));
+    Reference r;
+    for (bool magnitude : {false, true}) {
+        const PreparedOperandCuda pa = prepared_operand(magnitude ? a.magnitudes() : a, Side::left);
+        const PreparedOperandCuda pb = prepared_operand(magnitude ? b.magnitudes() : b, Side::right);
+        emulation.matmul_prepared(pa, pb, LpMatmulOptions{}, c.data());
+        device_sync();
+        const std::vector<float> v = to_host(c);
+        (magnitude ? r.magnitude : r.value).assign(v.begin(), v.end());
+    }
+    return r;
+}
+
+// Structured operands whose product has a single non-zero term per output element, so C is exact on every
+// path (no summation, no accumulator rounding) and a wrong tile layout shows as a permutation: row i of A holds
+// one value at k = i % K, row j of B a value that depends on (j, k), both with varying block scales. A mix-up
+// of rows, columns, K slices, K blocks, fragment registers or scale factors moves values to wrong places.
+HostOperand single_term_operand(int64_t rows, int64_t k, MxElement e, bool left) {
+    HostOperand op;
+    op.element = e;
+    op.rows = rows;
+    op.k = k;
+    op.codes.assign(size_t(e == MxElement::e2m1 ? rows * k / 2 : rows * k), 0);
+    op.scales.resize(size_t(rows * op.blocks()));
+    for (int64_t line = 0; line < rows; ++line) {
+        for (int64_t b = 0; b < op.blocks(); ++b)
+            op.scales[size_t(line * op.blocks() + b)] = uint8_t(left ? 125 + line % 5 : 126 + (line + b) % 4);
+        for (int64_t i = 0; i < k; ++i) {
+            if (left && i != line % k) continue;
+            const int64_t key = left ? line : line + 3 * i;
+            const uint32_t sign = ((line + i) & 1) ? 1u : 0u;
+            // E2M1 codes 1–7 (0.5 … 6); E4M3 bytes 0x30–0x57 (0.5 … 15): never zero, never NaN.
+            const uint32_t code = e == MxElement::e2m1 ? uint32_t(1 + key % 7) | (sign << 3) : uint32_t(0x30 + key % 40) | (sign << 7);
+            if (e == MxElement::e2m1) op.codes[size_t(line * (k / 2) + i / 2)] |= uint8_t((i & 1) ? code << 4 : code);
+            else op.codes[size_t(line * k + i)] = uint8_t(code);
+        }
+    }
+    return op;
+}
+
+// Exact equality with the reference, naming the first few wrong elements by row and column.
+::testing::AssertionResult exactly_equal(const std::vector<float>& got, const Reference& ref, int64_t n, const std::string& what) {
+    int64_t wrong = 0;
+    std::string first;
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (double(got[i]) == ref.value[i]) continue;
+        if (++wrong <= 6)
+            first += " (row " + std::to_string(int64_t(i) / n) + ", col " + std::to_string(int64_t(i) % n) + "): " +
+                     std::to_string(got[i]) + " vs " + std::to_string(ref.value[i]) + ";";
+    }
+    if (wrong == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << what << ": " << wrong << " of " << got.size() << " elements differ, e.g." << first;
+}
+
+}  // namespace
+
+TEST(MxGemmFp8, ExpandE2m1IsExactInE4m3) {
+    REQUIRE_GPU();
+    const int64_t rows = 3, k = 512;  // 768 packed bytes: every byte value three times
+    std::vector<uint8_t> packed(size_t(rows * k / 2));
+    for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t(i);
+    auto d_packed = to_device(packed);
+    DeviceBuffer<uint8_t> d_out = poisoned<uint8_t>(size_t(rows * k));
+    mx_expand_e2m1_to_e4m3_cuda(d_packed.data(), rows, k, d_out.data(), 0);
+    const std::vector<uint8_t> out = to_host(d_out);
+    const ElementSpec e2m1 = element_spec(ElementType::e2m1), e4m3 = element_spec(ElementType::e4m3);
+    for (size_t i = 0; i < out.size(); ++i) {
+        const uint32_t code = (i & 1) ? packed[i / 2] >> 4 : packed[i / 2] & 0xFu;
+        ASSERT_EQ(float_bits(decode_element(e4m3, out[i])), float_bits(decode_element(e2m1, code)))
+            << "element " << i << ": E2M1 code " << code << " became E4M3 byte " << int(out[i]);
+    }
+}
+
+// The layout probe: exact results for single-term products (see single_term_operand), MXFP4 and MXFP8, one
+// warpgroup's 64 rows (64 × 64 × 32), one full tile and stage (A a scaled identity), partial tiles over two
+// stages.
+TEST(MxGemmFp8, SingleTermProductsAreExactAndInPlace) {
+    REQUIRE_GPU();
+    for (MxElement e : {MxElement::e2m1, MxElement::e4m3})
+        for (const GemmShape& s : {GemmShape{64, 64, 32}, GemmShape{128, 128, 128}, GemmShape{200, 136, 256}}) {
+            const HostOperand a = single_term_operand(s.m, s.k, e, true), b = single_term_operand(s.n, s.k, e, false);
+            const Reference ref = cpu_reference(a, b);
+            with_and_without_tma([&] {
+                const std::string what = shape_name(s) + (e == MxElement::e2m1 ? " mxfp4" : " mxfp8") +
+                                         (cuda_tma_usable() ? " wgmma" : " simt");
+                EXPECT_TRUE(exactly_equal(run_gemm(a, b, false), ref, s.n, what));
+            });
+        }
+}
+
+TEST(MxGemmFp8, Mxfp4MatchesExactProduct) {
+    REQUIRE_GPU();
+    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::narrow, 11);
+}
+
+TEST(MxGemmFp8, Mxfp4AdversarialScaleSpreadAndZeroBlocks) {
+    REQUIRE_GPU();
+    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::wide, 21);
+}
+
+TEST(MxGemmFp8, Mxfp8MatchesExactProductWithinAccumulatorBound) {
+    REQUIRE_GPU();
+    expect_matches_reference(MxElement::e4m3, MxElement::e4m3, Spread::narrow, 31);
+    expect_matches_reference(MxElement::e4m3, MxElement::e4m3, Spread::wide, 41);
+}
+
+TEST(MxGemmFp8, MixedMxfp4TimesMxfp8) {
+    REQUIRE_GPU();
+    expect_matches_reference(MxElement::e2m1, MxElement::e4m3, Spread::narrow, 51);
+}
+
+// A NaN scale (0xFF) in one block of row 5 of A and of column 9 of B: that whole row and column of C are NaN,
+// the rest is finite and within bound. E4M3 NaN codes do the same.
+TEST(MxGemmFp8, NanScalesAndCodesPropagateToTheirRowsAndColumns) {
+    REQUIRE_GPU();
+    const int64_t m = 150, n = 140, k = 256;
+    for (MxElement e : {MxElement::e2m1, MxElement::e4m3}) {
+        HostOperand a = random_operand(m, k, e, Spread::narrow, 61), b = random_operand(n, k, e, Spread::narrow, 62);
+        a.scales[size_t(5 * a.blocks() + 3)] = kE8m0Nan;
+        b.scales[size_t(9 * b.blocks() + 7)] = kE8m0Nan;
+        if (e == MxElement::e4m3) {
+            a.codes[size_t(140 * k + 200)] = 0x7F;  // a NaN code in row 140 (the second M-tile)
+            b.codes[size_t(131 * k + 17)] = 0xFF;   // and in column 131 (the second N-tile)
+        }
+        const Reference ref = cpu_reference(a, b);
+        with_and_without_tma([&] {
+            const std::vector<float> got = run_gemm(a, b, false);
+            for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(got[size_t(5 * n + j)])) << "row 5, column " << j;
+            for (int64_t i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(got[size_t(i * n + 9)])) << "row " << i << ", column 9";
+            EXPECT_FALSE(std::isnan(got[size_t(6 * n + 10)]));
+            Bound bound;
+            bound.mxfp8 = e == MxElement::e4m3;
+            EXPECT_TRUE(within_bound(got, ref, k, bound, e == MxElement::e2m1 ? "NaN scales mxfp4" : "NaN scales/codes mxfp8"));
+        });
+    }
+}
+
+// The emulation (today's lp_matmul GPU path) as the reference on a large shape: 2300 × 2048 × 2048 is 18 × 16 =
+// 288 tiles, more than two per CTA on the H200's 132 SMs, so the persistent loop carries the pipeline's slots
+// and phases from tile to tile; 16 stages per tile wrap around the 5 slots; the last tile group has 2 M-tiles
+// and the last M-tile 124 rows. Scratch is reused between the calls.
+TEST(MxGemmFp8, LargeShapeMatchesEmulation) {
+    REQUIRE_GPU();
+    const int64_t m = 2300, n = 2048, k = 2048;
+    LpMatmulCuda emulation;
+    MxGemmScratch scratch;
+    for (MxElement e : {MxElement::e2m1, MxElement::e4m3}) {
+        const HostOperand a = random_operand(m, k, e, Spread::narrow, 71), b = random_operand(n, k, e, Spread::narrow, 72);
+        const Reference ref = emulated_reference(emulation, a, b);
+        Bound bound;
+        bound.mxfp8 = e == MxElement::e4m3;
+        bound.against_emulation = true;
+        const char* what = e == MxElement::e2m1 ? "2300x2048x2048 mxfp4" : "2300x2048x2048 mxfp8";
+        for (int rep = 0; rep < 2; ++rep) EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch), ref, k, bound, what));
+    }
+}
+
+// Operands from the quantizer itself (LpMatmulCuda::prepare, Strategy::plain, Gaussian data): the GEMM reads
+// the prepared codes and scales as they are and agrees with matmul_prepared.
+TEST(MxGemmFp8, PreparedOperandsMatchLpMatmulPlain) {
+    REQUIRE_GPU();
+    const int64_t m = 200, n = 96, k = 320;
+    LpMatmulCuda emulation;
+    const auto x = gaussian(m, k, 81), w = gaussian(k, n, 82);  // A: M × K, B: K × N (lp_matmul's orientation)
+    auto dx = to_device(x), dw = to_device(w);
+    LpMatmulOptions o;
+    const PreparedOperandCuda pa = emulation.prepare(dx.data(), m, k, Side::left, Strategy::plain, o);
+    const PreparedOperandCuda pb = emulation.prepare(dw.data(), k, n, Side::right, Strategy::plain, o);
+    DeviceBuffer<float> want(size_t(m * n)), got(size_t(m * n));
+    emulation.matmul_prepared(pa, pb, o, want.data());
+    mx_gemm_fp8_cuda({pa.codes.data(), pa.scales.data(), MxElement::e2m1}, {pb.codes.data(), pb.scales.data(), MxElement::e2m1}, m, n,
+                     k, got.data(), nullptr, 0);
+    device_sync();
+    // S from the host copies of the same codes: |x|·|w| products summed.
+    HostOperand ha{MxElement::e2m1, m, k, download(pa.codes, pa.codes.size()), download(pa.scales, pa.scales.size())};
+    HostOperand hb{MxElement::e2m1, n, k, download(pb.codes, pb.codes.size()), download(pb.scales, pb.scales.size())};
+    Reference ref = cpu_reference(ha, hb);
+    const std::vector<float> emulated = to_host(want);
+    Bound bound;
+    EXPECT_TRUE(within_bound(to_host(got), ref, k, bound, "prepared operands vs exact"));
+    ref.value.assign(emulated.begin(), emulated.end());
+    bound.against_emulation = true;
+    EXPECT_TRUE(within_bound(to_host(got), ref, k, bound, "prepared operands vs lp_matmul plain"));
+}
+
+TEST(MxGemmFp8, EmptyReductionWritesZeros) {
+    REQUIRE_GPU();
+    DeviceBuffer<float> c = poisoned<float>(12);
+    const uint8_t* none = nullptr;
+    mx_gemm_fp8_cuda({none, none, MxElement::e2m1}, {none, none, MxElement::e2m1}, 3, 4, 0, c.data(), nullptr, 0);
+    device_sync();
+    for (float v : to_host(c)) EXPECT_EQ(float_bits(v), 0u);
+}
+
+// Argument errors are raised before anything touches the device (no GPU needed).
+TEST(MxGemmFp8, RefusesBadArguments) {
+    alignas(16) static const uint8_t bytes[64] = {};
+    const MxGemmOperand ok{bytes, bytes, MxElement::e2m1};
+    float* c = reinterpret_cast<float*>(16);  // never written: every call below throws first
+    expect_error(ErrorKind::input, [&] { mx_gemm_fp8_cuda(ok, ok, 4, 4, 48, c, nullptr, 0); });
+    expect_error(ErrorKind::input, [&] { mx_gemm_fp8_cuda(ok, ok, -1, 4, 32, c, nullptr, 0); });
+    expect_error(ErrorKind::usage, [&] { mx_gemm_fp8_cuda(ok, ok, 4, 4, 32, nullptr, nullptr, 0); });
+    expect_error(ErrorKind::usage, [&] { mx_gemm_fp8_cuda(ok, {bytes, bytes, MxElement::e2m3}, 4, 4, 32, c, nullptr, 0); });
+    expect_error(ErrorKind::usage, [&] { mx_gemm_fp8_cuda(ok, {bytes, nullptr, MxElement::e2m1}, 4, 4, 32, c, nullptr, 0); });
+    expect_error(ErrorKind::input, [&] { mx_expand_e2m1_to_e4m3_cuda(bytes, 2, 48, nullptr, 0); });
+}

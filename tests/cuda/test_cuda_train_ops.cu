@@ -1,0 +1,591 @@
+// test_cuda_train_ops.cu — the CUDA training engine's element-wise and row-wise ops (train/cuda/train_ops_cuda.cuh)
+// against their CPU references (train/backward_cpu.h, model/forward_cpu.h, train/optimizer.h) on random data:
+// RMSNorm forward and backward (the backward fed the forward's saved r; odd d, rows = 1, partial row chunks, a
+// row long enough to need opted-in shared memory), RoPE both pairings and directions (bit-exact, aligned and
+// unaligned), SwiGLU forward and backward (in place too), cross entropy up to a 49152 vocabulary with confident
+// and masked rows, and its mean through sum_to_double_cuda, the FP64 sums, the embedding backward (bit-exact)
+// and its plan, AdamW over three steps against AdamW::step (bit-exact), and the casts (bit-exact). Ops with a
+// reduction run twice and must give the same bytes. Every tolerance is the bound of train_ops_cuda.cu's
+// rounding contract (with a factor 2 of margin where stated), printed next to the observed worst case. The
+// argument checks run without a GPU; everything else skips without one.
+#include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/counter_rng.h"
+#include "core/random_fill.h"
+#include "model/forward_cpu.h"
+#include "train/backward_cpu.h"
+#include "train/cuda/train_ops_cuda.cuh"
+#include "train/optimizer.h"
+#include "train/param_layout.h"
+
+using namespace lowbit;
+using namespace lowbit::testing_util;
+
+namespace {
+
+constexpr double kU = 0x1p-24;  // FP32 unit roundoff
+
+std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
+    std::vector<float> v(static_cast<size_t>(n));
+    fill_gaussian(v.data(), n, seed);
+    for (float& x : v) x *= scale;
+    return v;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t(counter_random24(seed, uint64_t(i)) % uint32_t(vocab));
+    return t;
+}
+
+// The values a BF16 tensor holds (x rounded to nearest even).
+std::vector<float> bf16_values(const std::vector<float>& x) { return from_bf16(to_bf16(x)); }
+
+const __nv_bfloat16* cbf16(const DeviceBuffer<uint16_t>& d) { return reinterpret_cast<const __nv_bfloat16*>(d.data()); }
+
+// |got − want| ≤ bound[i] for every element: prints the worst ratio error/bound and how many are bit-equal.
+void expect_within(const std::string& what, const std::vector<double>& want, const std::vector<double>& got,
+                   const std::vector<double>& bound) {
+    ASSERT_EQ(want.size(), got.size()) << what;
+    ASSERT_EQ(want.size(), bound.size()) << what;
+    double worst = 0;
+    int64_t worst_i = 0, equal = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (want[i] == got[i] || (std::isnan(want[i]) && std::isnan(got[i]))) {
+            ++equal;
+            continue;
+        }
+        const double ratio = std::fabs(got[i] - want[i]) / bound[i];
+        if (!(ratio <= worst)) {  // NaN counts as the worst
+            worst = std::isnan(ratio) ? INFINITY : ratio;
+            worst_i = int64_t(i);
+        }
+    }
+    std::printf("    %-52s worst |err|/bound %.3f, %lld of %zu equal\n", what.c_str(), worst, (long long)equal, want.size());
+    EXPECT_LE(worst, 1.0) << what << ": element " << worst_i << " CPU " << want[size_t(worst_i)] << " GPU "
+                          << got[size_t(worst_i)] << " bound " << bound[size_t(worst_i)];
+}
+
+template <typename T>
+std::vector<double> as_double(const std::vector<T>& v) {
+    return std::vector<double>(v.begin(), v.end());
+}
+
+template <typename T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    return std::vector<uint8_t>(p, p + v.size() * sizeof(T));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RMSNorm
+
+struct NormCase {
+    int64_t rows, d;
+};
+// odd d, rows = 1, d = 1; 200 rows = three 64-row chunks and a partial one; d = 8192 needs 64 KB of shared memory.
+const NormCase kNormCases[] = {{1, 64}, {3, 1}, {7, 33}, {64, 768}, {200, 1001}, {5, 8192}};
+constexpr float kEps = 1e-5f;
+
+// x with row magnitudes 2^-3 … 2^3, and a gain around 1.
+std::vector<float> norm_input(NormCase c, uint64_t seed) {
+    std::vector<float> x = randn(c.rows * c.d, seed);
+    for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t i = 0; i < c.d; ++i) x[size_t(r * c.d + i)] = std::ldexp(x[size_t(r * c.d + i)], int(r % 7) - 3);
+    return x;
+}
+std::vector<float> norm_gain(int64_t d, uint64_t seed) {
+    std::vector<float> w = randn(d, seed, 0.5f);
+    for (float& v : w) v += 1.0f;
+    return w;
+}
+
+std::string norm_name(const char* what, NormCase c) {
+    return std::string(what) + " " + std::to_string(c.rows) + "x" + std::to_string(c.d);
+}
+
+TEST(CudaTrainOps, RmsNormForwardMatchesTheCpu) {
+    REQUIRE_GPU();
+    for (const NormCase c : kNormCases) {
+        const std::vector<float> x = norm_input(c, 11), w = norm_gain(c.d, 12);
+        std::vector<float> y_cpu(x.size());
+        rms_norm_rows(x.data(), w.data(), c.rows, c.d, kEps, y_cpu.data());
+        std::vector<float> inv_cpu(size_t(c.rows));
+        for (int64_t r = 0; r < c.rows; ++r) {  // rms_norm_rows' r
+            double ss = 0;
+            for (int64_t i = 0; i < c.d; ++i) ss += double(x[size_t(r * c.d + i)]) * double(x[size_t(r * c.d + i)]);
+            inv_cpu[size_t(r)] = float(1.0 / std::sqrt(ss / double(c.d) + double(kEps)));
+        }
+        DeviceBuffer<float> dx = to_device(x), dw = to_device(w), inv = poisoned<float>(size_t(c.rows));
+        DeviceBuffer<uint16_t> y = poisoned<uint16_t>(x.size());
+        rms_norm_forward_cuda(dx.data(), dw.data(), c.rows, c.d, kEps, bf16_ptr(y), inv.data());
+        device_sync();
+        const std::vector<float> inv_gpu = to_host(inv);
+        const std::vector<uint16_t> y_gpu = to_host(y), y_want = to_bf16(y_cpu);
+        // r: the FP64 sums differ in order only: within 1 ulp. y: where r is bit-equal, y is bf16 of the CPU's y
+        // exactly; elsewhere within one BF16 rounding plus 2 FP32 ulps.
+        std::vector<double> bound_inv(inv_cpu.size()), bound_y(y_cpu.size());
+        for (size_t r = 0; r < inv_cpu.size(); ++r) bound_inv[r] = 2 * kU * inv_cpu[r];
+        for (size_t i = 0; i < y_cpu.size(); ++i) bound_y[i] = (0x1p-8 + 0x1p-21) * std::fabs(y_cpu[i]) + 1e-38;
+        expect_within(norm_name("rms forward r", c), as_double(inv_cpu), as_double(inv_gpu), bound_inv);
+        expect_within(norm_name("rms forward y", c), as_double(y_cpu), as_double(from_bf16(y_gpu)), bound_y);
+        for (int64_t r = 0; r < c.rows; ++r)
+            if (float_bits(inv_gpu[size_t(r)]) == float_bits(inv_cpu[size_t(r)]))
+                for (int64_t i = 0; i < c.d; ++i)
+                    ASSERT_EQ(y_gpu[size_t(r * c.d + i)], y_want[size_t(r * c.d + i)]) << norm_name("y", c) << " row " << r;
+    }
+}
+
+TEST(CudaTrainOps, RmsNormBackwardMatchesTheCpuAndIsDeterministic) {
+    REQUIRE_GPU();
+    for (const NormCase c : kNormCases) {
+        const std::vector<float> x = norm_input(c, 21), w = norm_gain(c.d, 22), dy = randn(c.rows * c.d, 23);
+        const std::vector<float> dx0 = randn(c.rows * c.d, 24, 0.1f), dw0 = randn(c.d, 25);
+        std::vector<float> dx_cpu = dx0, dw_cpu = dw0;
+        rms_norm_backward_rows(x.data(), w.data(), dy.data(), c.rows, c.d, kEps, dx_cpu.data(), dw_cpu.data());
+
+        // The pair: the forward saves r, the backward uses it.
+        DeviceBuffer<float> d_x = to_device(x), d_w = to_device(w), d_dy = to_device(dy), inv(size_t(c.rows));
+        DeviceBuffer<uint16_t> y(x.size());
+        rms_norm_forward_cuda(d_x.data(), d_w.data(), c.rows, c.d, kEps, bf16_ptr(y), inv.data());
+        RmsNormBackwardWorkspace ws;
+        const auto run = [&](bool with_bf16, std::vector<float>& dx_out, std::vector<float>& dw_out,
+                             std::vector<uint16_t>& dx_bf16_out) {
+            DeviceBuffer<float> d_dx = to_device(dx0), d_dw = to_device(dw0);
+            DeviceBuffer<uint16_t> d_bf16 = poisoned<uint16_t>(x.size());
+            rms_norm_backward_cuda(d_x.data(), d_w.data(), inv.data(), d_dy.data(), c.rows, c.d, d_dx.data(),
+                                   with_bf16 ? bf16_ptr(d_bf16) : nullptr, d_dw.data(), ws);
+            device_sync();
+            dx_out = to_host(d_dx);
+            dw_out = to_host(d_dw);
+            dx_bf16_out = to_host(d_bf16);
+        };
+        std::vector<float> dx_gpu, dw_gpu, dx_again, dw_again;
+        std::vector<uint16_t> dx_bf16, unused;
+        run(true, dx_gpu, dw_gpu, dx_bf16);
+        run(false, dx_again, dw_again, unused);
+
+        // Bounds of the rounding contract, doubled: |Δdx| ≤ 16u·(|a| + |b|) + 4u·|dx|, |Δdw| ≤ 6u·Σ|dy·x·r| + 4u·|dw|.
+        std::vector<double> bound_dx(dx_cpu.size()), gain_terms(size_t(c.d), 0.0), bound_dw(size_t(c.d));
+        for (int64_t r = 0; r < c.rows; ++r) {
+            double ss = 0, dot = 0;
+            for (int64_t i = 0; i < c.d; ++i) {
+                const size_t k = size_t(r * c.d + i);
+                ss += double(x[k]) * double(x[k]);
+                dot += double(dy[k]) * double(w[size_t(i)]) * double(x[k]);
+            }
+            const double ri = 1.0 / std::sqrt(ss / double(c.d) + double(kEps)), coef = ri * ri * ri * dot / double(c.d);
+            for (int64_t i = 0; i < c.d; ++i) {
+                const size_t k = size_t(r * c.d + i);
+                bound_dx[k] = 16 * kU * (std::fabs(ri * dy[k] * w[size_t(i)]) + std::fabs(coef * x[k])) +
+                              4 * kU * std::fabs(dx_cpu[k]) + 1e-38;
+                gain_terms[size_t(i)] += std::fabs(double(dy[k]) * double(x[k]) * ri);
+            }
+        }
+        for (int64_t i = 0; i < c.d; ++i)
+            bound_dw[size_t(i)] = 6 * kU * gain_terms[size_t(i)] + 4 * kU * std::fabs(dw_cpu[size_t(i)]) + 1e-38;
+        expect_within(norm_name("rms backward dx", c), as_double(dx_cpu), as_double(dx_gpu), bound_dx);
+        expect_within(norm_name("rms backward dw", c), as_double(dw_cpu), as_double(dw_gpu), bound_dw);
+        EXPECT_TRUE(bf16_equal(to_bf16(dx_gpu), dx_bf16, norm_name("dx_bf16 = bf16(dx)", c)));
+        EXPECT_TRUE(floats_equal(dx_gpu, dx_again, norm_name("dx run twice", c)));
+        EXPECT_TRUE(floats_equal(dw_gpu, dw_again, norm_name("dw run twice", c)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RoPE
+
+TEST(CudaTrainOps, RopeIsBitExactBothPairingsAndDirections) {
+    REQUIRE_GPU();
+    const BatchShape shape{2, 5};
+    const int64_t n_heads = 3;
+    for (const RopePairing pairing : {RopePairing::adjacent, RopePairing::halves})
+        for (const int64_t head_dim : {64, 8, 6, 2})
+            for (const bool inverse : {false, true})
+                for (const int64_t offset : {0, 1}) {  // offset 1: unaligned, the one-pair path
+                    LlamaConfig c;
+                    c.head_dim = head_dim;
+                    std::vector<float> cos_t, sin_t;
+                    rope_tables(c, shape.n_tok, cos_t, sin_t);
+                    const int64_t n = shape.rows() * n_heads * head_dim;
+                    const std::vector<uint16_t> x = to_bf16(randn(n, 31 + uint64_t(head_dim)));
+                    std::vector<float> want = from_bf16(x);
+                    if (inverse)
+                        apply_rope_backward(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
+                    else
+                        apply_rope(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
+                    std::vector<uint16_t> padded(size_t(n + offset), 0);
+                    std::copy(x.begin(), x.end(), padded.begin() + offset);
+                    DeviceBuffer<uint16_t> d = to_device(padded);
+                    DeviceBuffer<float> dc = to_device(cos_t), ds = to_device(sin_t);
+                    rope_bf16_cuda(bf16_ptr(d) + offset, shape, n_heads, head_dim, pairing, dc.data(), ds.data(), inverse);
+                    device_sync();
+                    const std::vector<uint16_t> got_padded = to_host(d);
+                    const std::vector<uint16_t> got(got_padded.begin() + offset, got_padded.end());
+                    EXPECT_TRUE(bf16_equal(to_bf16(want), got,
+                                           std::string("rope ") + rope_pairing_name(pairing) + " hd " +
+                                               std::to_string(head_dim) + (inverse ? " inverse" : " forward") +
+                                               " offset " + std::to_string(offset)));
+                }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// SwiGLU
+
+TEST(CudaTrainOps, SwigluForwardAndBackwardMatchTheCpu) {
+    REQUIRE_GPU();
+    for (const int64_t n : {int64_t(1), int64_t(7), int64_t(8003), int64_t(1) << 20}) {
+        const std::vector<float> g = bf16_values(randn(n, 41, 3.0f)), u = bf16_values(randn(n, 42));
+        const std::vector<float> ds = bf16_values(randn(n, 43, 0.1f));
+        std::vector<float> s_cpu(static_cast<size_t>(n)), dg_cpu(static_cast<size_t>(n)), du_cpu(static_cast<size_t>(n));
+        swiglu(g.data(), u.data(), n, s_cpu.data());
+        swiglu_backward(g.data(), u.data(), ds.data(), n, dg_cpu.data(), du_cpu.data());
+        // A few FP32 ulps (CUDA's expf ≤ 2 ulp) before one BF16 rounding: 2^-8·|v| + 2^-19·|v|; dg's factor
+        // 1 + g·(1 − σ) cancels near g ≈ −1.28, so its FP32 error is bounded by the magnitude of its parts.
+        std::vector<double> bound_s(static_cast<size_t>(n)), bound_dg(static_cast<size_t>(n)), bound_du(static_cast<size_t>(n));
+        for (size_t i = 0; i < size_t(n); ++i) {
+            bound_s[i] = (0x1p-8 + 0x1p-19) * std::fabs(s_cpu[i]) + 1e-38;
+            bound_du[i] = (0x1p-8 + 0x1p-19) * std::fabs(du_cpu[i]) + 1e-38;
+            bound_dg[i] = 0x1p-8 * std::fabs(dg_cpu[i]) + 0x1p-19 * std::fabs(ds[i] * u[i]) * (1 + std::fabs(g[i])) + 1e-38;
+        }
+        std::vector<std::vector<uint16_t>> results;  // s, dg, du of each run
+        for (const int64_t offset : {0, 1}) {  // offset 1: unaligned, the element-by-element path
+            const auto padded = [&](const std::vector<float>& v) {
+                std::vector<uint16_t> p(size_t(n + offset), 0);
+                const std::vector<uint16_t> b = to_bf16(v);
+                std::copy(b.begin(), b.end(), p.begin() + offset);
+                return to_device(p);
+            };
+            const auto tail = [&](const DeviceBuffer<uint16_t>& d) {
+                const std::vector<uint16_t> h = to_host(d);
+                return std::vector<uint16_t>(h.begin() + offset, h.end());
+            };
+            DeviceBuffer<uint16_t> dg_in = padded(g), du_in = padded(u), d_ds = padded(ds);
+            DeviceBuffer<uint16_t> s = poisoned<uint16_t>(size_t(n + offset)), dg = poisoned<uint16_t>(size_t(n + offset)),
+                                   du = poisoned<uint16_t>(size_t(n + offset));
+            swiglu_forward_cuda(cbf16(dg_in) + offset, cbf16(du_in) + offset, n, bf16_ptr(s) + offset);
+            swiglu_backward_cuda(cbf16(dg_in) + offset, cbf16(du_in) + offset, cbf16(d_ds) + offset, n,
+                                 bf16_ptr(dg) + offset, bf16_ptr(du) + offset);
+            // In place: the gradients overwrite gate and up.
+            swiglu_backward_cuda(cbf16(dg_in) + offset, cbf16(du_in) + offset, cbf16(d_ds) + offset, n,
+                                 bf16_ptr(dg_in) + offset, bf16_ptr(du_in) + offset);
+            device_sync();
+            results.push_back(tail(s));
+            results.push_back(tail(dg));
+            results.push_back(tail(du));
+            const std::string name = "n " + std::to_string(n) + " offset " + std::to_string(offset);
+            EXPECT_TRUE(bf16_equal(results[results.size() - 2], tail(dg_in), "swiglu dg in place " + name));
+            EXPECT_TRUE(bf16_equal(results.back(), tail(du_in), "swiglu du in place " + name));
+        }
+        const std::string name = " n " + std::to_string(n);
+        expect_within("swiglu forward" + name, as_double(s_cpu), as_double(from_bf16(results[0])), bound_s);
+        expect_within("swiglu backward dg" + name, as_double(dg_cpu), as_double(from_bf16(results[1])), bound_dg);
+        expect_within("swiglu backward du" + name, as_double(du_cpu), as_double(from_bf16(results[2])), bound_du);
+        for (int k = 0; k < 3; ++k)  // the vector and element-by-element paths compute the same expression
+            EXPECT_TRUE(bf16_equal(results[size_t(k)], results[size_t(k + 3)], "swiglu aligned vs unaligned" + name));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// cross entropy
+
+struct CeCase {
+    int64_t rows, vocab;
+};
+const CeCase kCeCases[] = {{1, 1}, {1, 7}, {4, 1001}, {33, 512}, {3, 49152}};
+
+TEST(CudaTrainOps, CrossEntropyMatchesTheCpuAndItsMeanSums) {
+    REQUIRE_GPU();
+    for (const CeCase c : kCeCases) {
+        const int64_t V = c.vocab;
+        std::vector<float> logits = randn(c.rows * V, 51 + uint64_t(V), 2.0f);
+        const std::vector<int32_t> targets = random_ids(c.rows, V, 52);
+        for (int64_t r = 0; r < c.rows; ++r) {
+            float* row = logits.data() + r * V;
+            if (r % 3 == 1) row[targets[size_t(r)]] += 25.0f;  // confident: p − 1 of the target is tiny
+            if (r % 3 == 2 && V > 4)                            // masked entries (never the target)
+                for (int64_t i = 0; i < V; i += 3)
+                    if (i != targets[size_t(r)]) row[i] = -INFINITY;
+        }
+        std::vector<double> loss_cpu(size_t(c.rows));
+        for (int64_t r = 0; r < c.rows; ++r)
+            loss_cpu[size_t(r)] = cross_entropy_mean(logits.data() + r * V, targets.data() + r, 1, V);
+        std::vector<float> dl_cpu(logits.size());
+        cross_entropy_backward(logits.data(), targets.data(), c.rows, V, dl_cpu.data());
+
+        DeviceBuffer<float> d_logits = to_device(logits);
+        DeviceBuffer<int32_t> d_targets = to_device(targets);
+        const float grad_scale = float(1.0 / double(c.rows));
+        const auto run = [&](bool with_grad, std::vector<float>& loss, std::vector<uint16_t>& dl) {
+            DeviceBuffer<float> d_loss = poisoned<float>(size_t(c.rows));
+            DeviceBuffer<uint16_t> d_dl = poisoned<uint16_t>(logits.size());
+            cross_entropy_cuda(d_logits.data(), d_targets.data(), c.rows, V, grad_scale, d_loss.data(),
+                               with_grad ? bf16_ptr(d_dl) : nullptr);
+            device_sync();
+            loss = to_host(d_loss);
+            dl = to_host(d_dl);
+        };
+        std::vector<float> loss_gpu, loss_again, loss_only;
+        std::vector<uint16_t> dl_gpu, dl_again, unused;
+        run(true, loss_gpu, dl_gpu);
+        run(true, loss_again, dl_again);
+        run(false, loss_only, unused);
+
+        // Loss: (4 + ln V)·u from the FP32 exponentials and u·|loss| from the FP32 result; +2u·(1 + |loss|) margin.
+        // dlogits: one BF16 rounding (2^-8 relative) of a value within ~(8 + |lse| + |l − lse|)·u ≤ 2^-16 of the CPU's.
+        std::vector<double> bound_loss(size_t(c.rows)), bound_dl(dl_cpu.size());
+        for (size_t r = 0; r < bound_loss.size(); ++r)
+            bound_loss[r] = (6 + std::log(double(V))) * kU + 3 * kU * std::fabs(loss_cpu[r]);
+        for (size_t i = 0; i < dl_cpu.size(); ++i)
+            bound_dl[i] = (0x1p-8 + 0x1p-16) * std::fabs(dl_cpu[i]) + kU * grad_scale + 1e-38;
+        const std::string name = " " + std::to_string(c.rows) + "x" + std::to_string(V);
+        expect_within("cross entropy loss" + name, loss_cpu, as_double(loss_gpu), bound_loss);
+        expect_within("cross entropy dlogits" + name, as_double(dl_cpu), as_double(from_bf16(dl_gpu)), bound_dl);
+        EXPECT_TRUE(floats_equal(loss_gpu, loss_again, "loss run twice" + name));
+        EXPECT_TRUE(bf16_equal(dl_gpu, dl_again, "dlogits run twice" + name));
+        EXPECT_TRUE(floats_equal(loss_gpu, loss_only, "loss without the gradient" + name));
+
+        // The mean: Σ loss_rows on the device (FP64) against cross_entropy_mean over all rows.
+        DeviceBuffer<float> d_loss = to_device(loss_gpu);
+        DeviceBuffer<double> d_sum(1);
+        SumWorkspace ws;
+        sum_to_double_cuda(d_loss.data(), c.rows, d_sum.data(), ws);
+        device_sync();
+        const double mean_gpu = to_host(d_sum)[0] / double(c.rows);
+        const double mean_cpu = cross_entropy_mean(logits.data(), targets.data(), c.rows, V);
+        double bound = 0;
+        for (size_t r = 0; r < bound_loss.size(); ++r) bound += bound_loss[r] / double(c.rows);
+        expect_within("mean loss" + name, {mean_cpu}, {mean_gpu}, {bound});
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// sums
+
+TEST(CudaTrainOps, SumsAreDeterministicAndWithin1e12OfExactSums) {
+    REQUIRE_GPU();
+    SumWorkspace ws;
+    for (const int64_t n : {int64_t(1), int64_t(5), int64_t(4099), (int64_t(1) << 20) + 3, int64_t(10000019)})
+        for (const int64_t offset : {0, 1}) {  // offset 1: not 16-byte aligned, the scalar path
+            std::vector<float> x = randn(n + offset, 61 + uint64_t(n));
+            for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * float(1 + i % 5) + 0.25f;  // a positive mean
+            long double sum = 0, squares = 0, abs_sum = 0;
+            for (size_t i = size_t(offset); i < x.size(); ++i) {
+                sum += x[i];
+                squares += (long double)x[i] * x[i];
+                abs_sum += std::fabs(x[i]);
+            }
+            DeviceBuffer<float> d = to_device(x);
+            DeviceBuffer<double> out(4);
+            sum_to_double_cuda(d.data() + offset, n, out.data(), ws);
+            sum_squares_cuda(d.data() + offset, n, out.data() + 1, ws);
+            sum_to_double_cuda(d.data() + offset, n, out.data() + 2, ws);
+            sum_squares_cuda(d.data() + offset, n, out.data() + 3, ws);
+            device_sync();
+            const std::vector<double> got = to_host(out);
+            const std::string name = " n " + std::to_string(n) + " offset " + std::to_string(offset);
+            expect_within("sum_to_double" + name, {double(sum)}, {got[0]}, {1e-12 * double(abs_sum) + 1e-300});
+            expect_within("sum_squares" + name, {double(squares)}, {got[1]}, {1e-12 * double(squares) + 1e-300});
+            EXPECT_TRUE(bytes_equal(bytes_of(std::vector<double>{got[0], got[1]}),
+                                    bytes_of(std::vector<double>{got[2], got[3]}), "sums run twice" + name));
+        }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// embedding backward
+
+void expect_valid_plan(const EmbeddingBackwardPlan& p, const std::vector<int32_t>& tokens) {
+    ASSERT_EQ(p.offsets.size(), p.ids.size() + 1);
+    ASSERT_EQ(p.rows.size(), tokens.size());
+    EXPECT_EQ(p.offsets.front(), 0);
+    EXPECT_EQ(p.offsets.back(), int32_t(tokens.size()));
+    for (size_t i = 0; i < p.ids.size(); ++i) {
+        if (i > 0) EXPECT_LT(p.ids[i - 1], p.ids[i]);
+        EXPECT_LT(p.offsets[i], p.offsets[i + 1]);
+        for (int32_t k = p.offsets[i]; k < p.offsets[i + 1]; ++k) {
+            EXPECT_EQ(tokens[size_t(p.rows[size_t(k)])], p.ids[i]);
+            if (k > p.offsets[i]) EXPECT_LT(p.rows[size_t(k - 1)], p.rows[size_t(k)]);
+        }
+    }
+}
+
+TEST(CudaTrainOps, EmbeddingBackwardPlanGroupsRowsByTokenInOrder) {
+    const std::vector<int32_t> tokens = {5, 2, 5, 0, 2, 5, 9};
+    const EmbeddingBackwardPlan p = embedding_backward_plan(tokens.data(), int64_t(tokens.size()));
+    EXPECT_EQ(p.ids, (std::vector<int32_t>{0, 2, 5, 9}));
+    EXPECT_EQ(p.offsets, (std::vector<int32_t>{0, 1, 3, 6, 7}));
+    EXPECT_EQ(p.rows, (std::vector<int32_t>{3, 1, 4, 0, 2, 5, 6}));
+    const std::vector<int32_t> many = random_ids(1000, 37, 71);
+    expect_valid_plan(embedding_backward_plan(many.data(), int64_t(many.size())), many);
+}
+
+TEST(CudaTrainOps, EmbeddingBackwardIsBitExact) {
+    REQUIRE_GPU();
+    const int64_t rows = 300, vocab = 50;
+    const std::vector<int32_t> tokens = random_ids(rows, vocab, 72);
+    const EmbeddingBackwardPlan plan = embedding_backward_plan(tokens.data(), rows);
+    DeviceBuffer<int32_t> ids = to_device(plan.ids), offsets = to_device(plan.offsets), row_ids = to_device(plan.rows);
+    for (const int64_t d : {64, 33, 768}) {
+        const std::vector<float> d_hidden = randn(rows * d, 73), table0 = randn(vocab * d, 74);  // table0: a tied head's dW
+        std::vector<float> want = table0;
+        embedding_backward(tokens.data(), d_hidden.data(), rows, d, want.data());
+        DeviceBuffer<float> dh = to_device(d_hidden), table = to_device(table0);
+        embedding_backward_cuda(ids.data(), offsets.data(), row_ids.data(), int64_t(plan.ids.size()), dh.data(), d,
+                                table.data());
+        device_sync();
+        EXPECT_TRUE(floats_equal(want, to_host(table), "embedding backward d " + std::to_string(d)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// AdamW
+
+// AdamW::step's FP32 constants, computed as it computes them.
+AdamwStepArgs adamw_args(const AdamWConfig& o, int64_t t, double lr, float grad_scale) {
+    AdamwStepArgs a{};
+    a.lr = float(lr);
+    a.beta1 = float(o.beta1);
+    a.beta2 = float(o.beta2);
+    a.one_minus_beta1 = float(1.0 - o.beta1);
+    a.one_minus_beta2 = float(1.0 - o.beta2);
+    a.eps = float(o.eps);
+    a.weight_decay = float(o.weight_decay);
+    a.grad_scale = grad_scale;
+    a.bias_correction1 = float(1.0 - std::pow(o.beta1, double(t)));
+    a.bias_correction2 = float(1.0 - std::pow(o.beta2, double(t)));
+    return a;
+}
+
+TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
+    REQUIRE_GPU();
+    LlamaConfig c;
+    c.architecture = "llama";
+    c.vocab_size = 101;
+    c.hidden_size = 64;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.ffn_size = 96;
+    c.context_length = 64;
+    const ParamLayout layout(c);
+    const int64_t n = layout.total();
+    AdamWConfig cfg;
+    AdamW cpu(layout, cfg);
+    std::vector<float> params = randn(n, 81, 0.05f);
+    std::vector<uint8_t> mask(size_t(n), 0);
+    for (const ParamTensor& t : layout.tensors())
+        std::fill(mask.begin() + t.offset, mask.begin() + t.offset + t.size(), uint8_t(t.weight_decay() ? 1 : 0));
+    DeviceBuffer<float> p = to_device(params), m = to_device(std::vector<float>(size_t(n), 0.0f)),
+                        v = to_device(std::vector<float>(size_t(n), 0.0f));
+    DeviceBuffer<uint8_t> d_mask = to_device(mask);
+    DeviceBuffer<uint16_t> p_bf16 = poisoned<uint16_t>(static_cast<size_t>(n));
+    DeviceBuffer<float> g(static_cast<size_t>(n));
+    for (int64_t t = 1; t <= 3; ++t) {
+        std::vector<float> grads = randn(n, 90 + uint64_t(t), 0.01f);
+        for (size_t i = 0; i < grads.size(); i += 7) grads[i] *= 1000.0f;  // spread the magnitudes
+        const double lr = 1e-3 * double(t);
+        const float scale = t == 2 ? 0.37f : 1.0f;  // a clipped step
+        cpu.step(params.data(), grads.data(), lr, scale);
+        g.upload(grads.data(), grads.size());
+        adamw_step_cuda(p.data(), g.data(), m.data(), v.data(), d_mask.data(), n, adamw_args(cfg, t, lr, scale),
+                        bf16_ptr(p_bf16));
+        device_sync();
+        const std::string step = " step " + std::to_string(t);
+        EXPECT_TRUE(floats_equal(params, to_host(p), "AdamW params" + step));
+        EXPECT_TRUE(floats_equal(cpu.first_moment(), to_host(m), "AdamW m" + step));
+        EXPECT_TRUE(floats_equal(cpu.second_moment(), to_host(v), "AdamW v" + step));
+        EXPECT_TRUE(bf16_equal(to_bf16(params), to_host(p_bf16), "AdamW bf16 params" + step));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// casts
+
+// Gaussian values with exact BF16 rounding ties of both parities, ±∞, ±0 and subnormals mixed in.
+std::vector<float> cast_input(int64_t n, uint64_t seed) {
+    std::vector<float> x = randn(n, seed, 3.0f);
+    const float specials[] = {bits_float(0x3F808000u), bits_float(0x3F818000u), bits_float(0xBF808000u), INFINITY,
+                              -INFINITY, 0.0f, -0.0f, bits_float(0x00012345u), bits_float(0x80008000u), 1e-40f};
+    for (int64_t i = 0; i < n; i += 5) x[size_t(i)] = specials[(i / 5) % 10];
+    return x;
+}
+
+TEST(CudaTrainOps, CastsAreExact) {
+    REQUIRE_GPU();
+    for (const int64_t n : {int64_t(1), int64_t(13), int64_t(8003)})
+        for (const int64_t offset : {0, 1}) {
+            const std::vector<uint16_t> x = to_bf16(cast_input(n + offset, 101));
+            DeviceBuffer<uint16_t> d = to_device(x);
+            DeviceBuffer<float> y = poisoned<float>(size_t(n + offset));
+            cast_bf16_to_fp32_cuda(cbf16(d) + offset, n, y.data() + offset);
+            device_sync();
+            const std::vector<float> got = to_host(y), want = from_bf16(x);
+            EXPECT_TRUE(floats_equal(std::vector<float>(want.begin() + offset, want.end()),
+                                     std::vector<float>(got.begin() + offset, got.end()),
+                                     "bf16 → fp32 n " + std::to_string(n) + " offset " + std::to_string(offset)));
+        }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// argument checks (before any launch: no GPU needed)
+
+TEST(CudaTrainOps, BadArgumentsAreRefusedWithAMessage) {
+    float* f = reinterpret_cast<float*>(256);
+    float* f2 = reinterpret_cast<float*>(512);
+    __nv_bfloat16* b = reinterpret_cast<__nv_bfloat16*>(256);
+    __nv_bfloat16* b2 = reinterpret_cast<__nv_bfloat16*>(512);
+    int32_t* ids = reinterpret_cast<int32_t*>(256);
+    const ErrorKind usage = ErrorKind::usage;
+    expect_error(usage, [&] { rms_norm_forward_cuda(nullptr, f, 4, 8, kEps, b, f2); });
+    expect_error(usage, [&] { rms_norm_forward_cuda(f, f, 4, 8, kEps, nullptr, f2); });
+    expect_error(usage, [&] { rms_norm_forward_cuda(f, f, 4, 8, kEps, b, nullptr); });
+    expect_error(usage, [&] { rms_norm_forward_cuda(f, f, 0, 8, kEps, b, f2); });
+    expect_error(usage, [&] { rms_norm_forward_cuda(f, f, 4, -1, kEps, b, f2); });
+    RmsNormBackwardWorkspace nws;
+    expect_error(usage, [&] { rms_norm_backward_cuda(f, f, f, f2, 4, 8, f2, nullptr, f, nws); });  // dx aliases dy
+    expect_error(usage, [&] { rms_norm_backward_cuda(f2, f, f, f, 4, 8, f2, nullptr, f, nws); });  // dx aliases x
+    expect_error(usage, [&] { rms_norm_backward_cuda(f, f, f, f2, 4, 8, f, nullptr, nullptr, nws); });
+    expect_error(usage, [&] { rms_norm_backward_cuda(f, f, nullptr, f2, 4, 8, f, nullptr, f, nws); });
+    expect_error(usage, [&] { rms_norm_backward_cuda(f, f, f, f2, 4, 0, f, nullptr, f, nws); });
+    expect_error(usage, [&] { rope_bf16_cuda(b, {1, 4}, 2, 7, RopePairing::halves, f, f, false); });
+    expect_error(usage, [&] { rope_bf16_cuda(b, {1, 4}, 0, 8, RopePairing::halves, f, f, false); });
+    expect_error(usage, [&] { rope_bf16_cuda(b, {1, 0}, 2, 8, RopePairing::adjacent, f, f, true); });
+    expect_error(usage, [&] { rope_bf16_cuda(b, {1, 4}, 2, 8, RopePairing::adjacent, nullptr, f, true); });
+    expect_error(usage, [&] { swiglu_forward_cuda(b, b, 0, b2); });
+    expect_error(usage, [&] { swiglu_forward_cuda(b, b, 16, nullptr); });
+    expect_error(usage, [&] { swiglu_backward_cuda(b, b, b, 16, b2, b2); });  // the two gradients in one buffer
+    expect_error(usage, [&] { swiglu_backward_cuda(b, b, nullptr, 16, b, b2); });
+    expect_error(usage, [&] { cross_entropy_cuda(f, ids, 4, 0, 0.25f, f2, b); });
+    expect_error(usage, [&] { cross_entropy_cuda(f, ids, -1, 16, 0.25f, f2, b); });
+    expect_error(usage, [&] { cross_entropy_cuda(f, ids, 4, 16, 0.25f, nullptr, b); });
+    expect_error(usage, [&] { cross_entropy_cuda(f, nullptr, 4, 16, 0.25f, f2, b); });
+    SumWorkspace sws;
+    double* out = reinterpret_cast<double*>(256);
+    expect_error(usage, [&] { sum_to_double_cuda(f, 0, out, sws); });
+    expect_error(usage, [&] { sum_to_double_cuda(f, 16, nullptr, sws); });
+    expect_error(usage, [&] { sum_squares_cuda(nullptr, 16, out, sws); });
+    const int32_t bad_tokens[] = {3, -1, 2};
+    expect_error(ErrorKind::input, [&] { embedding_backward_plan(bad_tokens, 3); });
+    expect_error(usage, [&] { embedding_backward_plan(bad_tokens, 0); });
+    expect_error(usage, [&] { embedding_backward_cuda(ids, ids, ids, 3, f, 0, f2); });
+    expect_error(usage, [&] { embedding_backward_cuda(ids, ids, ids, 0, f, 8, f2); });
+    expect_error(usage, [&] { embedding_backward_cuda(ids, ids, ids, 3, f, 8, nullptr); });
+    AdamwStepArgs a{};
+    a.bias_correction1 = a.bias_correction2 = 0.1f;
+    uint8_t* mask = reinterpret_cast<uint8_t*>(256);
+    expect_error(usage, [&] { adamw_step_cuda(f, f, f, f, nullptr, 16, a, nullptr); });
+    expect_error(usage, [&] { adamw_step_cuda(f, f, f, f, mask, 0, a, nullptr); });
+    a.bias_correction2 = 0.0f;  // t = 0: no update has a bias correction of 0
+    expect_error(usage, [&] { adamw_step_cuda(f, f, f, f, mask, 16, a, nullptr); });
+    expect_error(usage, [&] { cast_bf16_to_fp32_cuda(b, 16, nullptr); });
+    expect_error(usage, [&] { cast_bf16_to_fp32_cuda(b, 0, f); });
+}
+
+}  // namespace

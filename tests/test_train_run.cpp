@@ -1,0 +1,499 @@
+// test_train_run.cpp — training run control on the CPU: the precision recipes (strategies per slot, JSON),
+// AdaHOP's calibration fixing a plan inside a run, run directories with checkpoints and a bit-exact resume,
+// refusals (corrupt/truncated checkpoints, another run's directory, NaN loss and gradients naming the step),
+// metrics lines, the plot of two runs, and the HF and GGUF exports read back by the runtime.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "error_test_util.h"
+#include "io/corpus.h"
+#include "io/gguf_file.h"
+#include "io/npy.h"
+#include "io/plot.h"
+#include "io/token_shards.h"
+#include "model/hf_export.h"
+#include "model/tokenizer.h"
+#include "model/weights.h"
+#include "train/checkpoint.h"
+#include "train/recipe.h"
+#include "train/run_metrics.h"
+#include "train/train_export.h"
+#include "train/trainer_cpu.h"
+#include "train/training_run.h"
+
+namespace lowbit {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+    const fs::path p = fs::temp_directory_path() / fmt::format("lowbit_test_train_run_{}_{}", getpid(), name);
+    fs::remove_all(p);
+    return p;
+}
+
+// The tiny preset with 2 sequences per step and `steps` steps (a ~0.16 M-parameter model: ms per step).
+TrainConfig tiny_run(int64_t steps) {
+    TrainConfig t = train_preset("tiny");
+    t.batch_size = 2;
+    t.schedule.total_steps = steps;
+    t.schedule.warmup_steps = 2;
+    t.optimizer.lr = 3e-3;
+    return t;
+}
+
+// A shard set of the tiny vocabulary (512): train documents with a learnable pattern, and a val split of
+// 4 windows of 65 tokens.
+const fs::path& tiny_shards() {
+    static const fs::path dir = [] {
+        const fs::path d = fresh_dir("shards");
+        TokenShardInfo info;
+        info.token_bytes = 2;
+        info.vocab_size = 512;
+        info.separator_id = 0;
+        info.tokenizer = "test/none/512/0000000000000000";
+        TokenShardSetWriter w(d.string(), info, 1 << 20, 0, 0.0);
+        for (int doc = 0; doc < 40; ++doc) {
+            std::vector<int32_t> ids(200);
+            for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(1 + (i * 7 + size_t(doc) * (i % 5)) % 511);
+            w.add_document(doc % 10 == 9 ? "val" : "train", ids);
+        }
+        w.finish({{"note", "test_train_run"}});
+        return d;
+    }();
+    return dir;
+}
+
+std::vector<int32_t> pattern_tokens(int64_t n, int seed) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t(1 + (i * 13 + seed * (i % 3)) % 511);
+    return t;
+}
+
+struct Batch {
+    std::vector<int32_t> inputs, targets;
+    BatchShape shape;
+    TokenBatch view() const { return {inputs.data(), targets.data(), shape}; }
+};
+
+Batch pattern_batch(const TrainConfig& c, int seed) {
+    Batch b;
+    b.shape = {c.batch_size, c.seq_len};
+    const std::vector<int32_t> t = pattern_tokens(c.batch_size * (c.seq_len + 1), seed);
+    for (int64_t s = 0; s < c.batch_size; ++s)
+        for (int64_t i = 0; i < c.seq_len; ++i) {
+            b.inputs.push_back(t[size_t(s * (c.seq_len + 1) + i)]);
+            b.targets.push_back(t[size_t(s * (c.seq_len + 1) + i + 1)]);
+        }
+    return b;
+}
+
+Recipe recipe_of(Precision p, int calibration_steps = 30) {
+    Recipe r;
+    r.precision = p;
+    r.calibration_steps = calibration_steps;
+    return r;
+}
+
+RunOptions quiet_run(const fs::path& dir) {
+    RunOptions o;
+    o.run_dir = dir.string();
+    o.data_dir = tiny_shards().string();
+    o.log_every = 1;
+    o.val_every = 4;
+    o.val_windows = 4;
+    o.progress = false;
+    o.log = false;
+    return o;
+}
+
+// Metrics lines without their timing keys.
+std::vector<nlohmann::json> untimed_metrics(const fs::path& dir) {
+    std::vector<nlohmann::json> lines = read_metrics((dir / "metrics.jsonl").string());
+    for (nlohmann::json& l : lines)
+        for (const std::string& k : metrics_timing_keys()) l.erase(k);
+    return lines;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// recipes
+
+TEST(TrainRecipe, StrategiesPerSlot) {
+    const LlamaConfig c = train_preset("tiny").model;
+    const auto all = [&](const RecipeState& r, Slot s) {
+        std::set<Strategy> seen;
+        for (int64_t l = 0; l < c.n_layers; ++l)
+            for (Projection p : kProjections) seen.insert(r.strategy(l, p, s));
+        return seen;
+    };
+    const std::vector<std::pair<Precision, std::array<Strategy, 3>>> uniform = {
+        {Precision::bf16, {Strategy::full, Strategy::full, Strategy::full}},
+        {Precision::mxfp4, {Strategy::plain, Strategy::plain, Strategy::plain}},
+        {Precision::mxfp4_iht, {Strategy::iht, Strategy::iht, Strategy::iht}},
+        {Precision::mxfp4_rht_sr, {Strategy::plain, Strategy::iht, Strategy::iht}},
+        {Precision::adahop_lv1, {Strategy::full, Strategy::full, Strategy::full}},  // calibrating
+    };
+    for (const auto& [p, want] : uniform) {
+        SCOPED_TRACE(precision_name(p));
+        const RecipeState r(recipe_of(p), c);
+        EXPECT_EQ(parse_precision(precision_name(p)), p);
+        EXPECT_EQ(all(r, Slot::fwd), std::set<Strategy>{want[0]});
+        EXPECT_EQ(all(r, Slot::dgrad), std::set<Strategy>{want[1]});
+        EXPECT_EQ(all(r, Slot::wgrad), std::set<Strategy>{want[2]});
+        EXPECT_EQ(r.randomized(Slot::dgrad), p == Precision::mxfp4_rht_sr);
+        EXPECT_FALSE(r.randomized(Slot::fwd));
+        EXPECT_EQ(r.calibrating(), p == Precision::adahop_lv1);
+        int64_t total = 0;
+        for (const auto& [name, n] : r.strategy_counts()) total += n;
+        EXPECT_EQ(total, c.n_layers * kProjectionCount * 3);
+    }
+    expect_error_with([] { parse_precision("fp8"); }, ErrorKind::usage, {"fp8", "adahop-lv2"});
+    expect_error_with([&] { (void)RecipeState(recipe_of(Precision::adahop_lv2, 0), c); }, ErrorKind::usage, {"calibration"});
+}
+
+TEST(TrainRecipe, CalibrationFixesThePlanByMajorityAndRoundTripsThroughJson) {
+    const LlamaConfig c = train_preset("tiny").model;
+    for (const Precision p : {Precision::adahop_lv1, Precision::adahop_lv2}) {
+        SCOPED_TRACE(precision_name(p));
+        RecipeState r(recipe_of(p, 3), c);
+        const std::vector<Pattern> x = {Pattern::row, Pattern::col, Pattern::row};  // majority row
+        for (int step = 0; step < 3; ++step) {
+            for (int64_t l = 0; l < c.n_layers; ++l)
+                for (Projection pr : kProjections) {
+                    r.record(l, pr, Operand::x, x[size_t(step)]);
+                    r.record(l, pr, Operand::w, Pattern::none);
+                    r.record(l, pr, Operand::g, Pattern::col);
+                }
+            EXPECT_TRUE(r.calibrating());
+            const RecipeState mid = RecipeState::from_json(r.to_json(), c, "mid");  // a checkpoint mid-calibration
+            EXPECT_EQ(mid.to_json(), r.to_json());
+            r.end_step();
+        }
+        EXPECT_FALSE(r.calibrating());
+        ASSERT_EQ(int64_t(r.plan().layers.size()), c.n_layers * kProjectionCount);
+        // x = row, w = none, g = col: fwd (row, none) → IHT+OE-left; dgrad (col, none) → IHT;
+        // wgrad (opp(col) = row, row) → IHT (adahop.md §5.4, both tables).
+        const StrategyTable t = p == Precision::adahop_lv1 ? strategy_table_lv1() : strategy_table_lv2();
+        EXPECT_EQ(r.strategy(1, Projection::up, Slot::fwd), t.lookup(Pattern::row, Pattern::none));
+        EXPECT_EQ(r.strategy(1, Projection::up, Slot::fwd), Strategy::iht_oe_left);
+        EXPECT_EQ(r.strategy(0, Projection::q, Slot::dgrad), Strategy::iht);
+        EXPECT_EQ(r.strategy(0, Projection::q, Slot::wgrad), Strategy::iht);
+        EXPECT_NE(r.plan_map().find("blk.1"), std::string::npos);
+        EXPECT_NE(r.plan_map().find("up: IHT+OE-left/IHT/IHT"), std::string::npos) << r.plan_map();
+        const RecipeState back = RecipeState::from_json(r.to_json(), c, "round trip");
+        EXPECT_EQ(back.to_json(), r.to_json());
+        EXPECT_FALSE(back.calibrating());
+        EXPECT_EQ(back.strategy_counts(), r.strategy_counts());
+        EXPECT_EQ(back.plan_map(), r.plan_map());
+    }
+    expect_error_with([&] { RecipeState::from_json({{"recipe", {{"precision", "fp8"}}}}, c, "state.json"); },
+                      ErrorKind::input, {"state.json", "fp8"});
+    expect_error_with([&] { RecipeState::from_json(nlohmann::json::array(), c, "state.json"); }, ErrorKind::input,
+                      {"state.json"});
+}
+
+TEST(TrainRecipe, AdahopRunCalibratesThenTrainsOnThePlan) {
+    const TrainConfig cfg = tiny_run(5);
+    CpuTrainer trainer(cfg, recipe_of(Precision::adahop_lv1, 2));
+    const Batch batch = pattern_batch(cfg, 1);
+    EXPECT_NE(trainer.describe().find("calibrating"), std::string::npos);
+    trainer.loss(batch.view());  // not a training step: records nothing
+    for (int s = 0; s < 2; ++s) {
+        EXPECT_TRUE(trainer.recipe().calibrating());
+        trainer.step(batch.view());
+    }
+    EXPECT_FALSE(trainer.recipe().calibrating());
+    // Two steps observed: X and W once per forward, dY once per backward, of every projection.
+    const nlohmann::json obs = trainer.state().recipe_state["calibration"]["observations"];
+    for (const char* op : {"x", "w", "g"}) EXPECT_EQ(obs["blk.1.ffn_down"][op].size(), 2u) << op;
+    EXPECT_EQ(int64_t(trainer.recipe().plan().layers.size()), cfg.model.n_layers * kProjectionCount);
+    EXPECT_EQ(trainer.recipe().strategy_counts().count("BF16"), 0u);  // Lv1 has no BF16 entry
+    EXPECT_EQ(trainer.describe().find("calibrating"), std::string::npos);
+    EXPECT_NE(trainer.describe().find("adahop fwd"), std::string::npos) << trainer.describe();
+    for (int s = 2; s < 5; ++s) EXPECT_TRUE(std::isfinite(trainer.step(batch.view()).loss));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// runs: resume, metrics, refusals
+
+// 12 steps straight, and 6 + resume + 6 (or 5 + 7 with a checkpoint at 3), give the same parameters, AdamW
+// moments and metrics lines, bit for bit — for the dense recipe, for AdaHOP with the stop inside its
+// calibration, and for mxfp4-rht-sr (stochastic rounding bits from the step).
+TEST(TrainRun, ResumeIsBitExact) {
+    struct Case {
+        Recipe recipe;
+        int64_t stop_at;
+    };
+    for (const Case& k : {Case{recipe_of(Precision::bf16), 6}, Case{recipe_of(Precision::adahop_lv1, 4), 2},
+                          Case{recipe_of(Precision::mxfp4_rht_sr), 5}}) {
+        SCOPED_TRACE(precision_name(k.recipe.precision));
+        const TrainConfig cfg = tiny_run(12);
+        const TokenShardSet data = TokenShardSet::open(tiny_shards().string());
+        const fs::path straight = fresh_dir("straight"), resumed = fresh_dir("resumed");
+        CpuTrainer a(cfg, k.recipe);
+        const RunResult ra = run_training(a, data, quiet_run(straight));
+        EXPECT_TRUE(ra.complete());
+        ASSERT_TRUE(ra.val_loss.has_value());
+        {
+            CpuTrainer b(cfg, k.recipe);
+            RunOptions o = quiet_run(resumed);
+            o.stop_at = k.stop_at;
+            o.checkpoint_every = 3;
+            const RunResult rb = run_training(b, data, o);
+            EXPECT_FALSE(rb.complete());
+            EXPECT_EQ(rb.steps_done, k.stop_at);
+        }
+        // A line logged after the newest checkpoint must be dropped on resume: add a stray one.
+        std::ofstream((resumed / "metrics.jsonl").string(), std::ios::app) << "{\"step\": 99}\n";
+        CpuTrainer c(cfg, k.recipe);
+        RunOptions o = quiet_run(resumed);
+        o.resume = true;
+        const RunResult rc = run_training(c, data, o);
+        EXPECT_EQ(rc.first_step, k.stop_at);
+        EXPECT_TRUE(rc.complete());
+        const TrainerState sa = a.state(), sc = c.state();
+        EXPECT_EQ(sa.steps_done, sc.steps_done);
+        EXPECT_EQ(std::memcmp(sa.params.data(), sc.params.data(), sa.params.size() * 4), 0);
+        EXPECT_EQ(std::memcmp(sa.m.data(), sc.m.data(), sa.m.size() * 4), 0);
+        EXPECT_EQ(std::memcmp(sa.v.data(), sc.v.data(), sa.v.size() * 4), 0);
+        EXPECT_EQ(sa.recipe_state, sc.recipe_state);
+        EXPECT_EQ(untimed_metrics(straight), untimed_metrics(resumed));
+        EXPECT_EQ(ra.val_loss, rc.val_loss);
+        EXPECT_EQ(fs::exists(resumed / "plan.json"), precision_calibrates(k.recipe.precision));
+        // keep = 2: only the two newest checkpoints remain.
+        int64_t files = 0;
+        for (const auto& e : fs::directory_iterator(resumed / "checkpoints")) files += e.path().extension() == ".json";
+        EXPECT_EQ(files, 2);
+    }
+}
+
+TEST(TrainRun, MetricsLinesHoldTheDocumentedKeys) {
+    const TrainConfig cfg = tiny_run(12);
+    const TokenShardSet data = TokenShardSet::open(tiny_shards().string());
+    const fs::path dir = fresh_dir("metrics");
+    CpuTrainer t(cfg);
+    RunOptions o = quiet_run(dir);
+    o.log_every = 5;  // steps 4, 9; validation at 3, 7, 11 (the last)
+    o.peak_flops = 1e12;
+    run_training(t, data, o);
+    const std::vector<nlohmann::json> lines = read_metrics((dir / "metrics.jsonl").string());
+    std::vector<int64_t> steps;
+    for (const auto& l : lines) steps.push_back(l["step"].get<int64_t>());
+    EXPECT_EQ(steps, (std::vector<int64_t>{3, 4, 7, 9, 11}));
+    for (const auto& l : lines) {
+        const int64_t s = l["step"].get<int64_t>();
+        for (const char* key : {"loss", "lr", "grad_norm", "clip_scale", "tokens", "strategies", "tokens_per_s", "mfu"})
+            EXPECT_TRUE(l.contains(key)) << key << " in " << l.dump();
+        EXPECT_EQ(l.contains("val_loss"), s == 3 || s == 7 || s == 11) << l.dump();
+        EXPECT_EQ(l["tokens"].get<int64_t>(), (s + 1) * cfg.batch_size * cfg.seq_len);
+        EXPECT_DOUBLE_EQ(l["lr"].get<double>(), cfg.schedule.lr_at(s, cfg.optimizer.lr));
+        EXPECT_EQ(l["strategies"], nlohmann::json({{"BF16", cfg.model.n_layers * kProjectionCount * 3}}));
+        EXPECT_GT(l["mfu"].get<double>(), 0.0);
+    }
+    const std::string config_text = read_text_file((dir / "config.json").string());
+    const nlohmann::json config = nlohmann::json::parse(config_text);
+    EXPECT_EQ(config["recipe"]["precision"], "bf16");
+    EXPECT_EQ(config["train_config"], train_config_to_json(cfg));
+    // 6·(block projections + LM head) + 12·L·q_dim·T, by hand for the tiny preset.
+    const double per_layer = 64.0 * 64 * 4 - 2 * 64.0 * 32 + 3 * 64.0 * 256;  // q, o: 64x64; k, v: 32x64; ffn 3x
+    EXPECT_DOUBLE_EQ(model_flops_per_token(cfg.model, 64), 6 * (2 * per_layer + 512.0 * 64) + 12.0 * 2 * 64 * 64);
+}
+
+TEST(TrainRun, RefusesAnotherRunsDirectory) {
+    const TokenShardSet data = TokenShardSet::open(tiny_shards().string());
+    const fs::path dir = fresh_dir("another");
+    {
+        CpuTrainer t(tiny_run(4));
+        RunOptions o = quiet_run(dir);
+        o.stop_at = 2;
+        run_training(t, data, o);
+    }
+    CpuTrainer same(tiny_run(4));
+    expect_error_with([&] { run_training(same, data, quiet_run(dir)); }, ErrorKind::usage, {dir.string(), "--resume"});
+    TrainConfig other_lr = tiny_run(4);
+    other_lr.optimizer.lr = 1e-3;
+    CpuTrainer other(other_lr);
+    RunOptions o = quiet_run(dir);
+    o.resume = true;
+    expect_error_with([&] { run_training(other, data, o); }, ErrorKind::usage,
+                      {"config.json", "/train_config/optimizer/lr", "0.003", "0.001"});
+    CpuTrainer other_recipe(tiny_run(4), recipe_of(Precision::mxfp4));
+    expect_error_with([&] { run_training(other_recipe, data, o); }, ErrorKind::usage, {"/recipe/precision", "mxfp4"});
+}
+
+TEST(TrainCheckpoint, TruncatedOrCorruptFilesAreNamed) {
+    const fs::path dir = fresh_dir("corrupt");
+    CpuTrainer t(tiny_run(4));
+    const Batch batch = pattern_batch(t.config(), 2);
+    t.step(batch.view());
+    const std::string json = save_checkpoint(dir.string(), {t.state(), 1});
+    const std::string bin = (dir / "checkpoints" / "step_00000001.bin").string();
+    EXPECT_EQ(newest_checkpoint(dir.string()), json);
+    const Checkpoint back = load_checkpoint(json, t.layout().total());
+    EXPECT_EQ(back.state.params, t.params());
+    EXPECT_EQ(back.metrics_lines, 1);
+    EXPECT_EQ(back.state.steps_done, 1);
+    expect_error_with([&] { load_checkpoint(json, t.layout().total() + 1); }, ErrorKind::input, {bin, "parameters"});
+
+    const std::vector<uint8_t> good = read_file(bin);
+    std::vector<uint8_t> bytes = good;
+    bytes[bytes.size() / 2] ^= 0x40;
+    write_file_atomic(bin, bytes.data(), bytes.size());
+    expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {bin, "corrupt"});
+    bytes = good;
+    bytes[20] ^= 1;  // in the header
+    write_file_atomic(bin, bytes.data(), bytes.size());
+    expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {bin, "header"});
+    for (const size_t size : {size_t(20), good.size() - 4}) {
+        write_file_atomic(bin, good.data(), size);
+        expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {bin, "truncated"});
+    }
+    write_file_atomic(bin, good.data(), good.size());
+    const std::string half = "{\"format\": \"lowbit-train-chec";
+    write_file_atomic(json, half.data(), half.size());
+    expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {json});
+}
+
+TEST(TrainSteps, NonFiniteLossOrGradientNamesTheStep) {
+    const TrainConfig cfg = tiny_run(6);
+    CpuTrainer t(cfg);
+    const Batch batch = pattern_batch(cfg, 3);
+    t.step(batch.view());
+    t.step(batch.view());
+    t.params()[size_t(t.layout().find("output_norm.weight").offset)] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> before = t.params();
+    expect_error_with([&] { t.step(batch.view()); }, ErrorKind::runtime, {"step 2", "loss is NaN/Inf"});
+    EXPECT_EQ(t.steps_done(), 2);  // no update
+    EXPECT_EQ(std::memcmp(before.data(), t.params().data(), before.size() * 4), 0);
+
+    // A linear whose weight gradient is NaN: the gradient check names the step and the tensor.
+    struct NanWeightGradient final : TrainLinear {
+        DenseTrainLinear dense;
+        void forward(ConstMatF x, ConstMatF w, MatF y, float beta) override { dense.forward(x, w, y, beta); }
+        void backward_data(ConstMatF dy, ConstMatF w, MatF dx, float beta) override { dense.backward_data(dy, w, dx, beta); }
+        void backward_weight(ConstMatF, ConstMatF, MatF dw, float) override {
+            dw.row(0)[0] = std::numeric_limits<float>::infinity();
+        }
+        std::string describe() const override { return "nan wgrad"; }
+    };
+    TrainLinears linears = dense_train_linears(cfg.model);
+    linears.blocks[1][size_t(Projection::v)] = std::make_unique<NanWeightGradient>();
+    CpuTrainer bad(cfg, std::move(linears));
+    expect_error_with([&] { bad.step(batch.view()); }, ErrorKind::runtime,
+                      {"step 0: ", "blk.1.attn_v.weight", "not finite"});
+    EXPECT_EQ(bad.steps_done(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// plot and exports
+
+TEST(TrainRun, PlotOfTwoRunsIsAValidSvg) {
+    const TokenShardSet data = TokenShardSet::open(tiny_shards().string());
+    const fs::path a = fresh_dir("plot_a"), b = fresh_dir("plot_b");
+    CpuTrainer ta(tiny_run(4));
+    run_training(ta, data, quiet_run(a));
+    CpuTrainer tb(tiny_run(4), recipe_of(Precision::mxfp4_iht));
+    run_training(tb, data, quiet_run(b));
+    const LinePlot plot = run_curves_plot({a.string(), b.string()}, "loss", "");
+    ASSERT_EQ(plot.series.size(), 2u);
+    EXPECT_EQ(plot.series[0].label, "bf16");
+    EXPECT_EQ(plot.series[1].label, "mxfp4-iht");
+    EXPECT_EQ(plot.series[0].x, (std::vector<double>{1, 2, 3, 4}));
+    const LinePlot val = run_curves_plot({a.string(), b.string()}, "val_loss", "");
+    EXPECT_EQ(val.series[1].x, (std::vector<double>{4}));
+    const fs::path svg = a / "loss.svg";
+    write_figure(svg.string(), plot);
+    const std::string text = read_text_file(svg.string());
+    EXPECT_TRUE(text.starts_with("<?xml") || text.starts_with("<svg")) << text.substr(0, 40);
+    EXPECT_NE(text.find("</svg>"), std::string::npos);
+    EXPECT_NE(text.find("mxfp4-iht"), std::string::npos);
+    expect_error_with([&] { run_curves_plot({a.string()}, "grad", ""); }, ErrorKind::usage, {"grad"});
+    expect_error_with([&] { run_curves_plot({(a / "none").string()}, "loss", ""); }, ErrorKind::input, {"metrics.jsonl"});
+}
+
+// The loss of a model read back from a file, on `batch`, through the same training forward.
+double loss_of(const LlamaModel& m, const Batch& batch) {
+    const ParamLayout layout(m.config);
+    const std::vector<float> params = params_from_model(layout, m);
+    TrainLinears linears = dense_train_linears(m.config);
+    TrainActivations acts;
+    return train_forward(layout, params.data(), linears, batch.view(), acts);
+}
+
+TEST(TrainExport, HfAndGgufReadBackGiveTheTrainersLoss) {
+    const TrainConfig cfg = tiny_run(3);
+    CpuTrainer t(cfg);
+    const Batch batch = pattern_batch(cfg, 4);
+    for (int s = 0; s < 3; ++s) t.step(batch.view());
+    const double loss = t.loss(batch.view());
+    const LlamaModel model = to_llama_model(t.layout(), t.params().data());
+    const fs::path dir = fresh_dir("export");
+    export_hf_checkpoint(model, (dir / "hf").string());
+    // FP32 files hold the very weights; the GGUF's q/k rows are permuted to adjacent pairing, which rotates
+    // the same pairs: the loss agrees to FP32 rounding of the reordered sums.
+    EXPECT_NEAR(loss_of(load_llama_model((dir / "hf").string()), batch), loss, 1e-6 * loss);
+    const std::string gguf = (dir / "model.gguf").string();
+    export_llama_gguf(model, gguf, GgufType::F32, nullptr);
+    const LlamaModel back = load_llama_model(gguf);
+    EXPECT_EQ(back.config.rope_pairing, RopePairing::adjacent);
+    EXPECT_NEAR(loss_of(back, batch), loss, 1e-6 * loss);
+    EXPECT_EQ(GgufFile::open(gguf).get_string("tokenizer.ggml.model"), "none");
+    // F16 / BF16 round every matrix to 11 / 8 significant bits (relative 2^-12 / 2^-9 per weight, random in
+    // sign): measured loss changes are ~1e-5 / ~1e-4 relative; bounds 1e-3 and 1e-2 catch a wrong layout (≫ 0.1).
+    for (const auto& [type, tol] : {std::pair{GgufType::F16, 1e-3}, std::pair{GgufType::BF16, 1e-2}}) {
+        export_llama_gguf(model, gguf, type, nullptr);
+        const GgufFile f = GgufFile::open(gguf);
+        EXPECT_EQ(f.tensor("blk.0.attn_q.weight").type, type);
+        EXPECT_EQ(f.tensor("blk.0.attn_norm.weight").type, GgufType::F32);
+        EXPECT_EQ(f.get_int("general.file_type"), type == GgufType::F16 ? 1 : 32);
+        EXPECT_NEAR(loss_of(load_llama_model(gguf), batch), loss, tol * loss);
+    }
+    expect_error_with([] { parse_export_dtype("q4_0"); }, ErrorKind::usage, {"q4_0", "bf16"});
+}
+
+TEST(TrainExport, GgufCarriesTheShardsTokenizer) {
+    const std::string gpt2 = (fs::path(shared_data_dir()) / "tokenizers" / "gpt2").string();
+    if (!fs::exists(fs::path(gpt2) / "encoder.json")) GTEST_SKIP() << "no GPT-2 tokenizer files in the shared data";
+    TokenShardManifest m;
+    m.vocab_size = 50257;
+    m.tokenizer = "gpt2/gpt2/50257/0123456789abcdef";
+    m.info = {{"tokenizer_source", gpt2}};
+    std::string why;
+    const std::optional<Tokenizer> tok = shard_set_tokenizer(m, "", why);
+    ASSERT_TRUE(tok.has_value()) << why;
+    LlamaConfig c = train_preset("tiny").model;
+    c.vocab_size = int64_t(tok->vocab_size());
+    const LlamaModel model{c, random_llama_weights(c, 3)};
+    const std::string gguf = (fresh_dir("tokenizer").string() + ".gguf");
+    export_llama_gguf(model, gguf, GgufType::F16, &*tok);
+    const GgufFile f = GgufFile::open(gguf);
+    EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "gpt-2");  // llama.cpp's name
+    const Tokenizer back = Tokenizer::from_gguf(f);
+    const std::string text = "The State of the Union is strong.\n";
+    EXPECT_EQ(back.encode(text, false), tok->encode(text, false));
+    EXPECT_EQ(back.eos_id(), tok->eos_id());
+    fs::remove(gguf);
+
+    m.tokenizer = "gpt2/gpt2/49152/0123456789abcdef";  // another vocabulary
+    expect_error_with([&] { shard_set_tokenizer(m, "", why); }, ErrorKind::input, {"49152"});
+    m.info = nlohmann::json::object();
+    EXPECT_FALSE(shard_set_tokenizer(m, "", why).has_value());
+    EXPECT_NE(why.find("--tokenizer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lowbit
