@@ -28,6 +28,7 @@
 #include "train/train_linear.h"
 #include "train/train_model.h"
 #include "train/trainer_cpu.h"
+#include "train_test_util.h"
 
 namespace lowbit {
 namespace {
@@ -57,22 +58,8 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
 }
 
 // Inputs and next-token targets of n_seq random sequences.
-struct Batch {
-    std::vector<int32_t> inputs, targets;
-    BatchShape shape;
-    TokenBatch view() const { return {inputs.data(), targets.data(), shape}; }
-};
-
 Batch random_batch(const LlamaConfig& c, BatchShape shape, uint64_t seed) {
-    Batch b;
-    b.shape = shape;
-    const std::vector<int32_t> stream = random_tokens(shape.n_seq * (shape.n_tok + 1), c.vocab_size, seed);
-    for (int64_t s = 0; s < shape.n_seq; ++s)
-        for (int64_t t = 0; t < shape.n_tok; ++t) {
-            b.inputs.push_back(stream[size_t(s * (shape.n_tok + 1) + t)]);
-            b.targets.push_back(stream[size_t(s * (shape.n_tok + 1) + t + 1)]);
-        }
-    return b;
+    return batch_from_stream(random_tokens(shape.n_seq * (shape.n_tok + 1), c.vocab_size, seed), shape);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@
 #include "train/train_export.h"
 #include "train/trainer_cpu.h"
 #include "train/training_run.h"
+#include "train_test_util.h"
 
 namespace lowbit {
 namespace {
@@ -84,22 +85,8 @@ std::vector<int32_t> pattern_tokens(int64_t n, int seed) {
     return t;
 }
 
-struct Batch {
-    std::vector<int32_t> inputs, targets;
-    BatchShape shape;
-    TokenBatch view() const { return {inputs.data(), targets.data(), shape}; }
-};
-
 Batch pattern_batch(const TrainConfig& c, int seed) {
-    Batch b;
-    b.shape = {c.batch_size, c.seq_len};
-    const std::vector<int32_t> t = pattern_tokens(c.batch_size * (c.seq_len + 1), seed);
-    for (int64_t s = 0; s < c.batch_size; ++s)
-        for (int64_t i = 0; i < c.seq_len; ++i) {
-            b.inputs.push_back(t[size_t(s * (c.seq_len + 1) + i)]);
-            b.targets.push_back(t[size_t(s * (c.seq_len + 1) + i + 1)]);
-        }
-    return b;
+    return batch_from_stream(pattern_tokens(c.batch_size * (c.seq_len + 1), seed), {c.batch_size, c.seq_len});
 }
 
 Recipe recipe_of(Precision p, int calibration_steps = 30) {

@@ -446,22 +446,7 @@ TEST(CudaTrainOps, EmbeddingBackwardIsBitExact) {
 // ---------------------------------------------------------------------------------------------------
 // AdamW
 
-// AdamW::step's FP32 constants, computed as it computes them.
-AdamwStepArgs adamw_args(const AdamWConfig& o, int64_t t, double lr, float grad_scale) {
-    AdamwStepArgs a{};
-    a.lr = float(lr);
-    a.beta1 = float(o.beta1);
-    a.beta2 = float(o.beta2);
-    a.one_minus_beta1 = float(1.0 - o.beta1);
-    a.one_minus_beta2 = float(1.0 - o.beta2);
-    a.eps = float(o.eps);
-    a.weight_decay = float(o.weight_decay);
-    a.grad_scale = grad_scale;
-    a.bias_correction1 = float(1.0 - std::pow(o.beta1, double(t)));
-    a.bias_correction2 = float(1.0 - std::pow(o.beta2, double(t)));
-    return a;
-}
-
+// adamw_step_args + adamw_step_cuda against AdamW::step: bit for bit over several steps, one of them clipped.
 TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
     REQUIRE_GPU();
     LlamaConfig c;
@@ -494,7 +479,7 @@ TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
         const float scale = t == 2 ? 0.37f : 1.0f;  // a clipped step
         cpu.step(params.data(), grads.data(), lr, scale);
         g.upload(grads.data(), grads.size());
-        adamw_step_cuda(p.data(), g.data(), m.data(), v.data(), d_mask.data(), n, adamw_args(cfg, t, lr, scale),
+        adamw_step_cuda(p.data(), g.data(), m.data(), v.data(), d_mask.data(), n, adamw_step_args(cfg, t, lr, scale),
                         bf16_ptr(p_bf16));
         device_sync();
         const std::string step = " step " + std::to_string(t);

@@ -19,36 +19,24 @@
 #include "cuda_test_util.h"
 #include "train/trainer.h"
 #include "train/trainer_cpu.h"
+#include "../train_test_util.h"
 
 namespace lowbit {
 namespace {
 
-struct Batch {
-    std::vector<int32_t> inputs, targets;
-    BatchShape shape;
-    TokenBatch view() const { return {inputs.data(), targets.data(), shape}; }
-};
-
 Batch random_batch(const TrainConfig& c, uint64_t seed) {
-    Batch b;
-    b.shape = {c.batch_size, c.seq_len};
-    for (int64_t r = 0; r < b.shape.rows(); ++r) {
-        b.inputs.push_back(int32_t(counter_random24(seed, uint64_t(2 * r)) % uint32_t(c.model.vocab_size)));
-        b.targets.push_back(int32_t(counter_random24(seed, uint64_t(2 * r + 1)) % uint32_t(c.model.vocab_size)));
-    }
-    return b;
+    std::vector<int32_t> stream(size_t(c.batch_size * (c.seq_len + 1)));
+    for (size_t i = 0; i < stream.size(); ++i)
+        stream[i] = int32_t(counter_random24(seed, i) % uint32_t(c.model.vocab_size));
+    return batch_from_stream(stream, {c.batch_size, c.seq_len});
 }
 
-// A repeated phrase of 16 tokens: learnable in a few dozen steps.
+// A repeated phrase of 16 tokens, each sequence at another phase: learnable in a few dozen steps.
 Batch phrase_batch(const TrainConfig& c) {
-    Batch b;
-    b.shape = {c.batch_size, c.seq_len};
+    std::vector<int32_t> stream;
     for (int64_t s = 0; s < c.batch_size; ++s)
-        for (int64_t t = 0; t < c.seq_len; ++t) {
-            b.inputs.push_back(int32_t((7 * ((t + 3 * s) % 16) + 11) % c.model.vocab_size));
-            b.targets.push_back(int32_t((7 * ((t + 3 * s + 1) % 16) + 11) % c.model.vocab_size));
-        }
-    return b;
+        for (int64_t t = 0; t <= c.seq_len; ++t) stream.push_back(int32_t((7 * ((t + 3 * s) % 16) + 11) % c.model.vocab_size));
+    return batch_from_stream(stream, {c.batch_size, c.seq_len});
 }
 
 TrainConfig tiny(int64_t steps, bool tied = true) {

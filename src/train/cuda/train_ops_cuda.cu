@@ -711,6 +711,21 @@ void embedding_backward_cuda(const int32_t* ids, const int32_t* offsets, const i
     CUDA_CHECK(cudaGetLastError());
 }
 
+AdamwStepArgs adamw_step_args(const AdamWConfig& config, int64_t t, double lr, float grad_scale) {
+    AdamwStepArgs a{};
+    a.lr = float(lr);
+    a.beta1 = float(config.beta1);
+    a.beta2 = float(config.beta2);
+    a.one_minus_beta1 = float(1.0 - config.beta1);
+    a.one_minus_beta2 = float(1.0 - config.beta2);
+    a.eps = float(config.eps);
+    a.weight_decay = float(config.weight_decay);
+    a.grad_scale = grad_scale;
+    a.bias_correction1 = float(1.0 - std::pow(config.beta1, double(t)));
+    a.bias_correction2 = float(1.0 - std::pow(config.beta2, double(t)));
+    return a;
+}
+
 void adamw_step_cuda(float* params, const float* grads, float* m, float* v, const uint8_t* decay_mask, int64_t n,
                      const AdamwStepArgs& a, __nv_bfloat16* params_bf16, cudaStream_t stream) {
     const char* op = "adamw_step_cuda";

@@ -18,6 +18,7 @@
 #include "core/cuda_device.h"
 #include "model/config.h"
 #include "model/forward_cpu.h"
+#include "train/optimizer.h"
 
 namespace lowbit {
 
@@ -91,6 +92,8 @@ struct AdamwStepArgs {
     float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale, bias_correction1,
         bias_correction2;
 };
+// The constants of update number t (from 1) with learning rate lr, computed as AdamW::step computes them.
+AdamwStepArgs adamw_step_args(const AdamWConfig& config, int64_t t, double lr, float grad_scale);
 void adamw_step_cuda(float* params, const float* grads, float* m, float* v, const uint8_t* decay_mask, int64_t n,
                      const AdamwStepArgs& a, __nv_bfloat16* params_bf16, cudaStream_t stream = 0);
 

@@ -247,6 +247,8 @@ std::string CudaTrainer::describe() const {
            precision_name(recipe_.recipe().precision);
 }
 
+// Device memory in use (cudaMemGetInfo: this process's allocations, cuBLAS's workspaces and the CUDA context),
+// sampled after the forward and after the backward of every step: the peak of those samples.
 void CudaTrainer::track_memory() {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -549,6 +551,7 @@ void CudaTrainer::backward() {
     embedding_backward_cuda(embed_ids_.data(), embed_offsets_.data(), embed_rows_.data(), int64_t(embed_plan_.ids.size()),
                             d_res_.data(), d, grad_of(master_.token_embd), stream_);
     mark("embedding backward");
+    track_memory();  // the backward's scratch (dlogits, prepared operands' A sides) is live here too
 }
 
 double CudaTrainer::loss(const TokenBatch& batch) {
@@ -591,18 +594,7 @@ StepStats CudaTrainer::step(const TokenBatch& batch) {
     s.clip_scale = grad_clip_scale(s.grad_norm, config_.optimizer.grad_clip);
     s.lr = config_.schedule.lr_at(s.step, config_.optimizer.lr);
     ++t_;
-    const AdamWConfig& o = config_.optimizer;
-    AdamwStepArgs a{};
-    a.lr = float(s.lr);
-    a.beta1 = float(o.beta1);
-    a.beta2 = float(o.beta2);
-    a.one_minus_beta1 = float(1.0 - o.beta1);
-    a.one_minus_beta2 = float(1.0 - o.beta2);
-    a.eps = float(o.eps);
-    a.weight_decay = float(o.weight_decay);
-    a.grad_scale = s.clip_scale;
-    a.bias_correction1 = float(1.0 - std::pow(o.beta1, double(t_)));
-    a.bias_correction2 = float(1.0 - std::pow(o.beta2, double(t_)));
+    const AdamwStepArgs a = adamw_step_args(config_.optimizer, t_, s.lr, s.clip_scale);
     adamw_step_cuda(params_.data(), grads_.data(), m_.data(), v_.data(), decay_mask_.data(), layout_.total(), a,
                     params_bf16_.data(), stream_);
     mark("adamw");
