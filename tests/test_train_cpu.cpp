@@ -51,15 +51,9 @@ LlamaConfig check_config(bool tied, int64_t kv_heads, RopePairing pairing) {
     return c;
 }
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t(counter_random24(seed, uint64_t(i)) % uint32_t(vocab));
-    return t;
-}
-
 // Inputs and next-token targets of n_seq random sequences.
 Batch random_batch(const LlamaConfig& c, BatchShape shape, uint64_t seed) {
-    return batch_from_stream(random_tokens(shape.n_seq * (shape.n_tok + 1), c.vocab_size, seed), shape);
+    return batch_from_stream(random_token_ids(shape.n_seq * (shape.n_tok + 1), c.vocab_size, seed), shape);
 }
 
 // ---------------------------------------------------------------------------------------------------

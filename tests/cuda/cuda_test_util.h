@@ -162,6 +162,14 @@ inline ::testing::AssertionResult bf16_equal(const std::vector<uint16_t>& want, 
 // ---------------------------------------------------------------------------------------------------
 // Test data.
 
+// n standard-normal values (core/random_fill.h's stream for `seed`) times `scale`.
+inline std::vector<float> gaussian_vector(int64_t n, uint64_t seed, float scale = 1.0f) {
+    std::vector<float> v(static_cast<size_t>(n));
+    fill_gaussian(v.data(), n, seed);
+    for (float& x : v) x *= scale;
+    return v;
+}
+
 inline std::vector<float> gaussian(int64_t rows, int64_t cols, uint64_t seed) {
     std::vector<float> x(size_t(rows * cols));
     fill_gaussian(x.data(), int64_t(x.size()), seed);

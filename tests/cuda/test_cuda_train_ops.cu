@@ -20,6 +20,7 @@
 #include "core/random_fill.h"
 #include "model/forward_cpu.h"
 #include "train/backward_cpu.h"
+#include "../train_test_util.h"
 #include "train/cuda/train_ops_cuda.cuh"
 #include "train/optimizer.h"
 #include "train/param_layout.h"
@@ -30,19 +31,6 @@ using namespace lowbit::testing_util;
 namespace {
 
 constexpr double kU = 0x1p-24;  // FP32 unit roundoff
-
-std::vector<float> randn(int64_t n, uint64_t seed, float scale = 1.0f) {
-    std::vector<float> v(static_cast<size_t>(n));
-    fill_gaussian(v.data(), n, seed);
-    for (float& x : v) x *= scale;
-    return v;
-}
-
-std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t(counter_random24(seed, uint64_t(i)) % uint32_t(vocab));
-    return t;
-}
 
 // The values a BF16 tensor holds (x rounded to nearest even).
 std::vector<float> bf16_values(const std::vector<float>& x) { return from_bf16(to_bf16(x)); }
@@ -95,13 +83,13 @@ constexpr float kEps = 1e-5f;
 
 // x with row magnitudes 2^-3 … 2^3, and a gain around 1.
 std::vector<float> norm_input(NormCase c, uint64_t seed) {
-    std::vector<float> x = randn(c.rows * c.d, seed);
+    std::vector<float> x = gaussian_vector(c.rows * c.d, seed);
     for (int64_t r = 0; r < c.rows; ++r)
         for (int64_t i = 0; i < c.d; ++i) x[size_t(r * c.d + i)] = std::ldexp(x[size_t(r * c.d + i)], int(r % 7) - 3);
     return x;
 }
 std::vector<float> norm_gain(int64_t d, uint64_t seed) {
-    std::vector<float> w = randn(d, seed, 0.5f);
+    std::vector<float> w = gaussian_vector(d, seed, 0.5f);
     for (float& v : w) v += 1.0f;
     return w;
 }
@@ -145,8 +133,8 @@ TEST(CudaTrainOps, RmsNormForwardMatchesTheCpu) {
 TEST(CudaTrainOps, RmsNormBackwardMatchesTheCpuAndIsDeterministic) {
     REQUIRE_GPU();
     for (const NormCase c : kNormCases) {
-        const std::vector<float> x = norm_input(c, 21), w = norm_gain(c.d, 22), dy = randn(c.rows * c.d, 23);
-        const std::vector<float> dx0 = randn(c.rows * c.d, 24, 0.1f), dw0 = randn(c.d, 25);
+        const std::vector<float> x = norm_input(c, 21), w = norm_gain(c.d, 22), dy = gaussian_vector(c.rows * c.d, 23);
+        const std::vector<float> dx0 = gaussian_vector(c.rows * c.d, 24, 0.1f), dw0 = gaussian_vector(c.d, 25);
         std::vector<float> dx_cpu = dx0, dw_cpu = dw0;
         rms_norm_backward_rows(x.data(), w.data(), dy.data(), c.rows, c.d, kEps, dx_cpu.data(), dw_cpu.data());
 
@@ -214,7 +202,7 @@ TEST(CudaTrainOps, RopeIsBitExactBothPairingsAndDirections) {
                     std::vector<float> cos_t, sin_t;
                     rope_tables(c, shape.n_tok, cos_t, sin_t);
                     const int64_t n = shape.rows() * n_heads * head_dim;
-                    const std::vector<uint16_t> x = to_bf16(randn(n, 31 + uint64_t(head_dim)));
+                    const std::vector<uint16_t> x = to_bf16(gaussian_vector(n, 31 + uint64_t(head_dim)));
                     std::vector<float> want = from_bf16(x);
                     if (inverse)
                         apply_rope_backward(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
@@ -241,8 +229,8 @@ TEST(CudaTrainOps, RopeIsBitExactBothPairingsAndDirections) {
 TEST(CudaTrainOps, SwigluForwardAndBackwardMatchTheCpu) {
     REQUIRE_GPU();
     for (const int64_t n : {int64_t(1), int64_t(7), int64_t(8003), int64_t(1) << 20}) {
-        const std::vector<float> g = bf16_values(randn(n, 41, 3.0f)), u = bf16_values(randn(n, 42));
-        const std::vector<float> ds = bf16_values(randn(n, 43, 0.1f));
+        const std::vector<float> g = bf16_values(gaussian_vector(n, 41, 3.0f)), u = bf16_values(gaussian_vector(n, 42));
+        const std::vector<float> ds = bf16_values(gaussian_vector(n, 43, 0.1f));
         std::vector<float> s_cpu(static_cast<size_t>(n)), dg_cpu(static_cast<size_t>(n)), du_cpu(static_cast<size_t>(n));
         swiglu(g.data(), u.data(), n, s_cpu.data());
         swiglu_backward(g.data(), u.data(), ds.data(), n, dg_cpu.data(), du_cpu.data());
@@ -304,8 +292,8 @@ TEST(CudaTrainOps, CrossEntropyMatchesTheCpuAndItsMeanSums) {
     REQUIRE_GPU();
     for (const CeCase c : kCeCases) {
         const int64_t V = c.vocab;
-        std::vector<float> logits = randn(c.rows * V, 51 + uint64_t(V), 2.0f);
-        const std::vector<int32_t> targets = random_ids(c.rows, V, 52);
+        std::vector<float> logits = gaussian_vector(c.rows * V, 51 + uint64_t(V), 2.0f);
+        const std::vector<int32_t> targets = random_token_ids(c.rows, V, 52);
         for (int64_t r = 0; r < c.rows; ++r) {
             float* row = logits.data() + r * V;
             if (r % 3 == 1) row[targets[size_t(r)]] += 25.0f;  // confident: p − 1 of the target is tiny
@@ -373,7 +361,7 @@ TEST(CudaTrainOps, SumsAreDeterministicAndWithin1e12OfExactSums) {
     SumWorkspace ws;
     for (const int64_t n : {int64_t(1), int64_t(5), int64_t(4099), (int64_t(1) << 20) + 3, int64_t(10000019)})
         for (const int64_t offset : {0, 1}) {  // offset 1: not 16-byte aligned, the scalar path
-            std::vector<float> x = randn(n + offset, 61 + uint64_t(n));
+            std::vector<float> x = gaussian_vector(n + offset, 61 + uint64_t(n));
             for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * float(1 + i % 5) + 0.25f;  // a positive mean
             long double sum = 0, squares = 0, abs_sum = 0;
             for (size_t i = size_t(offset); i < x.size(); ++i) {
@@ -421,18 +409,18 @@ TEST(CudaTrainOps, EmbeddingBackwardPlanGroupsRowsByTokenInOrder) {
     EXPECT_EQ(p.ids, (std::vector<int32_t>{0, 2, 5, 9}));
     EXPECT_EQ(p.offsets, (std::vector<int32_t>{0, 1, 3, 6, 7}));
     EXPECT_EQ(p.rows, (std::vector<int32_t>{3, 1, 4, 0, 2, 5, 6}));
-    const std::vector<int32_t> many = random_ids(1000, 37, 71);
+    const std::vector<int32_t> many = random_token_ids(1000, 37, 71);
     expect_valid_plan(embedding_backward_plan(many.data(), int64_t(many.size())), many);
 }
 
 TEST(CudaTrainOps, EmbeddingBackwardIsBitExact) {
     REQUIRE_GPU();
     const int64_t rows = 300, vocab = 50;
-    const std::vector<int32_t> tokens = random_ids(rows, vocab, 72);
+    const std::vector<int32_t> tokens = random_token_ids(rows, vocab, 72);
     const EmbeddingBackwardPlan plan = embedding_backward_plan(tokens.data(), rows);
     DeviceBuffer<int32_t> ids = to_device(plan.ids), offsets = to_device(plan.offsets), row_ids = to_device(plan.rows);
     for (const int64_t d : {64, 33, 768}) {
-        const std::vector<float> d_hidden = randn(rows * d, 73), table0 = randn(vocab * d, 74);  // table0: a tied head's dW
+        const std::vector<float> d_hidden = gaussian_vector(rows * d, 73), table0 = gaussian_vector(vocab * d, 74);  // table0: a tied head's dW
         std::vector<float> want = table0;
         embedding_backward(tokens.data(), d_hidden.data(), rows, d, want.data());
         DeviceBuffer<float> dh = to_device(d_hidden), table = to_device(table0);
@@ -463,7 +451,7 @@ TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
     const int64_t n = layout.total();
     AdamWConfig cfg;
     AdamW cpu(layout, cfg);
-    std::vector<float> params = randn(n, 81, 0.05f);
+    std::vector<float> params = gaussian_vector(n, 81, 0.05f);
     std::vector<uint8_t> mask(size_t(n), 0);
     for (const ParamTensor& t : layout.tensors())
         std::fill(mask.begin() + t.offset, mask.begin() + t.offset + t.size(), uint8_t(t.weight_decay() ? 1 : 0));
@@ -473,7 +461,7 @@ TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
     DeviceBuffer<uint16_t> p_bf16 = poisoned<uint16_t>(static_cast<size_t>(n));
     DeviceBuffer<float> g(static_cast<size_t>(n));
     for (int64_t t = 1; t <= 3; ++t) {
-        std::vector<float> grads = randn(n, 90 + uint64_t(t), 0.01f);
+        std::vector<float> grads = gaussian_vector(n, 90 + uint64_t(t), 0.01f);
         for (size_t i = 0; i < grads.size(); i += 7) grads[i] *= 1000.0f;  // spread the magnitudes
         const double lr = 1e-3 * double(t);
         const float scale = t == 2 ? 0.37f : 1.0f;  // a clipped step
@@ -495,7 +483,7 @@ TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
 
 // Gaussian values with exact BF16 rounding ties of both parities, ±∞, ±0 and subnormals mixed in.
 std::vector<float> cast_input(int64_t n, uint64_t seed) {
-    std::vector<float> x = randn(n, seed, 3.0f);
+    std::vector<float> x = gaussian_vector(n, seed, 3.0f);
     const float specials[] = {bits_float(0x3F808000u), bits_float(0x3F818000u), bits_float(0xBF808000u), INFINITY,
                               -INFINITY, 0.0f, -0.0f, bits_float(0x00012345u), bits_float(0x80008000u), 1e-40f};
     for (int64_t i = 0; i < n; i += 5) x[size_t(i)] = specials[(i / 5) % 10];

@@ -33,13 +33,6 @@ using namespace lowbit::testing_util;
 
 namespace {
 
-std::vector<float> gaussian(int64_t n, uint64_t seed, float scale = 1.0f) {
-    std::vector<float> v(static_cast<size_t>(n));
-    fill_gaussian(v.data(), n, seed);
-    for (auto& x : v) x *= scale;
-    return v;
-}
-
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
     std::vector<int32_t> t(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t(counter_random24(seed, uint64_t(i)) % uint32_t(vocab));
@@ -253,7 +246,7 @@ TEST(ModelCudaOps, RmsNormMatchesCpu) {
     REQUIRE_GPU();
     for (int64_t d : {32, 33, 576, 4096}) {
         const int64_t rows = 37 * 2;
-        auto x = gaussian(rows * d, 11, 3.0f), w = gaussian(d, 12, 0.1f);
+        auto x = gaussian_vector(rows * d, 11, 3.0f), w = gaussian_vector(d, 12, 0.1f);
         for (auto& v : w) v += 1.0f;
         std::vector<float> ref(x.size());
         rms_norm_rows(x.data(), w.data(), rows, d, 1e-5f, ref.data());
@@ -283,7 +276,7 @@ TEST(ModelCudaOps, RopeMatchesCpuBitForBit) {
             const int64_t heads = 3;
             std::vector<float> cos_t, sin_t;
             rope_tables(c, shape.n_tok, cos_t, sin_t);
-            auto x = gaussian(shape.rows() * heads * hd, 21);
+            auto x = gaussian_vector(shape.rows() * heads * hd, 21);
             std::vector<float> ref = x;
             apply_rope(ref.data(), shape, heads, hd, p, cos_t.data(), sin_t.data());
             auto dx = to_device(x), dc = to_device(cos_t), ds = to_device(sin_t);
@@ -304,8 +297,8 @@ TEST(ModelCudaOps, AttentionMatchesCpu) {
         for (float q_scale : {1.0f, 3.0f}) {  // 3: peaked softmax
             const BatchShape shape{s.n_seq, s.n_tok};
             const int64_t rows = shape.rows();
-            auto q = gaussian(rows * s.heads * s.head_dim, 31, q_scale), k = gaussian(rows * s.kv_heads * s.head_dim, 32),
-                 v = gaussian(rows * s.kv_heads * s.head_dim, 33);
+            auto q = gaussian_vector(rows * s.heads * s.head_dim, 31, q_scale), k = gaussian_vector(rows * s.kv_heads * s.head_dim, 32),
+                 v = gaussian_vector(rows * s.kv_heads * s.head_dim, 33);
             std::vector<float> ref(q.size());
             attention_causal(q.data(), k.data(), v.data(), shape, s.heads, s.kv_heads, s.head_dim, ref.data());
             auto dq = to_device(q), dk = to_device(k), dv = to_device(v);
@@ -327,7 +320,7 @@ TEST(ModelCudaOps, AttentionMatchesCpu) {
 TEST(ModelCudaOps, SwigluBiasAndEmbeddingMatchCpu) {
     REQUIRE_GPU();
     const int64_t n = 37 * 2 * 48 + 1;
-    auto g = gaussian(n, 41, 4.0f), u = gaussian(n, 42);
+    auto g = gaussian_vector(n, 41, 4.0f), u = gaussian_vector(n, 42);
     std::vector<float> ref(static_cast<size_t>(n));
     swiglu(g.data(), u.data(), n, ref.data());
     auto dg = to_device(g), du = to_device(u);
@@ -341,7 +334,7 @@ TEST(ModelCudaOps, SwigluBiasAndEmbeddingMatchCpu) {
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(yb[i], bf16_round(y[i])) << "bf16 copy, element " << i;
 
     const int64_t rows = 37, width = 24;
-    auto yv = gaussian(rows * width, 43), bias = gaussian(width, 44);
+    auto yv = gaussian_vector(rows * width, 43), bias = gaussian_vector(width, 44);
     std::vector<float> yref = yv;
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t i = 0; i < width; ++i) yref[size_t(r * width + i)] += bias[size_t(i)];
@@ -350,7 +343,7 @@ TEST(ModelCudaOps, SwigluBiasAndEmbeddingMatchCpu) {
     EXPECT_EQ(to_host(dy), yref) << "bias add";
 
     const int64_t vocab = 61, d = 40;
-    auto table = gaussian(vocab * d, 45);
+    auto table = gaussian_vector(vocab * d, 45);
     const auto tok = random_tokens(rows, vocab, 46);
     const BatchShape shape{1, rows};
     LlamaConfig c = base_config();
@@ -380,7 +373,7 @@ TEST(ModelCudaOps, TokenNllRowsMatchHostScoring) {
     for (int64_t vocab : {61, 301, 4096, 49152})
         for (int dist = 0; dist < 2; ++dist) {
             const int64_t n = n_seq * rows_per_seq * vocab;
-            const auto logits = dist == 0 ? gaussian(n, seed++, 3.0f) : uniform(n, seed++, -80.0f, 80.0f);
+            const auto logits = dist == 0 ? gaussian_vector(n, seed++, 3.0f) : uniform(n, seed++, -80.0f, 80.0f);
             const auto targets = random_tokens(n_seq * n_score, vocab, seed++);
             const std::string name = "vocab " + std::to_string(vocab) + (dist == 0 ? ", gaussian x3" : ", uniform +-80");
             for (int64_t offset : {0, 1}) {
@@ -394,7 +387,7 @@ TEST(ModelCudaOps, TokenNllRowsHandlePeaksTiesAndNonFiniteLogits) {
     REQUIRE_GPU();
     for (int64_t vocab : {int64_t(4096), int64_t(4099)}) {  // float4 path, scalar path
         const int64_t n_rows = 9;
-        std::vector<float> logits = gaussian(n_rows * vocab, 600, 2.0f);
+        std::vector<float> logits = gaussian_vector(n_rows * vocab, 600, 2.0f);
         std::vector<int32_t> targets = random_tokens(n_rows, vocab, 601);
         auto row = [&](int64_t r) { return logits.data() + r * vocab; };
         std::fill(row(0), row(0) + vocab, 0.5f);  // constant: argmax 0, nll = log(vocab)
