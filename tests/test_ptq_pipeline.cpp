@@ -1,6 +1,7 @@
 // test_ptq_pipeline.cpp — the PTQ pipeline around the solvers: calibration statistics against one-shot
 // products, RoPE averaging against explicit rotations, the block loop (every method on a tiny GGUF model),
-// the GGUF export read back bit for bit, and resuming an interrupted run.
+// the GGUF export read back bit for bit, resuming an interrupted run, and W·A quantization (--act-bits):
+// the calibration sees the activation-quantized path, the exports record it, eval's reader finds it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "model_test_util.h"
 #include "ptq/calibration.h"
 #include "ptq/export_gguf.h"
+#include "ptq/export_safetensors.h"
 #include "ptq/quantize.h"
 
 namespace lowbit {
@@ -274,6 +276,219 @@ TEST(PtqPipeline, ResumedRunEqualsAnUninterruptedOne) {
     // A checkpoint of other options is refused, not silently reused.
     o.grid = parse_grid("q8_0");
     test::expect_error_mentions([&] { quantize_model(*reader, win, o, nullptr); }, "different run");
+}
+
+// --- W·A quantization (--act-bits) ---
+
+// The CPU calibration paths, recording what the block loop hands the solvers: per block, the quantized path's
+// input Xq and the statistics.
+struct CalibrationRecord {
+    std::vector<std::vector<float>> xq;
+    std::vector<BlockStatistics> stats;
+};
+
+class RecordingPaths final : public CalibrationPaths {
+public:
+    RecordingPaths(std::unique_ptr<CalibrationPaths> inner, CalibrationRecord* rec) : inner_(std::move(inner)), rec_(rec) {}
+    void embed(const LlamaModel& m, const std::vector<int32_t>& w, int64_t s, int64_t l, bool cross) override {
+        inner_->embed(m, w, s, l, cross);
+    }
+    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o) override {
+        std::vector<float> xq, xfp;
+        inner_->save(xq, xfp);
+        rec_->xq.push_back(std::move(xq));
+        rec_->stats.push_back(inner_->statistics(fp, layer, o));
+        return rec_->stats.back();
+    }
+    void propagate(const BlockWeights& q, int64_t layer) override { inner_->propagate(q, layer); }
+    void save(std::vector<float>& xq, std::vector<float>& xfp) const override { inner_->save(xq, xfp); }
+    void load(std::vector<float> xq, std::vector<float> xfp, int64_t s, int64_t l) override {
+        inner_->load(std::move(xq), std::move(xfp), s, l);
+    }
+    std::string device() const override { return inner_->device(); }
+    QuantSpec activations() const override { return inner_->activations(); }
+
+private:
+    std::unique_ptr<CalibrationPaths> inner_;
+    CalibrationRecord* rec_;
+};
+
+// y = A4(x)·Wᵀ with A4 the registry's int4 grid applied to each row of x by hand (per token, the format's
+// default options) — independent of FakeQuantLinear and quantize_activations.
+std::vector<float> int4_per_token(const std::vector<float>& x, int64_t cols) {
+    return quantize_dequantize(find_format("int4"), x.data(), int64_t(x.size()) / cols, cols, FormatOptions{});
+}
+
+class HandInt4ActLinear final : public Linear {
+public:
+    explicit HandInt4ActLinear(ConstMatF w) : w_(w) {}
+    void forward(ConstMatF x, MatF y, float beta) const override {
+        check_shapes(x, y);
+        std::vector<float> dense(size_t(x.size()));
+        for (int64_t r = 0; r < x.rows; ++r) std::copy(x.row(r), x.row(r) + x.cols, dense.begin() + r * x.cols);
+        const std::vector<float> xq = int4_per_token(dense, x.cols);
+        gemm_f32(ConstMatF(xq.data(), x.rows, x.cols), Trans::no, w_, Trans::yes, y, beta);
+    }
+    int64_t in_features() const override { return w_.cols; }
+    int64_t out_features() const override { return w_.rows; }
+    std::string describe() const override { return "hand int4 activations"; }
+
+private:
+    ConstMatF w_;
+};
+
+BlockLinears hand_int4_linears(const LlamaConfig& c, const BlockWeights& b) {
+    BlockLinears out;
+    for (Projection p : kProjections)
+        out.by_projection[size_t(p)] = std::make_unique<HandInt4ActLinear>(
+            ConstMatF(projection_weight(b, p).data(), projection_out_features(c, p), projection_in_features(c, p)));
+    return out;
+}
+
+double max_rel_diff_f(const std::vector<float>& a, const std::vector<float>& b) {
+    return max_rel_diff(a, std::vector<double>(b.begin(), b.end()));
+}
+
+struct ActBitsRun {
+    QuantizedModel q;
+    CalibrationRecord rec;
+};
+
+ActBitsRun run_recorded(const ModelReader& reader, PtqOptions o, const QuantSpec& acts) {
+    ActBitsRun run;
+    o.activations = acts;
+    CalibrationRecord* rec = &run.rec;
+    o.calibration_paths = [rec, acts](const LlamaConfig& c, int64_t batch) {
+        return std::make_unique<RecordingPaths>(cpu_calibration_paths(c, batch, acts), rec);
+    };
+    run.q = quantize_model(reader, tiny_windows(reader.config(), o), o, nullptr);
+    return run;
+}
+
+TEST(PtqActBits, CalibrationSeesTheActivationQuantizedPath) {
+    const LlamaModel m0 = ptq_model();
+    const std::string src = ptq_gguf(m0, "ptq_act_bits_src.gguf");
+    const auto reader = ModelReader::open(src);
+    const LlamaModel fp = load_llama_model(*reader);
+    const LlamaConfig& c = fp.config;
+    const PtqOptions o = tiny_options(PtqMethod::gptq, "q4_0");
+    const QuantSpec a4 = parse_activation_spec("4");
+    ASSERT_NE(a4.format, nullptr);
+    EXPECT_STREQ(a4.format->name, "int4");
+    EXPECT_EQ(parse_activation_spec("int4").format, a4.format);
+    EXPECT_EQ(parse_activation_spec("none").format, nullptr);
+
+    const ActBitsRun w4 = run_recorded(*reader, o, {});
+    const ActBitsRun w4a4 = run_recorded(*reader, o, a4);
+    ASSERT_EQ(w4a4.rec.xq.size(), size_t(c.n_layers));
+    // Block 0 sees the embeddings either way; block 1 sees the W4A4 block 0's output, not the W4 one's.
+    EXPECT_EQ(w4a4.rec.xq[0], w4.rec.xq[0]);
+    EXPECT_GT(max_rel_diff_f(w4a4.rec.xq[1], w4.rec.xq[1]), 1e-3);
+    EXPECT_GT(max_rel_diff_f(w4a4.rec.stats[1].h_attn, w4.rec.stats[1].h_attn), 1e-3);
+
+    // By hand: block 0 with its quantized weights and int4 activations per token at every projection input,
+    // batch by batch as the block loop runs it, then block 1's full-precision block on that output, its H_in
+    // taken of the int4 inputs.
+    const std::vector<int32_t> win = tiny_windows(c, o);
+    const int64_t S = o.calibration.samples, L = o.calibration.length, d = c.hidden_size;
+    std::vector<float> x1 = embed_tokens(c, fp.weights.token_embd.data(), win.data(), BatchShape{S, L});
+    const BlockLinears q0 = hand_int4_linears(c, w4a4.q.model.weights.blocks[0]);
+    const BlockLinears f1 = hand_int4_linears(c, fp.weights.blocks[1]);
+    std::vector<std::vector<float>> attn_in, ffn_act, attn_in_unquantized;
+    for (int64_t s0 = 0; s0 < S; s0 += o.batch) {
+        const BatchShape shape{std::min(o.batch, S - s0), L};
+        BlockScratch scratch;
+        block_forward(c, w4a4.q.model.weights.blocks[0], q0, 0, x1.data() + s0 * L * d, shape, scratch);
+        std::vector<float> x(x1.begin() + s0 * L * d, x1.begin() + (s0 + shape.n_seq) * L * d);
+        block_forward(c, fp.weights.blocks[1], f1, 1, x.data(), shape, scratch);
+        attn_in.push_back(int4_per_token(scratch.attn_in, d));
+        ffn_act.push_back(int4_per_token(scratch.ffn_act, c.ffn_size));
+        attn_in_unquantized.push_back(scratch.attn_in);
+    }
+    EXPECT_LT(max_rel_diff_f(w4a4.rec.xq[1], x1), 1e-5);
+    EXPECT_LT(max_rel_diff(w4a4.rec.stats[1].h_attn, gram(attn_in, d)), 1e-5);
+    EXPECT_LT(max_rel_diff(w4a4.rec.stats[1].h_down, gram(ffn_act, c.ffn_size)), 1e-5);
+    EXPECT_GT(max_rel_diff(w4a4.rec.stats[1].h_attn, gram(attn_in_unquantized, d)), 1e-3);  // Qa(x), not x
+
+    // The block loop's own paths (no factory) take --act-bits the same way: the same codes, and not W4's.
+    PtqOptions od = o;
+    od.activations = a4;
+    const QuantizedModel plain = quantize_model(*reader, win, od, nullptr);
+    bool differs = false;
+    for (const auto& [name, qw] : w4a4.q.linears) {
+        EXPECT_EQ(plain.linears.at(name).codes, qw.codes) << name;
+        differs |= w4.q.linears.at(name).codes != qw.codes;
+    }
+    EXPECT_TRUE(differs);
+    EXPECT_EQ(plain.record.activations, "int4");
+    EXPECT_EQ(w4.q.record.activations, "none");
+}
+
+TEST(PtqActBits, ExportsRecordTheActivationsAndEvalReadsThemBack) {
+    const LlamaModel m0 = ptq_model();
+    const std::string src = ptq_gguf(m0, "ptq_act_bits_export_src.gguf");
+    const auto reader = ModelReader::open(src);
+    const LlamaConfig& c = reader->config();
+    PtqOptions o = tiny_options(PtqMethod::gptq, "q4_0");
+    EXPECT_EQ(gguf_recorded_activations(src), "");  // not a lowbit export
+    const QuantizedModel w4 = quantize_model(*reader, tiny_windows(c, o), o, nullptr);
+    const std::string out_w4 = test::temp_path("ptq_act_bits_w4.gguf");
+    export_quantized_gguf(w4, src, out_w4, "q4_0");
+    EXPECT_EQ(gguf_recorded_activations(out_w4), "none");
+
+    o.activations = parse_activation_spec("4");
+    const ActBitsRun run = run_recorded(*reader, o, o.activations);
+    const std::string out = test::temp_path("ptq_act_bits_w4a4.gguf");
+    export_quantized_gguf(run.q, src, out, "q4_0");
+    EXPECT_EQ(GgufFile::open(out).get_string(kGgufActivationsKey), "int4");
+    const std::string recorded = gguf_recorded_activations(out);
+    EXPECT_EQ(recorded, "int4");
+
+    // What eval does with the record (parse_activation_spec of it, the projections as fake_quant_linears over
+    // the weights as loaded) reproduces the calibration's quantized path: block 0 of the file on the
+    // embeddings gives block 1's recorded input.
+    const QuantSpec acts = parse_activation_spec(recorded);
+    ASSERT_NE(acts.format, nullptr);
+    const LlamaModel back = load_llama_model(out);
+    const ModelLinears linears = make_model_linears(back, fake_quant_linears(QuantSpec{}, acts));
+    const int64_t S = o.calibration.samples, L = o.calibration.length, d = c.hidden_size;
+    const std::vector<int32_t> win = tiny_windows(c, o);
+    std::vector<float> x = embed_tokens(c, back.weights.token_embd.data(), win.data(), BatchShape{S, L});
+    for (int64_t s0 = 0; s0 < S; s0 += o.batch) {
+        BlockScratch scratch;
+        block_forward(c, back.weights.blocks[0], linears[0], 0, x.data() + s0 * L * d, BatchShape{std::min(o.batch, S - s0), L},
+                      scratch);
+    }
+    EXPECT_LT(max_rel_diff_f(run.rec.xq[1], x), 1e-6);
+
+    // Safetensors: the lowbit record of both packings holds it.
+    const std::string fq = test::temp_path("ptq_act_bits_fq");
+    std::filesystem::remove_all(fq);
+    export_quantized_safetensors(run.q, fq, SafetensorsPacking::fake_quant);
+    EXPECT_EQ(safetensors_recorded_activations(fq), "int4");
+    PtqOptions og = tiny_options(PtqMethod::gptq, "int4");
+    og.grid = parse_grid("int4", 0, true);
+    og.activations = parse_activation_spec("int8");
+    const QuantizedModel g = quantize_model(*reader, tiny_windows(c, og), og, nullptr);
+    const std::string gq = test::temp_path("ptq_act_bits_gptq");
+    std::filesystem::remove_all(gq);
+    export_quantized_safetensors(g, gq, SafetensorsPacking::gptq);
+    EXPECT_EQ(safetensors_recorded_activations(gq), "int8");
+    EXPECT_EQ(safetensors_recorded_activations(gq + "/config.json"), "int8");
+}
+
+TEST(PtqActBits, CalibrationPathsWithoutActivationQuantizationAreRefused) {
+    // A device's paths that do not quantize activations (as the CUDA ones) are not silently used for --act-bits.
+    const LlamaModel m0 = ptq_model();
+    const std::string src = ptq_gguf(m0, "ptq_act_bits_refuse.gguf");
+    const auto reader = ModelReader::open(src);
+    PtqOptions o = tiny_options(PtqMethod::gptq, "q4_0");
+    o.activations = parse_activation_spec("8");
+    o.calibration_paths = [](const LlamaConfig& c, int64_t batch) { return cpu_calibration_paths(c, batch); };
+    test::expect_error_mentions([&] { quantize_model(*reader, tiny_windows(reader->config(), o), o, nullptr); },
+                                "--device cpu");
+    test::expect_error_mentions([] { parse_activation_spec("int16"); }, "unknown format");
+    test::expect_error_mentions([] { parse_activation_spec("16"); }, "2 to 8");
 }
 
 }  // namespace

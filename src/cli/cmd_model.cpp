@@ -2,6 +2,7 @@
 // model (GGUF file, HF checkpoint directory, or a known short name such as smollm2-135m) from the
 // command line. eval follows llama.cpp's perplexity protocol and reads/writes its KLD base files.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,6 +24,8 @@
 #include "model/linear.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
+#include "ptq/export_gguf.h"
+#include "ptq/export_safetensors.h"
 #if defined(LOWBIT_HAVE_CUDA)
 #include "model/cuda/forward_cuda.cuh"
 #endif
@@ -179,7 +182,7 @@ LinearChoice choose_linears(const EvalArgs& a, const std::string& weights, const
                                      strategy_short_name(ch.plan.fwd));
         return ch;
     }
-    if (!a.acts.empty()) ch.acts.format = &find_format(a.acts);
+    ch.acts = parse_activation_spec(a.acts);
     if (weights.empty() || weights == "none") {
         if (!ch.acts.format) return ch;
         // W4A4 of a quantized file: its weights as loaded, the activations per token.
@@ -301,7 +304,17 @@ void compare_weight_formats(const EvalArgs& a, const std::vector<std::string>& f
     }
 }
 
-void run_eval(const EvalArgs& a, bool ctx_given) {
+// The activation format a lowbit export records (`quantize --act-bits`; "none" or "" when it records none):
+// eval's --acts unless one is given.
+std::string recorded_activations(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return "";  // the model loader names what is missing
+    if (fs::is_directory(path, ec) || fs::path(path).filename() == "config.json") return safetensors_recorded_activations(path);
+    return gguf_recorded_activations(path);
+}
+
+void run_eval(EvalArgs a, bool ctx_given) {
     LOWBIT_CHECK(a.text_file.empty() || a.corpus.empty(), ErrorKind::usage, "give --text or --corpus, not both");
     LOWBIT_CHECK(!a.text_file.empty() || !a.corpus.empty() || !a.kld_base.empty(), ErrorKind::usage,
                  "give --text FILE or --corpus NAME ({}), or --kld-base FILE (its tokens are used)",
@@ -322,6 +335,13 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                  "--device cuda: this lowbit was built without CUDA (no nvcc at build time); use --device cpu");
 #endif
     const std::string path = resolve_model_path(a.model);
+    // A W·A-quantized export is evaluated with its activation quantization unless --acts (or --adahop) says otherwise.
+    const std::string recorded_acts = recorded_activations(path);
+    if (a.acts.empty() && a.adahop.empty() && !recorded_acts.empty() && recorded_acts != "none") {
+        a.acts = recorded_acts;
+        std::fprintf(stderr, "eval: activations %s per token, as recorded in %s (--acts none evaluates without)\n",
+                     parse_activation_spec(a.acts).describe().c_str(), path.c_str());
+    }
     const Tokenizer tok = load_tokenizer(path, a.tokenizer);
     const bool add_bos = should_add_bos(a.bos, tok);
 
@@ -408,6 +428,7 @@ void run_eval(const EvalArgs& a, bool ctx_given) {
                             {"tokens_per_second", r.tokens_per_second},
                             {"scoring", scoring},
                             {"chunk_ppl", r.chunk_ppl}};
+        if (!recorded_acts.empty()) j["recorded_activations"] = recorded_acts;
         if (!a.save_logits.empty()) j["saved_logits"] = a.save_logits;
         if (!a.dump_logits.empty()) j["dumped_logits"] = a.dump_logits;
         j["bos_id"] = tok.bos_id();
@@ -530,7 +551,8 @@ void register_model_commands(CLI::App& app) {
     ce->add_option("--acts", ev->acts,
                    "quantize the activations at every projection's input per token (e.g. int8, int4, mxfp4); with "
                    "--weights after the weights' fake-quant, without it (or with none) over the weights as loaded "
-                   "(W4A4 of a GPTQ/TurboBoA file)");
+                   "(W4A4 of a GPTQ/TurboBoA file); 4 and 8 mean int4 and int8. Default: what the file records "
+                   "(`quantize --act-bits`), else none; --acts none overrides the record");
     ce->add_option("--adahop", ev->adahop,
                    "run every projection through AdaHOP's MXFP4 lp_matmul with this forward strategy: "
                    "none | hadamard | inner_outlier_extract_left | inner_outlier_extract_right | full_precision");

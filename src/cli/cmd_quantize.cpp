@@ -33,7 +33,7 @@ struct QuantizeArgs {
     std::string model, method = "turboboa", features = "f1,f2,f3", format, out, report, rotate = "none";
     std::string packing = "auto", mix;
     std::string calib_corpus = "sotu-train", calib_text, grid_search = "hessian", device = "cpu";
-    std::string calib_precision = "fp32";
+    std::string calib_precision = "fp32", act_bits;
     int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
     uint64_t seed = 0;
     double alpha = 0.25, damping = 0.01;
@@ -48,6 +48,10 @@ void run_quantize(const QuantizeArgs& a) {
     LOWBIT_CHECK(a.device == "cpu" || a.device == "cuda", ErrorKind::usage, "--device {}: cpu | cuda", a.device);
     LOWBIT_CHECK(a.device == "cuda" || a.calib_precision == "fp32", ErrorKind::usage,
                  "--calib-precision {} needs --device cuda (the CPU forward is FP32)", a.calib_precision);
+    const QuantSpec activations = parse_activation_spec(a.act_bits);
+    LOWBIT_CHECK(!activations.format || a.device == "cpu", ErrorKind::usage,
+                 "--act-bits {} with --device cuda: the GPU calibration paths do not quantize activations yet; run the "
+                 "W·A calibration with --device cpu", a.act_bits);
 #if defined(LOWBIT_HAVE_CUDA)
     std::unique_ptr<CudaSolverDevice> solver_device;
     if (a.device == "cuda") {
@@ -106,6 +110,7 @@ void run_quantize(const QuantizeArgs& a) {
     LOWBIT_CHECK(a.rotate == "none" || a.rotate == "hadamard", ErrorKind::usage, "--rotate {}: none | hadamard", a.rotate);
     o.rotate = a.rotate == "hadamard";
     o.rotation.seed = a.seed;
+    o.activations = activations;
 #if defined(LOWBIT_HAVE_CUDA)
     if (solver_device) {
         o.solver_device = solver_device.get();
@@ -199,6 +204,10 @@ void run_quantize(const QuantizeArgs& a) {
 #if defined(LOWBIT_HAVE_CUDA)
     if (solver_device) peak_device_bytes = ptq_peak_device_bytes();
 #endif
+    if (activations.format)
+        std::printf("quantize: activations %s, per token at every projection's input (%s; `lowbit eval` applies "
+                    "them)\n", activations.describe().c_str(),
+                    o.method == PtqMethod::rtn ? "recorded; rtn has no calibration" : "calibrated and recorded");
     std::printf("quantize: %s %s%s%s on %s, %lld calibration tokens, %.1f s (calibration %.1f s), peak memory %.0f MiB%s\n",
                 a.method.c_str(), (o.mix.empty() ? o.grid.describe() : o.mix).c_str(), o.method == PtqMethod::turboboa ? " " : "",
                 o.describe_features().c_str(), rep.device.c_str(), (long long)rep.calibration_tokens, rep.seconds,
@@ -213,6 +222,7 @@ void run_quantize(const QuantizeArgs& a) {
         j["format"] = o.mix.empty() ? o.grid.describe() : o.mix;
         j["calibration"] = o.method == PtqMethod::rtn ? "" : o.calibration.describe();
         j["rotation"] = q.record.rotation;
+        j["activations"] = q.record.activations;
         j["seconds"] = rep.seconds;
         j["calibration_seconds"] = rep.calibration_seconds;
         j["calibration_tokens"] = rep.calibration_tokens;
@@ -248,6 +258,10 @@ void register_quantize_command(CLI::App& app) {
     cq->add_flag("--sym", a->sym, "int grids: symmetric");
     cq->add_option("--grid-search", a->grid_search, "grid fitting: minmax | mse | hessian (default)");
     cq->add_option("--rotate", a->rotate, "none (default) | hadamard (QuaRot rotations fused into the weights)");
+    cq->add_option("--act-bits", a->act_bits,
+                   "W·A quantization: 4 | 8 (int4 / int8) or an --acts format of `lowbit eval` (mxfp4, …): the "
+                   "quantized path's projection inputs quantized per token during calibration, recorded in the output "
+                   "(`lowbit eval` applies it by default); CPU only");
     cq->add_option("--calib-corpus", a->calib_corpus, "calibration corpus (default sotu-train)");
     cq->add_option("--calib-text", a->calib_text, "calibration text file (instead of a corpus)");
     cq->add_option("--calib-samples", a->calib_samples, "calibration windows (default 16 on the CPU)");

@@ -103,6 +103,23 @@ const float* contiguous(ConstMatF m, std::vector<float>& storage) {
 
 }  // namespace
 
+QuantSpec parse_activation_spec(const std::string& name) {
+    QuantSpec s;
+    if (name.empty() || name == "none") return s;
+    const bool bits = name.find_first_not_of("0123456789") == std::string::npos;
+    LOWBIT_CHECK(!bits || (name.size() == 1 && name[0] >= '2' && name[0] <= '8'), ErrorKind::usage,
+                 "activation bits {}: 2 to 8 (the int2..int8 grids), or a format name such as int8 or mxfp4", name);
+    s.format = &find_format(bits ? "int" + name : name);
+    return s;
+}
+
+std::vector<float> quantize_activations(const QuantSpec& acts, ConstMatF x) {
+    LOWBIT_CHECK(acts.format, ErrorKind::usage, "quantize_activations: no activation format given");
+    const QuantSpec s = along_rows(acts);
+    std::vector<float> copy;
+    return quantize_dequantize(*s.format, contiguous(x, copy), x.rows, x.cols, s.options);
+}
+
 FakeQuantLinear::FakeQuantLinear(ConstMatF w, const QuantSpec& weights, const QuantSpec& activations)
     : out_(w.rows), in_(w.cols), loaded_(w), weight_spec_(along_rows(weights)), act_spec_(along_rows(activations)) {
     LOWBIT_CHECK(weights.format || activations.format, ErrorKind::usage,
@@ -119,8 +136,7 @@ void FakeQuantLinear::forward(ConstMatF x, MatF y, float beta) const {
         gemm_f32(x, Trans::no, w, Trans::yes, y, beta);
         return;
     }
-    std::vector<float> copy;
-    const std::vector<float> xq = quantize_dequantize(*act_spec_.format, contiguous(x, copy), x.rows, x.cols, act_spec_.options);
+    const std::vector<float> xq = quantize_activations(act_spec_, x);
     gemm_f32(ConstMatF(xq.data(), x.rows, x.cols), Trans::no, w, Trans::yes, y, beta);
 }
 

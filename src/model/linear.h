@@ -80,6 +80,16 @@ struct QuantSpec {
     std::string describe() const;  // "int4 g128 sym", "mxfp4", "off"
 };
 
+// The activation quantization named on the command line (`lowbit eval --acts`, `lowbit quantize --act-bits`):
+// a format of the registry by name (int8, int4, mxfp4, …) or a bit width (4 → int4, 8 → int8); "none" or "":
+// off. The options are the format's defaults (int grids: one asymmetric min–max grid per token, round to
+// nearest even), so the format's name alone records the spec. Error(usage) for an unknown name.
+QuantSpec parse_activation_spec(const std::string& name);
+
+// Qa(x): the activations x [rows, in] quantized→dequantized per token (blocks along each row) — what
+// FakeQuantLinear multiplies. Error(usage) when `acts` has no format.
+std::vector<float> quantize_activations(const QuantSpec& acts, ConstMatF x);
+
 // y = Qa(x)·Q(W)ᵀ with Q(W) dequantized once (owned). Without a weight format Q is the identity and the
 // layer views W (which must then outlive it): the activations alone are quantized.
 class FakeQuantLinear final : public Linear {

@@ -205,7 +205,8 @@ namespace {
 
 class CpuCalibrationPaths final : public CalibrationPaths {
 public:
-    CpuCalibrationPaths(const LlamaConfig& c, int64_t batch) : c_(c), batch_(std::max<int64_t>(1, batch)) {}
+    CpuCalibrationPaths(const LlamaConfig& c, int64_t batch, const QuantSpec& acts)
+        : c_(c), batch_(std::max<int64_t>(1, batch)), acts_(acts) {}
 
     void embed(const LlamaModel& m, const std::vector<int32_t>& windows, int64_t samples, int64_t length,
                bool cross) override {
@@ -221,11 +222,13 @@ public:
         BlockStatsAccumulator acc(c_, o);
         BlockScratch sq, sfp;
         std::vector<float> tmp;
+        const BlockLinears q_linears = quantized_path_linears(fp, layer);
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_) {
             const BatchShape shape{std::min(batch_, samples_ - s0), L};
             if (o.cross) block_forward(c_, fp, layer, xfp_.data() + s0 * L * d, shape, sfp);  // Xfp advances here
             tmp.assign(xq_.begin() + s0 * L * d, xq_.begin() + (s0 + shape.n_seq) * L * d);
-            block_forward(c_, fp, layer, tmp.data(), shape, sq);
+            block_forward(c_, fp, q_linears, layer, tmp.data(), shape, sq);
+            if (acts_.format) quantize_linear_inputs(sq, shape.rows());
             acc.add(sq, o.cross ? &sfp : nullptr, shape);
         }
         return acc.finish(L);
@@ -234,8 +237,9 @@ public:
     void propagate(const BlockWeights& q, int64_t layer) override {
         BlockScratch sq;
         const int64_t d = c_.hidden_size, L = length_;
+        const BlockLinears linears = quantized_path_linears(q, layer);
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_)
-            block_forward(c_, q, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L}, sq);
+            block_forward(c_, q, linears, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L}, sq);
     }
 
     void save(std::vector<float>& xq, std::vector<float>& xfp) const override {
@@ -249,17 +253,31 @@ public:
         xfp_ = std::move(xfp);
     }
     std::string device() const override { return "cpu"; }
+    QuantSpec activations() const override { return acts_; }
 
 private:
+    // The projections of the quantized path: with activation quantization `lowbit eval --acts`'s linears
+    // (the weights as given, the inputs quantized per token), else dense.
+    BlockLinears quantized_path_linears(const BlockWeights& b, int64_t layer) const {
+        return (acts_.format ? fake_quant_linears(QuantSpec{}, acts_) : dense_linears())(c_, b, layer);
+    }
+    // The inputs of the seven projections in the scratch (attn_in: q/k/v, attn_ctx: o, ffn_in: gate/up,
+    // ffn_act: down) replaced by what the activation-quantized linears multiplied, Qa(x).
+    void quantize_linear_inputs(BlockScratch& s, int64_t rows) const {
+        for (std::vector<float>* x : {&s.attn_in, &s.attn_ctx, &s.ffn_in, &s.ffn_act})
+            *x = quantize_activations(acts_, ConstMatF(x->data(), rows, int64_t(x->size()) / rows));
+    }
+
     LlamaConfig c_;
     int64_t batch_ = 1, samples_ = 0, length_ = 0;
+    QuantSpec acts_;
     std::vector<float> xq_, xfp_;
 };
 
 }  // namespace
 
-std::unique_ptr<CalibrationPaths> cpu_calibration_paths(const LlamaConfig& c, int64_t batch) {
-    return std::make_unique<CpuCalibrationPaths>(c, batch);
+std::unique_ptr<CalibrationPaths> cpu_calibration_paths(const LlamaConfig& c, int64_t batch, const QuantSpec& activations) {
+    return std::make_unique<CpuCalibrationPaths>(c, batch, activations);
 }
 
 }  // namespace lowbit

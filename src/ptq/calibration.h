@@ -91,10 +91,18 @@ public:
     virtual void save(std::vector<float>& xq, std::vector<float>& xfp) const = 0;
     virtual void load(std::vector<float> xq, std::vector<float> xfp, int64_t samples, int64_t length) = 0;
     virtual std::string device() const = 0;  // "cpu", "cuda"
+    // The per-token quantization of the quantized path's linear inputs (W·A quantization, `--act-bits`);
+    // none unless the paths were made with one.
+    virtual QuantSpec activations() const { return {}; }
 };
 
-// block_forward on the CPU over `batch` windows at a time.
-std::unique_ptr<CalibrationPaths> cpu_calibration_paths(const LlamaConfig& c, int64_t batch);
+// block_forward on the CPU over `batch` windows at a time. With `activations` (W·A quantization) the quantized
+// path Xq runs its seven projections as fake_quant_linears(QuantSpec{}, activations) — `lowbit eval --acts`'s
+// linears — in statistics() and propagate(), and its statistics are taken of the quantized inputs
+// Qa(x) (quantize_activations): H_in, block_v's A_h·Qa(X) and F2's (x̃ − Qa(x))·Qa(x)ᵀ; the full-precision
+// path Xfp stays unquantized.
+std::unique_ptr<CalibrationPaths> cpu_calibration_paths(const LlamaConfig& c, int64_t batch,
+                                                        const QuantSpec& activations = {});
 
 // mean over positions l = 0..length−1 of R_lᵀ·C·R_l for one head (C [hd, hd]; R_l the RoPE rotation of
 // position l in the config's pairing), in double.

@@ -54,6 +54,10 @@ uint32_t gguf_file_type_for(const std::string& format_or_mix) {
     return 1024;  // LLAMA_FTYPE_GUESSED: llama.cpp prints "guessed" and loads it the same
 }
 
+std::string gguf_recorded_activations(const std::string& gguf_path) {
+    return GgufFile::open(gguf_path).get_string_or(kGgufActivationsKey, "");
+}
+
 GgufExportReport export_quantized_gguf(const QuantizedModel& q, const std::string& source_gguf, const std::string& out_path,
                                        const std::string& file_type_name, const OtherTensorType& other_type) {
     const GgufFile src = GgufFile::open(source_gguf);
@@ -71,6 +75,7 @@ GgufExportReport export_quantized_gguf(const QuantizedModel& q, const std::strin
     w.set_string("lowbit.quantization.rotation", r.rotation);
     w.set_bool("lowbit.quantization.act_order", r.act_order);
     w.set_f32("lowbit.quantization.damping", float(r.damping));
+    w.set_string(kGgufActivationsKey, r.activations);
     const bool rotated = r.rotation != "none";
 
     GgufExportReport rep;

@@ -4,7 +4,8 @@
 // byte for byte from the source — or, where the model changed them (rotation: embeddings, head, norms) or a
 // mix asks for another type, encoded from FP32 with ggml's reference quantizers (norms F32). A rotated,
 // formerly tied model gains `output.weight`. Metadata records lowbit's method, features, format,
-// calibration and rotation under `lowbit.quantization.*`, and general.file_type. Written atomically.
+// calibration, rotation and activation format (W·A quantization) under `lowbit.quantization.*`, and
+// general.file_type. Written atomically.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,11 @@ using OtherTensorType = std::function<std::optional<GgufType>(const std::string&
 
 // The llama_ftype id recorded as general.file_type for a projection grid or a mix name ("q4_k_m").
 uint32_t gguf_file_type_for(const std::string& format_or_mix);
+
+// The metadata key of QuantizationRecord::activations, and what a GGUF file records there: "" when the key
+// is absent (not a lowbit export, or an older one), else the format name ("int4") or "none".
+constexpr const char* kGgufActivationsKey = "lowbit.quantization.activations";
+std::string gguf_recorded_activations(const std::string& gguf_path);
 
 GgufExportReport export_quantized_gguf(const QuantizedModel& q, const std::string& source_gguf, const std::string& out_path,
                                        const std::string& file_type_name, const OtherTensorType& other_type = {});

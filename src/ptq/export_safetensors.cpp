@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "core/error.h"
@@ -23,7 +25,7 @@ float round_to_fp16(float x) {
 nlohmann::json record_json(const QuantizationRecord& r) {
     return {{"method", r.method},       {"features", r.features}, {"format", r.format},
             {"calibration", r.calibration}, {"rotation", r.rotation}, {"act_order", r.act_order},
-            {"damping", r.damping}};
+            {"damping", r.damping}, {"activations", r.activations}};
 }
 
 SafetensorsWriteTensor int32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {
@@ -207,6 +209,30 @@ nlohmann::json QuantizedExportReport::to_json() const {
         j["max_scale_rel_change"] = max_scale_rel_change;
     }
     return j;
+}
+
+std::string safetensors_recorded_activations(const std::string& checkpoint) {
+    namespace fs = std::filesystem;
+    const fs::path config = fs::path(checkpoint).filename() == "config.json" ? fs::path(checkpoint)
+                                                                             : fs::path(checkpoint) / "config.json";
+    std::ifstream in(config);
+    LOWBIT_CHECK(in.good(), ErrorKind::input, "{}: cannot open", config.string());
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        fail(ErrorKind::input, "{}: not valid JSON ({})", config.string(), e.what());
+    }
+    // The record: "lowbit_quantization" (fake-quant) or quantization_config's "lowbit" (GPTQ-packed).
+    const nlohmann::json* record = nullptr;
+    if (j.is_object() && j.contains("lowbit_quantization")) record = &j["lowbit_quantization"];
+    else if (j.is_object() && j.contains("quantization_config") && j["quantization_config"].is_object() &&
+             j["quantization_config"].contains("lowbit"))
+        record = &j["quantization_config"]["lowbit"];
+    if (!record || !record->is_object() || !record->contains("activations")) return "";
+    LOWBIT_CHECK((*record)["activations"].is_string(), ErrorKind::input, "{}: the lowbit record's 'activations' must be a string",
+                 config.string());
+    return (*record)["activations"].get<std::string>();
 }
 
 QuantizedExportReport export_quantized_safetensors(const QuantizedModel& qm, const std::string& out_dir,

@@ -9,6 +9,8 @@
 //               lowbit's own reader (ModelReader, `lowbit eval`) load it.
 //   fake_quant  the dequantized FP32 model as an ordinary checkpoint (model/hf_export.h), the record in
 //               config.json under "lowbit_quantization": any grid, read by anything that reads HF Llamas.
+// The record (both packings) holds QuantizationRecord's fields, the activation format of W·A quantization
+// ("activations": "int4" or "none") among them: safetensors_recorded_activations reads it back.
 //
 // What GPTQ packing holds: int grids of 2, 3, 4 or 8 bits (value = scale·(q − zero), offset 0, zero an
 // integer in 0..2^b − 1 (≥ 1 for checkpoint_format gptq, which stores zero − 1)), one grid for every
@@ -73,6 +75,11 @@ struct QuantizedExportReport {
 // Writes `qm` into out_dir (created; files replaced atomically one by one). Error(usage) for what the
 // packing cannot hold (nothing is written then: every linear is checked and packed first), Error(runtime)
 // when a quantized linear's dense weights in qm.model differ from its codes' dequantization.
+// The activation format recorded in the lowbit record of a checkpoint directory's config.json (or of that
+// config.json itself): "" when it records none (not a lowbit export, or an older one). Error(input) on a
+// config.json that cannot be read or parsed.
+std::string safetensors_recorded_activations(const std::string& checkpoint);
+
 QuantizedExportReport export_quantized_safetensors(const QuantizedModel& qm, const std::string& out_dir,
                                                    SafetensorsPacking packing,
                                                    const SafetensorsExportOptions& opt = {});

@@ -149,7 +149,7 @@ std::string fingerprint(const ModelReader& r, const PtqOptions& o) {
     return r.path() + "|" + ptq_method_name(o.method) + "|" + o.describe_features() + "|" + o.grid.describe() + "|" +
            o.calibration.describe() + "|" + std::to_string(o.alpha) + "|" + std::to_string(o.row_block) + "|" +
            (o.rotate ? describe(o.rotation) : "none") + "|" + std::to_string(o.act_order) + "|" +
-           std::to_string(o.block_v) + "|" + std::to_string(o.damping) + "|" + o.mix;
+           std::to_string(o.block_v) + "|" + std::to_string(o.damping) + "|" + o.mix + "|" + o.activations.describe();
 }
 
 bool is_projection_layer(const std::string& linear, Projection p) {
@@ -173,6 +173,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     out.record.rotation = o.rotate ? describe(o.rotation) : "none";
     out.record.act_order = o.act_order;
     out.record.damping = o.damping;
+    out.record.activations = o.activations.format ? o.activations.format->name : "none";
     PtqReport rep;
 
     const bool calibrated = o.method != PtqMethod::rtn;
@@ -183,8 +184,12 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     if (calibrated) out.record.calibration = o.calibration.describe();
 
     std::unique_ptr<CalibrationPaths> paths =
-        o.calibration_paths ? o.calibration_paths(c, o.batch) : cpu_calibration_paths(c, o.batch);
+        o.calibration_paths ? o.calibration_paths(c, o.batch) : cpu_calibration_paths(c, o.batch, o.activations);
     rep.device = paths->device();
+    LOWBIT_CHECK(!calibrated || paths->activations().describe() == o.activations.describe(), ErrorKind::usage,
+                 "quantize: the {} calibration paths quantize activations as '{}', not '{}' as asked; W·A calibration "
+                 "(--act-bits) runs on the CPU (--device cpu)",
+                 rep.device, paths->activations().describe(), o.activations.describe());
     std::vector<float> xq, xfp;
     int64_t first_block = 0;
     const std::string state_path = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/state.bin";

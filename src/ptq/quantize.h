@@ -12,7 +12,9 @@
 // weights, optional act-order); boa (two-sided q/k with one row at a time, grids fixed from the original
 // weights, block_v); turboboa with features f1 (rows in blocks of N = row_block), f2 (α·D propagated-error
 // terms), f3 (adaptive grids + scale refinement; without it: the fixed-grid mode). Which tensors the
-// statistics pass shares: q/k/v one H_in, gate/up one H_in (computed once each).
+// statistics pass shares: q/k/v one H_in, gate/up one H_in (computed once each). With `activations` the
+// quantized path is the W·A-quantized model (its linear inputs quantized per token, as `lowbit eval --acts`
+// does), so the solvers see its Hessians and propagated activations; the full-precision path is not.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +49,9 @@ struct PtqOptions {
     int refine_iters = 1;
     bool rotate = false;
     RotationOptions rotation;
+    // W·A quantization (`--act-bits`, parse_activation_spec): the quantized path's linear inputs quantized per
+    // token during calibration (cpu_calibration_paths), recorded for evaluation; no format: weights only.
+    QuantSpec activations;
     int64_t batch = 4;                        // calibration windows per forward pass
     std::string checkpoint_dir;               // empty: no checkpoints
     bool resume = false;

@@ -19,6 +19,8 @@ struct QuantizationRecord {
     std::string format;          // GridSpec::describe() of the projections, or the mix name ("q4_k_m")
     std::string calibration;     // "sotu-train 32x512 seed 0", "" for rtn
     std::string rotation;        // "none" | rotate.h's describe()
+    std::string activations = "none";  // the per-token activation format of W·A quantization ("int4"), or "none"
+                                       // (parse_activation_spec reads it back; `lowbit eval` applies it by default)
     bool act_order = false;
     double damping = 0.01;
 };

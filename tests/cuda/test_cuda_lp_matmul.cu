@@ -54,9 +54,14 @@ void expect_prepared_operands_match(LpMatmulCuda& gpu, const std::vector<float>&
 
 }  // namespace
 
-TEST(AdahopCuda, LpMatmulMatchesCpu) {
+// Both main-product paths: BF16 emulation (the default) and, for MXFP4 × MXFP4, the FP8 tensor cores
+// (adahop/cuda/mx_gemm_fp8.cuh: exact block sums, so the same FP32 summation-order tolerance holds).
+class LpMatmulPath : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LpMatmulPath, LpMatmulMatchesCpu) {
     REQUIRE_GPU();
     LpMatmulCuda gpu;
+    gpu.set_tensor_core_mx(GetParam());
     const int64_t m = 256, k = 320, n = 128;  // OHT on the GPU needs power-of-two M and N
     auto a = synthetic_operand(m, k, Pattern::row, 31), b = synthetic_operand(k, n, Pattern::col, 32);
     auto da = to_device(a), db = to_device(b);
@@ -76,6 +81,12 @@ TEST(AdahopCuda, LpMatmulMatchesCpu) {
                 lp_matmul(a.data(), b.data(), m, k, n, s, o, cpu.data());
                 gpu.matmul(da.data(), db.data(), m, k, n, s, o, dc.data());
                 const auto got = download(dc, size_t(m * n));
+                if (GetParam()) {  // the tensor-core path is taken exactly where it applies
+                    const PreparedOperandCuda pa = gpu.prepare(da.data(), m, k, Side::left, s, o);
+                    const PreparedOperandCuda pb = gpu.prepare(db.data(), k, n, Side::right, s, o);
+                    const bool mxfp4 = !f.nvfp4 && f.e == MxElement::e2m1 && s != Strategy::full && s != Strategy::oht;
+                    EXPECT_EQ(gpu.uses_tensor_core_mx(pa, pb), mxfp4 && cuda_tma_usable()) << strategy_name(s);
+                }
                 // OHT rotates with dense products on the GPU, FWHTs on the CPU: the quantizer sees
                 // slightly different inputs, so only the error level is compared there.
                 const double tol = s == Strategy::oht ? 0.05 : 2e-5;
@@ -85,6 +96,9 @@ TEST(AdahopCuda, LpMatmulMatchesCpu) {
                 expect_prepared_operands_match(gpu, a, b, da, db, m, k, n, s, o);
             }
 }
+
+INSTANTIATE_TEST_SUITE_P(AdahopCuda, LpMatmulPath, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "TensorCoreMx" : "Emulation"; });
 
 TEST(AdahopCuda, LpMatmulIdentitiesWithoutQuantization) {
     REQUIRE_GPU();

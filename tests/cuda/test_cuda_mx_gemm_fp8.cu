@@ -27,9 +27,11 @@ using namespace lowbit::testing_util;
 
 namespace {
 
-// Block scales: `narrow` 127 ± 8; `wide` 127 ± 50 chosen per block (neighbouring blocks 100 binades apart),
-// with every 7th block all-zero codes and every 11th block scale byte 0 (2^−127).
-enum class Spread { narrow, wide };
+// Block scales: `narrow` 127 ± 8 (a 128-row tile spans 16 binades: B mostly unfolded); `window` 127 ± 7
+// (14 binades: every tile-block of B folded, shifts from −8 to +6); `wide` 127 ± 50 chosen per block
+// (neighbouring blocks 100 binades apart), with every 7th block all-zero codes and every 11th block scale
+// byte 0 (2^−127).
+enum class Spread { narrow, window, wide };
 
 struct HostOperand {
     MxElement element = MxElement::e2m1;
@@ -71,7 +73,9 @@ HostOperand random_operand(int64_t rows, int64_t k, MxElement e, Spread spread, 
         for (int64_t b = 0; b < op.blocks(); ++b) {
             const uint32_t r = counter_random24(seed ^ 0x5CA1Eu, uint64_t(line * op.blocks() + b));
             const int64_t flat = line * op.blocks() + b;
-            int s = spread == Spread::narrow ? 127 + int(r % 17) - 8 : 127 + ((r & 1u) ? 50 : -50) + int((r >> 1) % 3) - 1;
+            int s = spread == Spread::narrow   ? 127 + int(r % 17) - 8
+                    : spread == Spread::window ? 127 + int(r % 15) - 7
+                                               : 127 + ((r & 1u) ? 50 : -50) + int((r >> 1) % 3) - 1;
             if (spread == Spread::wide && flat % 11 == 5) s = 0;
             op.scales[size_t(flat)] = uint8_t(s);
             if (spread == Spread::wide && flat % 7 == 3)
@@ -120,18 +124,19 @@ struct DeviceOperand {
 };
 
 // Runs the GEMM with FP32 or BF16 output and returns C as FP32.
-std::vector<float> run_gemm(const HostOperand& a, const HostOperand& b, bool bf16_out, MxGemmScratch* scratch = nullptr) {
+std::vector<float> run_gemm(const HostOperand& a, const HostOperand& b, bool bf16_out, MxGemmScratch* scratch = nullptr,
+                            MxGemmFold fold = MxGemmFold::b_columns) {
     DeviceOperand da(a), db(b);
     const int64_t m = a.rows, n = b.rows;
     std::vector<float> out(size_t(m * n));
     if (bf16_out) {
         DeviceBuffer<uint16_t> c = poisoned<uint16_t>(size_t(m * n));
-        mx_gemm_fp8_cuda(da.view(), db.view(), m, n, a.k, nullptr, bf16_ptr(c), 0, scratch);
+        mx_gemm_fp8_cuda(da.view(), db.view(), m, n, a.k, nullptr, bf16_ptr(c), 0, scratch, fold);
         device_sync();
         out = from_bf16(to_host(c));
     } else {
         DeviceBuffer<float> c = poisoned<float>(size_t(m * n));
-        mx_gemm_fp8_cuda(da.view(), db.view(), m, n, a.k, c.data(), nullptr, 0, scratch);
+        mx_gemm_fp8_cuda(da.view(), db.view(), m, n, a.k, c.data(), nullptr, 0, scratch, fold);
         device_sync();
         out = to_host(c);
     }
@@ -308,6 +313,35 @@ TEST(MxGemmFp8, Mxfp4MatchesExactProduct) {
 TEST(MxGemmFp8, Mxfp4AdversarialScaleSpreadAndZeroBlocks) {
     REQUIRE_GPU();
     expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::wide, 21);
+}
+
+TEST(MxGemmFp8, Mxfp4FoldedScalesMatchExactProduct) {
+    REQUIRE_GPU();
+    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::window, 15);
+}
+
+// Folding B's column scales (the header's "Scale folding") changes only where the column factor is applied:
+// with scales inside the 14-binade window every tile-block folds and C is bit for bit the unfolded
+// product's; one tile-block spanning 15 binades is counted and computed by the per-column path, the result
+// still bit-identical. Shapes: partial tiles and stages, and 2300 × 2048 × 2048 (persistent tiles).
+TEST(MxGemmFp8, FoldedScalesAreBitIdenticalAndCountedOutsideTheWindow) {
+    REQUIRE_GPU();
+    if (!cuda_tma_usable()) GTEST_SKIP() << "folding is the sm_90a kernel's";
+    MxGemmScratch scratch;
+    for (const GemmShape& s : {GemmShape{130, 257, 160}, GemmShape{256, 384, 512}, GemmShape{2300, 2048, 2048}}) {
+        const HostOperand a = random_operand(s.m, s.k, MxElement::e2m1, Spread::narrow, 17);
+        HostOperand b = random_operand(s.n, s.k, MxElement::e2m1, Spread::window, 18);
+        const std::vector<float> unfolded = run_gemm(a, b, false, &scratch, MxGemmFold::none);
+        EXPECT_TRUE(exactly_equal(run_gemm(a, b, false, &scratch), Reference{{unfolded.begin(), unfolded.end()}, {}}, s.n,
+                                  shape_name(s) + " folded vs unfolded"));
+        EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 0u) << shape_name(s);
+        // Tile 0, block 1: every row at 120 but row 5 at 135 (15 binades): that tile-block stays unfolded.
+        for (int64_t row = 0; row < std::min<int64_t>(128, s.n); ++row) b.scales[size_t(row * b.blocks() + 1)] = row == 5 ? 135 : 120;
+        const std::vector<float> unfolded_edge = run_gemm(a, b, false, &scratch, MxGemmFold::none);
+        EXPECT_TRUE(exactly_equal(run_gemm(a, b, false, &scratch), Reference{{unfolded_edge.begin(), unfolded_edge.end()}, {}}, s.n,
+                                  shape_name(s) + " one tile-block outside the window"));
+        EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 1u) << shape_name(s);
+    }
 }
 
 TEST(MxGemmFp8, Mxfp8MatchesExactProductWithinAccumulatorBound) {

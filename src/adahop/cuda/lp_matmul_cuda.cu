@@ -78,6 +78,8 @@ struct LpMatmulCuda::State {
     DeviceBuffer<float> deq_a, deq_b, tmp;
     DeviceBuffer<__nv_bfloat16> bf_a, bf_b;
     std::map<int64_t, DeviceBuffer<float>> dense_hadamard;  // n → H_n (n × n), for OHT
+    MxGemmScratch mx;                                        // the tensor-core MX GEMM's E4M3 copies
+    bool tensor_core_mx = false;
 
     const float* hadamard_matrix(int64_t n) {
         auto it = dense_hadamard.find(n);
@@ -98,6 +100,16 @@ LpMatmulCuda::LpMatmulCuda(cudaStream_t stream) : st_(std::make_unique<State>(st
 LpMatmulCuda::~LpMatmulCuda() = default;
 
 cudaStream_t LpMatmulCuda::stream() const { return st_->stream; }
+
+void LpMatmulCuda::set_tensor_core_mx(bool on) { st_->tensor_core_mx = on; }
+
+bool LpMatmulCuda::uses_tensor_core_mx(const PreparedOperandCuda& a, const PreparedOperandCuda& b) const {
+    auto fp8_exact = [](const PreparedOperandCuda& p) {
+        return p.quantized && !p.nvfp4 && p.element == MxElement::e2m1;
+    };
+    return st_->tensor_core_mx && a.strategy != Strategy::full && a.strategy != Strategy::oht && fp8_exact(a) && fp8_exact(b) &&
+           a.cols % kMxBlock == 0 && cuda_tma_usable();
+}
 
 void LpMatmulCuda::gemm(const float* a, const float* b, int64_t m, int64_t k, int64_t n, bool bf16_operands, float* c) {
     const float one = 1.0f, zero = 0.0f;
@@ -215,10 +227,16 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
                 mx_dequantize_cuda(p.codes.data(), p.scales.data(), p.rows, p.cols, p.element, k_axis(p.side), deq.data(), stream);
             return deq.data();
         };
-        const float* am = main_operand(a, st_->deq_a);
-        const float* bm = main_operand(b, st_->deq_b);
-        // MX values are exact in BF16; NVFP4 values and unquantized operands are not → FP32 product
-        gemm(am, bm, m, k, n, a.quantized && !a.nvfp4, c);
+        if (uses_tensor_core_mx(a, b)) {
+            // codes and scales as prepared: A [M][K] and B's [N][K] storage, both blocked along K
+            mx_gemm_fp8_cuda({a.codes.data(), a.scales.data(), a.element}, {b.codes.data(), b.scales.data(), b.element}, m, n, k,
+                             c, nullptr, stream, &st_->mx);
+        } else {
+            const float* am = main_operand(a, st_->deq_a);
+            const float* bm = main_operand(b, st_->deq_b);
+            // MX values are exact in BF16; NVFP4 values and unquantized operands are not → FP32 product
+            gemm(am, bm, m, k, n, a.quantized && !a.nvfp4, c);
+        }
         if (s == Strategy::oht) {
             if (st_->tmp.size() < size_t(m * n)) st_->tmp.resize(size_t(m * n));
             gemm(st_->hadamard_matrix(m), c, m, m, n, false, st_->tmp.data());

@@ -5,7 +5,9 @@
 // NVFP4 values (E2M1 × E4M3 × FP32) are not exact in BF16, so NVFP4 runs the product in FP32 (cuBLAS SGEMM).
 // OE slivers and the full strategy use BF16 operands (or FP32 when opts.high_precision_bf16 is false).
 // OHT (analysis only) rotates M and N with dense Hadamard products (cuBLAS) instead of a fast transform.
-// The fast FP8 tensor-core path is a later piece of work (adahop.md §13.4–13.6).
+// MXFP4 / MXFP8 × MXFP4 / MXFP8 products (K a multiple of 32, sm_90a) run on the FP8 tensor cores instead
+// (adahop/cuda/mx_gemm_fp8.cuh: exact block sums, the same result up to FP32 summation order);
+// set_tensor_core_mx(false) keeps the emulation for them.
 //
 // Prepared operands hold what a backward pass needs (codes, scales, BF16 slices, indices) on the device.
 #pragma once
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "adahop/cuda/mx_gemm_fp8.cuh"
 #include "adahop/cuda/outlier_extraction.cuh"
 #include "adahop/lp_matmul.h"
 #include "core/cuda_device.h"
@@ -40,6 +43,10 @@ public:
     // c: device, M × N FP32.
     void matmul_prepared(const PreparedOperandCuda& a, const PreparedOperandCuda& b, const LpMatmulOptions& opts, float* c);
     void matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, Strategy s, const LpMatmulOptions& opts, float* c);
+
+    // The main product of prepared MX operands on the FP8 tensor cores (default on) or by BF16 emulation.
+    void set_tensor_core_mx(bool on);
+    bool uses_tensor_core_mx(const PreparedOperandCuda& a, const PreparedOperandCuda& b) const;
 
     // C (m × n) = A (m × k) · B (k × n), row-major FP32 in and out; BF16 operands (values must be exact in
     // BF16 — callers round first) or FP32 ones.

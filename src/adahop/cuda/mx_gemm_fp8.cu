@@ -67,13 +67,114 @@ __global__ void expand_e2m1_kernel(const uint2* packed, uint4* out, int64_t chun
 }
 
 // ---------------------------------------------------------------------------------------------------
+// B's column scales folded into its E4M3 values, per 128-column tile and MX block (the header's "Scale
+// folding"). An E2M1 value times 2^d is exact in E4M3 for d ∈ [−8, 6] (0.5 · 2^−8 = 2^−9 is E4M3's smallest
+// subnormal, 6 · 2^6 = 384 ≤ 448), so a tile-block whose non-zero blocks' scales span at most 14 binades is
+// stored as codes · 2^(s − ref) with one reference exponent per tile-block; the GEMM then needs only the row's
+// factor times the tile-block's. Other tile-blocks (wider spread, a NaN scale) keep their values unshifted and
+// the GEMM promotes them with per-column factors: exact either way.
+
+constexpr int kFoldDown = 8, kFoldUp = 6, kFoldShifts = kFoldDown + kFoldUp + 1;
+constexpr int32_t kUnfolded = INT32_MIN;  // b_tile_ref entry of a tile-block kept unshifted
+constexpr int kFoldTileRows = 128;        // = kTileN of the GEMM (static_assert there)
+constexpr int kFoldBlocksPerCta = 8;
+constexpr int kFoldThreads = 256;
+
+struct E2m1ShiftedAsE4m3 {
+    uint8_t byte[kFoldShifts][8];  // E4M3 bytes of |E2M1 code c| · 2^(i − kFoldDown), c = 0 … 7
+};
+
+E2m1ShiftedAsE4m3 e2m1_shifted_table() {
+    const ElementSpec e2m1 = element_spec(ElementType::e2m1), e4m3 = element_spec(ElementType::e4m3);
+    E2m1ShiftedAsE4m3 t{};
+    for (int i = 0; i < kFoldShifts; ++i)
+        for (uint32_t c = 0; c < 8; ++c) {
+            const float v = std::ldexp(decode_element(e2m1, c), i - kFoldDown);
+            const uint32_t byte = encode_element(e4m3, v, Rounding::nearest_even, Overflow::saturate);
+            if (decode_element(e4m3, byte) != v) cuda_input_error("mx_gemm_fp8: E2M1 · 2^d not exact in E4M3 (table)");
+            t.byte[i][c] = uint8_t(byte);
+        }
+    return t;
+}
+
+// One CTA: one 128-row tile of B × 8 MX blocks. Unit u = (row u / 8, block u % 8); eight consecutive threads
+// read one row's 8 × 16 code bytes (coalesced). Phase 1: the min / max scale over the tile-block's rows whose
+// block holds a non-zero value; phase 2: each unit's 32 codes → E4M3 bytes shifted by s − ref.
+__global__ void __launch_bounds__(kFoldThreads)
+    fold_b_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int rows, int k_blocks,
+                  uint8_t* __restrict__ e4m3, int32_t* __restrict__ tile_ref, unsigned* unfolded, E2m1ShiftedAsE4m3 table) {
+    __shared__ uint8_t shifted[kFoldShifts][8];
+    __shared__ int smin[kFoldBlocksPerCta], smax[kFoldBlocksPerCta], refs[kFoldBlocksPerCta];
+    const int t = int(threadIdx.x);
+    if (t < kFoldShifts * 8) shifted[t / 8][t % 8] = table.byte[t / 8][t % 8];
+    if (t < kFoldBlocksPerCta) {
+        smin[t] = 1 << 30;
+        smax[t] = -1;
+    }
+    __syncthreads();
+    constexpr int kUnits = kFoldTileRows * kFoldBlocksPerCta / kFoldThreads;
+    const int row0 = int(blockIdx.x) * kFoldTileRows, kb0 = int(blockIdx.y) * kFoldBlocksPerCta;
+    uint4 code[kUnits];
+    int scale[kUnits];
+#pragma unroll
+    for (int r = 0; r < kUnits; ++r) {
+        const int u = t + kFoldThreads * r, row = row0 + u / kFoldBlocksPerCta, kb = kb0 + u % kFoldBlocksPerCta;
+        scale[r] = -1;
+        if (row >= rows || kb >= k_blocks) continue;
+        code[r] = reinterpret_cast<const uint4*>(codes + (int64_t(row) * k_blocks + kb) * (kMxBlock / 2))[0];
+        scale[r] = scales[int64_t(row) * k_blocks + kb];
+        const uint32_t magnitude = (code[r].x | code[r].y | code[r].z | code[r].w) & 0x77777777u;
+        if (magnitude == 0 && scale[r] != kE8m0Nan) continue;  // ±0 everywhere: any shift keeps it
+        atomicMin(&smin[u % kFoldBlocksPerCta], scale[r]);
+        atomicMax(&smax[u % kFoldBlocksPerCta], scale[r]);
+    }
+    __syncthreads();
+    if (t < kFoldBlocksPerCta && kb0 + t < k_blocks) {
+        int ref;
+        if (smax[t] < 0) ref = 127;  // every value zero
+        else if (smax[t] == kE8m0Nan || smax[t] - smin[t] > kFoldDown + kFoldUp) ref = kUnfolded;
+        else ref = min(smin[t] + kFoldDown, smax[t]);  // shifts s − ref ∈ [−8, 6], as few upward as possible
+        refs[t] = ref;
+        tile_ref[int64_t(blockIdx.x) * k_blocks + kb0 + t] = ref;
+        if (ref == kUnfolded) atomicAdd(unfolded, 1u);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kUnits; ++r) {
+        if (scale[r] < 0) continue;
+        const int u = t + kFoldThreads * r, row = row0 + u / kFoldBlocksPerCta, kb = kb0 + u % kFoldBlocksPerCta;
+        const int ref = refs[u % kFoldBlocksPerCta];
+        int d = ref == kUnfolded ? 0 : scale[r] - ref;
+        d = d < -kFoldDown ? -kFoldDown : (d > kFoldUp ? kFoldUp : d);  // only all-zero blocks fall outside
+        const uint8_t* lut = shifted[d + kFoldDown];
+        const uint32_t in[4] = {code[r].x, code[r].y, code[r].z, code[r].w};
+        uint32_t out[8];
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                uint32_t word = 0;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const uint32_t c = (in[w] >> (16 * half + 4 * i)) & 0xFu;
+                    word |= (uint32_t(lut[c & 7u]) | ((c & 8u) << 4)) << (8 * i);
+                }
+                out[2 * w + half] = word;
+            }
+        uint4* dst = reinterpret_cast<uint4*>(e4m3 + (int64_t(row) * k_blocks + kb) * kMxBlock);
+        dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+        dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The sm_90a kernel's geometry.
 
 constexpr int kTileM = 128;              // rows of C per CTA tile (two consumer warpgroups × 64)
 constexpr int kTileN = 128;              // columns of C per tile (the wgmma's N)
 constexpr int kStageK = 128;             // K elements (bytes) per pipeline stage: one 128-byte swizzle row
 constexpr int kBlocksPerStage = kStageK / kMxBlock;
-constexpr int kStages = 5;               // 5 × 36 KB of the 227 KB of shared memory
+constexpr int kStages = 5;               // 5 × 37 KB of the 227 KB of shared memory
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
 constexpr int kGroupTilesM = 8;          // tile order: 8 M-tiles per group, N-tiles within the group (L2 reuse)
@@ -84,8 +185,10 @@ struct alignas(1024) MxGemmStage {          // 1024: the 128-byte swizzle patter
     uint8_t b[kTileN * kStageK];
     float a_factor[kBlocksPerStage][kTileM];  // 2^(s−127) of each row's 4 blocks (0 past M or K, NaN for 0xFF)
     float b_factor[kBlocksPerStage][kTileN];
+    float b_tile_factor[kBlocksPerStage];     // 2^(ref−127) of a folded tile-block, −1 where B is not folded
 };
-static_assert(sizeof(MxGemmStage) == 36 * 1024, "stage: A and B tiles 16 KB each, the factors 2 KB each");
+static_assert(sizeof(MxGemmStage) == 37 * 1024, "stage: A and B tiles 16 KB each, the factors 2 KB each, padding");
+static_assert(kFoldTileRows == kTileN, "B is folded per GEMM column tile");
 
 struct MxGemmShared {
     MxGemmStage stage[kStages];
@@ -133,10 +236,30 @@ __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit_and_wait_all() {
+__device__ __forceinline__ void wgmma_commit() {
 #if LOWBIT_WGMMA_DEVICE
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+// Waits until at most `pending` committed wgmma groups of this warpgroup are still running.
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+#if LOWBIT_WGMMA_DEVICE
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(pending) : "memory");
+#endif
+}
+// Register budgets of the warp-specialized kernel (setmaxnreg: the producer gives registers back, the
+// consumers take them: 128 · 56 + 256 · 224 ≤ 65536).
+template <int count>
+__device__ __forceinline__ void registers_decrease() {
+#if LOWBIT_WGMMA_DEVICE
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(count));
+#endif
+}
+template <int count>
+__device__ __forceinline__ void registers_increase() {
+#if LOWBIT_WGMMA_DEVICE
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(count));
 #endif
 }
 // Keeps the compiler from moving reads of wgmma results above the wait (the registers are written
@@ -202,11 +325,49 @@ __device__ __forceinline__ void store_pair(float* c_f32, __nv_bfloat16* c_bf16, 
 
 // ---------------------------------------------------------------------------------------------------
 // The sm_90a kernel. a_map / b_map: E4M3 bytes [M][K] / [N][K], boxes 128 × 128, 128-byte swizzle.
+// b_tile_ref: [N-tiles][K/32] reference exponents of B's folded tile-blocks (kUnfolded: per-column factors),
+// or null (nothing folded).
+
+// One MX block of a consumer: C += P · factor(row) · factor(column), P the block's fresh wgmma partial.
+// Folded tile-block (tile_factor ≥ 0): B's values carry 2^(s − ref), the column factor is the tile's.
+__device__ __forceinline__ void promote_block(float (&acc)[64], float (&part)[64], const MxGemmStage& st, int kb, int row_local,
+                                              int col_local) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) fence_operand(part[i]);
+    const float fa0 = st.a_factor[kb][row_local], fa1 = st.a_factor[kb][row_local + 8];
+    const float tile_factor = st.b_tile_factor[kb];
+    if (tile_factor >= 0.0f) {
+        const float f0 = fa0 * tile_factor, f1 = fa1 * tile_factor;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            acc[4 * j + 0] = __fmaf_rn(part[4 * j + 0], f0, acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(part[4 * j + 1], f0, acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(part[4 * j + 2], f1, acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(part[4 * j + 3], f1, acc[4 * j + 3]);
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const float2 fb = *reinterpret_cast<const float2*>(&st.b_factor[kb][8 * j + col_local]);
+        acc[4 * j + 0] = __fmaf_rn(part[4 * j + 0], fa0 * fb.x, acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(part[4 * j + 1], fa0 * fb.y, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(part[4 * j + 2], fa1 * fb.x, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(part[4 * j + 3], fa1 * fb.y, acc[4 * j + 3]);
+    }
+}
+
+__device__ __forceinline__ void issue_block(float (&part)[64], const MxGemmStage& st, int consumer, int kb) {
+    wgmma_fence();
+    wgmma_m64n128k32_e4m3(part, sw128_kmajor_descriptor(st.a + consumer * 64 * kStageK + kb * kMxBlock),
+                          sw128_kmajor_descriptor(st.b + kb * kMxBlock));
+    wgmma_commit();
+}
 
 __global__ void __launch_bounds__(kThreads, 1)
     mx_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
-                         const uint8_t* __restrict__ a_scales, const uint8_t* __restrict__ b_scales, int m, int n, int k_blocks,
-                         float* c_f32, __nv_bfloat16* c_bf16) {
+                         const uint8_t* __restrict__ a_scales, const uint8_t* __restrict__ b_scales,
+                         const int32_t* __restrict__ b_tile_ref, int m, int n, int k_blocks, float* c_f32, __nv_bfloat16* c_bf16) {
     extern __shared__ uint8_t shared_raw[];
     const uint32_t misalignment = smem_address(shared_raw) & 1023u;
     MxGemmShared& sh = *reinterpret_cast<MxGemmShared*>(shared_raw + ((1024u - misalignment) & 1023u));
@@ -225,6 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
 
     if (warpgroup == 0) {
+        registers_decrease<56>();
         // Producer: warp 0 only (the other three warps of the warpgroup have nothing to do). It walks this CTA's
         // (tile, stage) pairs in order; the scale bytes of the next pair are loaded into registers while it waits
         // for the next free slot, so their latency stays off the pipeline's critical path.
@@ -235,19 +397,33 @@ __global__ void __launch_bounds__(kThreads, 1)
             grid.origin(int(blockIdx.x) + int(use / uint32_t(k_stages)) * int(gridDim.x), m0, n0);
             *ks = int(use % uint32_t(k_stages));
         };
-        // Lane l stages entries i = l + 32r (r = 0 … 15) of each factor table: line i / 4, block i % 4 — 4 lanes
-        // read one line's 4 consecutive scale bytes, 8 lines per warp access.
-        constexpr int kPerLane = kTileM * kBlocksPerStage / 32;
-        uint32_t a_raw[kPerLane], b_raw[kPerLane];
+        // Lane l stages lines l + 32q (q = 0 … 3) of both factor tables: each line's 4 scale bytes of the stage
+        // packed in one register (one 4-byte load when K/32 is a multiple of 4), so the producer's prefetch
+        // costs 8 registers. Lanes 0–3 also stage the tile factors of the stage's 4 blocks.
+        constexpr int kLinesPerLane = kTileM / 32;
+        uint32_t a_raw[kLinesPerLane], b_raw[kLinesPerLane];
+        int32_t tile_ref = kUnfolded;
+        const bool aligned_scales = k_blocks % kBlocksPerStage == 0 &&
+                                    ((reinterpret_cast<uintptr_t>(a_scales) | reinterpret_cast<uintptr_t>(b_scales)) & 3u) == 0;
+        auto packed_scales = [&](const uint8_t* scales, int line, int lines, int kb0) -> uint32_t {
+            if (line >= lines) return 0;
+            const uint8_t* p = scales + int64_t(line) * k_blocks + kb0;
+            if (aligned_scales) return *reinterpret_cast<const uint32_t*>(p);
+            uint32_t v = 0;
+            for (int i = 0; i < kBlocksPerStage && kb0 + i < k_blocks; ++i) v |= uint32_t(p[i]) << (8 * i);
+            return v;
+        };
         auto fetch = [&](uint32_t use) {
             int m0, n0, ks;
             origin_of(use, &m0, &n0, &ks);
 #pragma unroll
-            for (int r = 0; r < kPerLane; ++r) {
-                const int i = lane + 32 * r, line = i / kBlocksPerStage, kb = ks * kBlocksPerStage + i % kBlocksPerStage;
-                a_raw[r] = scale_byte_or_outside(a_scales, m0 + line, m, kb, k_blocks);
-                b_raw[r] = scale_byte_or_outside(b_scales, n0 + line, n, kb, k_blocks);
+            for (int q = 0; q < kLinesPerLane; ++q) {
+                a_raw[q] = packed_scales(a_scales, m0 + lane + 32 * q, m, ks * kBlocksPerStage);
+                b_raw[q] = packed_scales(b_scales, n0 + lane + 32 * q, n, ks * kBlocksPerStage);
             }
+            const int kb = ks * kBlocksPerStage + lane;
+            tile_ref = b_tile_ref && lane < kBlocksPerStage && kb < k_blocks ? b_tile_ref[int64_t(n0 / kTileN) * k_blocks + kb]
+                                                                             : kUnfolded;
         };
         if (uses > 0) fetch(0);
         for (uint32_t use = 0; use < uses; ++use) {
@@ -255,16 +431,23 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint32_t round = use / kStages;
             if (round > 0) mbarrier_wait(&sh.empty[slot], (round - 1) & 1u);
             MxGemmStage& st = sh.stage[slot];
+            int m0, n0, ks;
+            origin_of(use, &m0, &n0, &ks);
+            const int blocks_left = k_blocks - ks * kBlocksPerStage;
 #pragma unroll
-            for (int r = 0; r < kPerLane; ++r) {
-                const int i = lane + 32 * r, line = i / kBlocksPerStage, kb = i % kBlocksPerStage;
-                st.a_factor[kb][line] = factor_of_scale(a_raw[r]);
-                st.b_factor[kb][line] = factor_of_scale(b_raw[r]);
+            for (int q = 0; q < kLinesPerLane; ++q) {
+                const int line = lane + 32 * q;
+                const bool a_in = m0 + line < m, b_in = n0 + line < n;
+#pragma unroll
+                for (int kb = 0; kb < kBlocksPerStage; ++kb) {
+                    const bool k_in = kb < blocks_left;
+                    st.a_factor[kb][line] = factor_of_scale(a_in && k_in ? (a_raw[q] >> (8 * kb)) & 0xFFu : kOutside);
+                    st.b_factor[kb][line] = factor_of_scale(b_in && k_in ? (b_raw[q] >> (8 * kb)) & 0xFFu : kOutside);
+                }
             }
+            if (lane < kBlocksPerStage) st.b_tile_factor[lane] = tile_ref == kUnfolded ? -1.0f : pow2f(tile_ref - 127);
             // The arrivals release the factor stores to the consumers' acquiring wait on `full`.
             if (lane == 0) {
-                int m0, n0, ks;
-                origin_of(use, &m0, &n0, &ks);
                 mbarrier_arrive_expect_tx(&sh.full[slot], kStageTxBytes);
                 tma_load_2d(st.a, &a_map, ks * kStageK, m0, &sh.full[slot]);
                 tma_load_2d(st.b, &b_map, ks * kStageK, n0, &sh.full[slot]);
@@ -275,8 +458,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         return;
     }
+    registers_increase<224>();
 
-    // Consumers: warpgroup 1 takes rows 0–63 of the tile, warpgroup 2 rows 64–127.
+    // Consumers: warpgroup 1 takes rows 0–63 of the tile, warpgroup 2 rows 64–127. Per stage the 4 blocks'
+    // wgmmas alternate between two partials, so block b + 1 multiplies while block b is promoted.
     const int consumer = warpgroup - 1;
     const int warp_in_group = (int(threadIdx.x) % 128) / 32;
     const int row_local = consumer * 64 + warp_in_group * 16 + lane / 4;  // and row_local + 8
@@ -293,24 +478,27 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbarrier_wait(&sh.full[slot], (use / kStages) & 1u);
             const MxGemmStage& st = sh.stage[slot];
             const int blocks = k_blocks - ks * kBlocksPerStage < kBlocksPerStage ? k_blocks - ks * kBlocksPerStage : kBlocksPerStage;
-#pragma unroll
-            for (int kb = 0; kb < kBlocksPerStage; ++kb) {
-                if (kb >= blocks) break;
-                float part[64];
-                wgmma_fence();
-                wgmma_m64n128k32_e4m3(part, sw128_kmajor_descriptor(st.a + consumer * 64 * kStageK + kb * kMxBlock),
-                                      sw128_kmajor_descriptor(st.b + kb * kMxBlock));
-                wgmma_commit_and_wait_all();
-#pragma unroll
-                for (int i = 0; i < 64; ++i) fence_operand(part[i]);
-                const float fa0 = st.a_factor[kb][row_local], fa1 = st.a_factor[kb][row_local + 8];
-#pragma unroll
-                for (int j = 0; j < 16; ++j) {
-                    const float2 fb = *reinterpret_cast<const float2*>(&st.b_factor[kb][8 * j + col_local]);
-                    acc[4 * j + 0] = __fmaf_rn(part[4 * j + 0], fa0 * fb.x, acc[4 * j + 0]);
-                    acc[4 * j + 1] = __fmaf_rn(part[4 * j + 1], fa0 * fb.y, acc[4 * j + 1]);
-                    acc[4 * j + 2] = __fmaf_rn(part[4 * j + 2], fa1 * fb.x, acc[4 * j + 2]);
-                    acc[4 * j + 3] = __fmaf_rn(part[4 * j + 3], fa1 * fb.y, acc[4 * j + 3]);
+            float part0[64], part1[64];
+            issue_block(part0, st, consumer, 0);
+            if (blocks == kBlocksPerStage) {  // the common case, fully unrolled
+                issue_block(part1, st, consumer, 1);
+                wgmma_wait<1>();
+                promote_block(acc, part0, st, 0, row_local, col_local);
+                issue_block(part0, st, consumer, 2);
+                wgmma_wait<1>();
+                promote_block(acc, part1, st, 1, row_local, col_local);
+                issue_block(part1, st, consumer, 3);
+                wgmma_wait<1>();
+                promote_block(acc, part0, st, 2, row_local, col_local);
+                wgmma_wait<0>();
+                promote_block(acc, part1, st, 3, row_local, col_local);
+            } else {  // the last, partial stage of K: one block at a time
+                wgmma_wait<0>();
+                promote_block(acc, part0, st, 0, row_local, col_local);
+                for (int kb = 1; kb < blocks; ++kb) {
+                    issue_block(part0, st, consumer, kb);
+                    wgmma_wait<0>();
+                    promote_block(acc, part0, st, kb, row_local, col_local);
                 }
             }
             // Every lane of the warp is done with the stage (its wgmmas waited on, its factors read).
@@ -382,30 +570,38 @@ void check_operand(const MxGemmOperand& op, const char* name) {
     cuda_check_aligned(op.codes, 16, name, "mx_gemm_fp8");
 }
 
-// The operand's codes as E4M3 bytes: as they are for MXFP8, expanded into `buffer` (or stream-ordered memory,
-// returned in *owned) for MXFP4.
-const uint8_t* e4m3_codes(const MxGemmOperand& op, int64_t rows, int64_t k, DeviceBuffer<uint8_t>* buffer, void** owned,
-                          cudaStream_t stream) {
-    if (op.element == MxElement::e4m3) return op.codes;
-    uint8_t* out = nullptr;
-    if (buffer) {
-        out = buffer->grow(size_t(rows * k));
-    } else {
-        void* p = nullptr;
-        CUDA_CHECK(cudaMallocAsync(&p, size_t(rows * k), stream));
-        *owned = p;
-        out = static_cast<uint8_t*>(p);
-    }
-    mx_expand_e2m1_to_e4m3_cuda(op.codes, rows, k, out, stream);
+// B's E4M3 bytes with its column scales folded per tile-block (MXFP4 B only), the tile references in
+// *tile_ref; the count of tile-blocks left unfolded in *unfolded (zeroed first).
+const uint8_t* folded_b_codes(const MxGemmOperand& b, int64_t n, int64_t k, MxGemmScratch& scratch, cudaStream_t stream) {
+    const int k_blocks = int(k / kMxBlock), tiles = int((n + kTileN - 1) / kTileN);
+    uint8_t* out = scratch.b_e4m3.grow(size_t(n * k));
+    int32_t* refs = scratch.b_tile_ref.grow(size_t(tiles) * size_t(k_blocks));
+    unsigned* unfolded = scratch.unfolded.grow(1);
+    CUDA_CHECK(cudaMemsetAsync(unfolded, 0, sizeof(unsigned), stream));
+    static const E2m1ShiftedAsE4m3 table = e2m1_shifted_table();
+    const dim3 grid(unsigned(tiles), unsigned((k_blocks + kFoldBlocksPerCta - 1) / kFoldBlocksPerCta));
+    fold_b_kernel<<<grid, kFoldThreads, 0, stream>>>(b.codes, b.scales, int(n), k_blocks, out, refs, unfolded, table);
+    CUDA_CHECK(cudaGetLastError());
     return out;
 }
 
 void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
-                  __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch) {
-    void* owned_a = nullptr;
-    void* owned_b = nullptr;
-    const uint8_t* a8 = e4m3_codes(a, m, k, scratch ? &scratch->a_e4m3 : nullptr, &owned_a, stream);
-    const uint8_t* b8 = e4m3_codes(b, n, k, scratch ? &scratch->b_e4m3 : nullptr, &owned_b, stream);
+                  __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch, MxGemmFold fold) {
+    MxGemmScratch local;  // freed at return: its destructors wait for the device (only callers without scratch)
+    MxGemmScratch& s = scratch ? *scratch : local;
+    const bool folded = fold == MxGemmFold::b_columns && b.element == MxElement::e2m1;
+    const uint8_t* a8 = a.element == MxElement::e4m3 ? a.codes : s.a_e4m3.grow(size_t(m * k));
+    if (a.element == MxElement::e2m1) mx_expand_e2m1_to_e4m3_cuda(a.codes, m, k, const_cast<uint8_t*>(a8), stream);
+    const uint8_t* b8 = nullptr;
+    if (folded) {
+        b8 = folded_b_codes(b, n, k, s, stream);
+    } else if (b.element == MxElement::e4m3) {
+        b8 = b.codes;
+    } else {
+        b8 = s.b_e4m3.grow(size_t(n * k));
+        mx_expand_e2m1_to_e4m3_cuda(b.codes, n, k, const_cast<uint8_t*>(b8), stream);
+    }
+    if (!folded && s.unfolded.size() > 0) CUDA_CHECK(cudaMemsetAsync(s.unfolded.data(), 0, sizeof(unsigned), stream));
     const CUtensorMap a_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, a8, uint64_t(k), uint64_t(m), uint64_t(k), kStageK,
                                                  kTileM, CU_TENSOR_MAP_SWIZZLE_128B);
     const CUtensorMap b_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, b8, uint64_t(k), uint64_t(n), uint64_t(k), kStageK,
@@ -413,11 +609,10 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
     const TileGrid grid{int((m + kTileM - 1) / kTileM), int((n + kTileN - 1) / kTileN)};
     const int ctas = grid.count() < cuda_multiprocessor_count() ? grid.count() : cuda_multiprocessor_count();
     cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel), kSharedBytes);
-    mx_gemm_wgmma_kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a.scales, b.scales, int(m), int(n),
+    mx_gemm_wgmma_kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a.scales, b.scales,
+                                                                   folded ? s.b_tile_ref.data() : nullptr, int(m), int(n),
                                                                    int(k / kMxBlock), c_f32, c_bf16);
     CUDA_CHECK(cudaGetLastError());
-    if (owned_a) CUDA_CHECK(cudaFreeAsync(owned_a, stream));
-    if (owned_b) CUDA_CHECK(cudaFreeAsync(owned_b, stream));
 }
 
 }  // namespace
@@ -438,7 +633,7 @@ void mx_expand_e2m1_to_e4m3_cuda(const uint8_t* codes, int64_t rows, int64_t k, 
 }
 
 void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
-                      __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch) {
+                      __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch, MxGemmFold fold) {
     constexpr int64_t kLimit = int64_t(1) << 31;
     if (m < 0 || n < 0 || k < 0 || m >= kLimit || n >= kLimit || k >= kLimit)
         cuda_input_error("mx_gemm_fp8: M, N, K must lie in [0, 2^31), got M " + std::to_string(m) + ", N " + std::to_string(n) +
@@ -460,7 +655,7 @@ void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m,
     if (((m + kTileM - 1) / kTileM) * ((n + kTileN - 1) / kTileN) >= kLimit)
         cuda_input_error("mx_gemm_fp8: M " + std::to_string(m) + " x N " + std::to_string(n) + " has too many 128 x 128 tiles");
     if (cuda_tma_usable()) {
-        launch_wgmma(a, b, m, n, k, c_f32, c_bf16, stream, scratch);
+        launch_wgmma(a, b, m, n, k, c_f32, c_bf16, stream, scratch, fold);
         return;
     }
     if ((m + kSimtTile - 1) / kSimtTile > 65535)
@@ -468,6 +663,13 @@ void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m,
     const dim3 grid(unsigned((n + kSimtTile - 1) / kSimtTile), unsigned((m + kSimtTile - 1) / kSimtTile));
     mx_gemm_simt_kernel<<<grid, dim3(kSimtTile, kSimtTile), 0, stream>>>(a, b, int(m), int(n), int(k / kMxBlock), c_f32, c_bf16);
     CUDA_CHECK(cudaGetLastError());
+}
+
+unsigned mx_gemm_fp8_unfolded_blocks(const MxGemmScratch& scratch) {
+    if (scratch.unfolded.size() == 0) return 0;
+    unsigned count = 0;
+    CUDA_CHECK(cudaMemcpy(&count, scratch.unfolded.data(), sizeof(unsigned), cudaMemcpyDeviceToHost));
+    return count;
 }
 
 }  // namespace lowbit

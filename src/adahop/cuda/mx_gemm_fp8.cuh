@@ -40,29 +40,38 @@
 // no flag. E4M3 codes 0x7F / 0xFF are NaN on the tensor cores and in the reference alike. E2M1 and E4M3 hold no
 // Inf.
 //
-// Design (v1). Persistent CTAs of 3 warpgroups over 128 × 128 output tiles (grouped order, 8 M-tiles per
-// group, so CTAs in flight share panels in L2). Warp 0 is the producer: per stage (K = 128 = 4 MX blocks) it
-// waits for the stage's `empty` barrier, stages the 4 × 128 row and 4 × 128 column factors 2^(s−127) as FP32
-// in shared memory (their bytes loaded into registers one stage ahead), and issues two TMA tensor copies
+// Scale folding (MXFP4 B). Per 128-column tile of C and MX block, B's values are stored as E2M1 · 2^(s − ref)
+// in E4M3, with ref = min(s_min + 8, s_max) over the tile-block's non-zero blocks: exact while s − ref ∈ [−8, 6]
+// (0.5 · 2^−8 = 2^−9 is E4M3's smallest subnormal; 6 · 2^6 = 384 ≤ 448), i.e. while those scales span ≤ 14
+// binades and none is NaN. The shift is the same for all 32 products of a column's block, so the block partial
+// is 2^(s − ref) times the unshifted one and stays exact (a multiple of 2^(s−ref−2) below 2^(s−ref+11)); the
+// promotion then multiplies by factor(row) · 2^(ref−127), one FFMA per element instead of an FMUL and an FFMA.
+// Tile-blocks outside the window are written unshifted and promoted with per-column factors (the unfolded
+// path, exact as above), and counted (mx_gemm_fp8_unfolded_blocks): never silently wrong. The folded product
+// equals the unfolded one bit for bit except where factor(row) · 2^(ref−127) leaves FP32's range while
+// factor(row) · factor(column) does not (ref ≥ s for every column of a tile-block spanning ≤ 8 binades).
+//
+// Design (v2). Persistent CTAs of 3 warpgroups over 128 × 128 output tiles (grouped order, 8 M-tiles per
+// group, so CTAs in flight share panels in L2); setmaxnreg moves registers from the producer (56) to the two
+// consumers (224). Warp 0 is the producer: per stage (K = 128 = 4 MX blocks) it waits for the stage's `empty`
+// barrier, stages the 4 × 128 row and 4 × 128 column factors 2^(s−127) and the 4 tile factors as FP32 in
+// shared memory (their bytes loaded into registers one stage ahead), and issues two TMA tensor copies
 // (A 128 × 128 bytes, B 128 × 128 bytes, 128-byte swizzle, zero fill past M, N and K) completing on the
 // stage's `full` barrier. Warpgroups 1 and 2 are the consumers, 64 rows each: per MX block one
 // wgmma.m64n128k32.f32.e4m3.e4m3 from shared memory (K-major descriptors, 128-byte swizzle) into a fresh
-// 64-register partial, wait, then 64 FMAs into the running FP32 accumulator with factor(row) · factor(column);
-// the two warpgroups alternate on the tensor cores. Stores are masked (M, N need not be multiples of 128),
-// FP32 or BF16. K must be a multiple of 32.
-// MXFP4 codes are expanded to E4M3 bytes by a separate pass first (mx_expand_e2m1_to_e4m3_cuda; rows·K/2 bytes
-// read, rows·K written: ~24 µs per 8192 × 8192 operand at 4.2 TB/s, together ~3 % of an 8192³ GEMM at
-// ~700 TFLOP/s; expanding while staging in shared memory would save it), MXFP8 codes are used as they are.
-// Without sm_90a (cuda_tma_usable() false) a plain CUDA-core kernel computes the same per-block math.
+// 64-register partial; two partials alternate, so block b + 1's wgmma runs while block b is promoted into the
+// running FP32 accumulator (v1 waited for every wgmma before promoting: 0.23× BF16 at 8192³). Stores are
+// masked (M, N need not be multiples of 128), FP32 or BF16. K must be a multiple of 32.
+// MXFP4 codes are expanded to E4M3 bytes by a pass first (A: mx_expand_e2m1_to_e4m3_cuda; B: the folding
+// pass; rows·K/2 bytes read, rows·K written: ~24 µs per 8192 × 8192 operand at 4.2 TB/s, ~3 % of an 8192³
+// GEMM at ~700 TFLOP/s), MXFP8 codes are used as they are. Without sm_90a (cuda_tma_usable() false) a plain
+// CUDA-core kernel computes the same per-block math.
 //
 // Napkin math (the bound of this design). Per output element and MX block the tensor core does 32 MACs at
-// 4096 FP8 MAC/clk/SM (1/128 clk), the promotion issues one FMUL + one FFMA at 128 lanes/clk/SM (1/64 clk):
-// per-32 promotion with independent row and column scales is issue-bound at ~50 % of FP8 peak
-// (~990 TFLOP/s datasheet, ~710 of the ~1420 measured at 8192³) however well it overlaps. Beating cuBLAS
-// BF16 (~780) by 1.6× needs one FP32 op per element or less: fold B's column scales into its E4M3 values per
-// 128-column tile (exact while a block's column exponents in a tile differ by ≤ 8: E2M1 · 2^−8 is still exact
-// in E4M3) and/or promote every 128 when a row's four block scales agree (adahop.md §13.5/13.6) — the next
-// variants, chosen per shape and checked per tile.
+// 4096 FP8 MAC/clk/SM (1/128 clk); the promotion issues one FFMA (folded) or one FMUL + one FFMA (unfolded)
+// at 128 lanes/clk/SM (1/128 or 1/64 clk). Unfolded, the issue slots bound it at ~50 % of FP8 peak (~990
+// TFLOP/s datasheet); folded, MMA and promotion need the same time, so the bound is the FP8 peak only with
+// perfect overlap of two warpgroups, and ~50–70 % with realistic issue contention.
 #pragma once
 
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
@@ -90,15 +99,28 @@ struct MxGemmOperand {
 // (it grows, never shrinks; growing frees the old buffers, which waits for the device).
 struct MxGemmScratch {
     DeviceBuffer<uint8_t> a_e4m3, b_e4m3;
+    DeviceBuffer<int32_t> b_tile_ref;  // folded B: reference exponent per (128-column tile, MX block)
+    DeviceBuffer<unsigned> unfolded;   // folded B: tile-blocks left unfolded by the last call
 };
+
+// Whether MXFP4 B's column scales are folded into its values per tile-block (the header's "Scale folding").
+// none promotes every block with per-column factors (the v1 arithmetic: kept for measurement and as the
+// reference of the folded path's tests).
+enum class MxGemmFold : uint8_t { none, b_columns };
 
 // C = A · Bᵀ: c_f32 (M × N row-major FP32) or c_bf16 (the same in BF16, rounded to nearest even); exactly one
 // of them non-null. K must be a multiple of 32 (K = 0 writes zeros); M, N, K < 2^31. Asynchronous on
-// `stream`; argument errors throw Error(input / usage) before anything is launched. Uses the wgmma kernel
+// `stream` with a scratch (without one, its temporary buffers are freed before return, which waits for the
+// device); argument errors throw Error(input / usage) before anything is launched. Uses the wgmma kernel
 // where cuda_tma_usable() holds, else the CUDA-core kernel (same results for MXFP4 up to FP32 summation
 // order; for MXFP8 the CUDA-core kernel sums each block in FP32, the tensor cores in ~14 bits).
 void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
-                      __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch = nullptr);
+                      __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch = nullptr,
+                      MxGemmFold fold = MxGemmFold::b_columns);
+
+// Tile-blocks of B the last call with this scratch left unfolded (their scales span more than the E4M3 window,
+// or hold NaN; computed exactly by the per-column path). Waits for the device.
+unsigned mx_gemm_fp8_unfolded_blocks(const MxGemmScratch& scratch);
 
 // E2M1 codes [rows][k/2] (two per byte, low nibble first) → the same values as E4M3 bytes [rows][k], exactly
 // (sign kept, −0 → 0x80). k % 32 == 0; both pointers 16-byte aligned.

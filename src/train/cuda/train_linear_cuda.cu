@@ -110,6 +110,8 @@ struct CudaTrainGemm::State {
 CudaTrainGemm::CudaTrainGemm(cudaStream_t stream) : st_(std::make_unique<State>(stream)) {}
 CudaTrainGemm::~CudaTrainGemm() = default;
 
+void CudaTrainGemm::set_tensor_core_mx(bool on) { st_->lp.set_tensor_core_mx(on); }
+
 void CudaTrainGemm::forward(const TrainGemmMode& mode, const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t m, int64_t k,
                             int64_t n, TrainGemmOut y) {
     check_out(y, "forward");

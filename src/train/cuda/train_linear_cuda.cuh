@@ -6,7 +6,7 @@
 // with BF16 operands (the engine's activations and its BF16 weight copies) under a Strategy:
 //   full             cuBLAS BF16 × BF16 → FP32 accumulation (the bf16 recipe, the LM head, calibration)
 //   any other        AdaHOP's lp_matmul on the GPU (adahop/cuda/lp_matmul_cuda.cuh: Hadamard, MX quantization,
-//                    OE, then a BF16 GEMM of the dequantized values — exact emulation of the MXFP4 GEMM) on FP32
+//                    OE, then the exact MXFP4 GEMM on the FP8 tensor cores, or its BF16 emulation) on FP32
 //                    copies of the operands laid out as lp_matmul wants them (C = A·B, reduction along K).
 // Outputs: Y and dX into a BF16 tensor or into an FP32 one with `+ beta·out` (beta = 1 fuses the residual add
 // and sums the input gradient of the projections that read one input).
@@ -58,6 +58,9 @@ public:
                        int64_t n, TrainGemmOut dx);
     void backward_weight(const TrainGemmMode& mode, const __nv_bfloat16* dy, const __nv_bfloat16* x, int64_t m,
                          int64_t k, int64_t n, float* dw, float beta);
+
+    // The MX products on the FP8 tensor cores (default) or by BF16 emulation (LpMatmulCuda::set_tensor_core_mx).
+    void set_tensor_core_mx(bool on);
 
     // AdaHOP's forward-time quantization (adahop.md §6): a tensor t [rows, cols] prepared now as the right
     // operand of a backward GEMM whose reduction runs along its rows — X [M, K] for wgrad (blocks along M),
