@@ -242,6 +242,26 @@ def parse_llama_perplexity(out):
     return r
 
 
+def compare_token_ids(tokenize, lowbit, model, text_path):
+    """Tokenizes text_path with `llama-tokenize` and `lowbit tokenize` on the same GGUF's vocabulary, prints the
+    comparison (the first difference, if any) and returns (ids identical, llama.cpp's ids)."""
+    out, _ = run([tokenize, "-m", model, "-f", text_path, "--ids", "--log-disable", "--no-escape"])
+    m = re.search(r"\[([0-9, ]*)\]\s*$", out.strip())
+    llama_ids = [int(x) for x in m.group(1).split(",")] if m and m.group(1).strip() else []
+    tok_rep, _ = run_json([lowbit, "tokenize", "--model", model, "--text", text_path, "--json"])
+    ours_ids = tok_rep["ids"]
+    ids_equal = llama_ids == ours_ids
+    say(f"llama-tokenize: {len(llama_ids)} tokens; lowbit tokenize: {len(ours_ids)} tokens; ids identical: {ids_equal}")
+    if not ids_equal:
+        n = min(len(llama_ids), len(ours_ids))
+        i = next((k for k in range(n) if llama_ids[k] != ours_ids[k]), n)
+        say(f"first difference at token {i}: llama.cpp {llama_ids[i:i + 8]} lowbit {ours_ids[i:i + 8]} "
+            f"(lowbit pieces {tok_rep['tokens'][max(0, i - 4):i + 8]})")
+        diffs = sum(1 for k in range(n) if llama_ids[k] != ours_ids[k])
+        say(f"{diffs} differing positions among the first {n}")
+    return ids_equal, llama_ids
+
+
 def sig3_agree(a, b):
     """|a − b| within half a unit of the third significant digit of the larger."""
     unit = 10.0 ** (math.floor(math.log10(max(abs(a), abs(b)))) - 2)
@@ -413,20 +433,7 @@ def main():
 
     # 2. token ids
     say("## 2. tokenization")
-    out, _ = run([tokenize, "-m", args.model, "-f", text_path, "--ids", "--log-disable", "--no-escape"])
-    m = re.search(r"\[([0-9, ]*)\]\s*$", out.strip())
-    llama_ids = [int(x) for x in m.group(1).split(",")] if m and m.group(1).strip() else []
-    tok_rep, _ = run_json([lowbit, "tokenize", "--model", args.model, "--text", text_path, "--json"])
-    ours_ids = tok_rep["ids"]
-    ids_equal = llama_ids == ours_ids
-    say(f"llama-tokenize: {len(llama_ids)} tokens; lowbit tokenize: {len(ours_ids)} tokens; ids identical: {ids_equal}")
-    if not ids_equal:
-        n = min(len(llama_ids), len(ours_ids))
-        i = next((k for k in range(n) if llama_ids[k] != ours_ids[k]), n)
-        say(f"first difference at token {i}: llama.cpp {llama_ids[i:i + 8]} lowbit {ours_ids[i:i + 8]} "
-            f"(lowbit pieces {tok_rep['tokens'][max(0, i - 4):i + 8]})")
-        diffs = sum(1 for k in range(n) if llama_ids[k] != ours_ids[k])
-        say(f"{diffs} differing positions among the first {n}")
+    ids_equal, llama_ids = compare_token_ids(tokenize, lowbit, args.model, text_path)
     say()
 
     if args.speed_only:
