@@ -210,7 +210,7 @@ def main():
     say(f"date:    {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
     say(f"commit:  {llc.git('rev-parse', '--short', 'HEAD')}; lowbit {args.lowbit} ({llc.lowbit_source(args.lowbit)})")
     say(f"machine: {llc.machine_line()}")
-    info_path = os.path.join(args.llama_bin, "peer-build-info.txt")
+    info_path = os.path.join(os.path.dirname(args.llama_bin), "peer-build-info.txt")
     if os.path.exists(info_path):
         say("llama.cpp: " + " | ".join(line.strip() for line in open(info_path)))
     say(f"transformers {transformers.__version__}, torch {torch.__version__} (CPU, float32, eager attention)")
