@@ -5,9 +5,10 @@
 // NVFP4 values (E2M1 × E4M3 × FP32) are not exact in BF16, so NVFP4 runs the product in FP32 (cuBLAS SGEMM).
 // OE slivers and the full strategy use BF16 operands (or FP32 when opts.high_precision_bf16 is false).
 // OHT (analysis only) rotates M and N with dense Hadamard products (cuBLAS) instead of a fast transform.
-// MXFP4 / MXFP8 × MXFP4 / MXFP8 products (K a multiple of 32, sm_90a) run on the FP8 tensor cores instead
-// (adahop/cuda/mx_gemm_fp8.cuh: exact block sums, the same result up to FP32 summation order);
-// set_tensor_core_mx(false) keeps the emulation for them.
+// With set_tensor_core_mx(true), MXFP4 × MXFP4 main products (K a multiple of 32, sm_90a) run on the FP8
+// tensor cores instead (adahop/cuda/mx_gemm_fp8.cuh: exact block sums, the same result up to FP32 summation
+// order). Off by default: the emulation is faster today. MXFP8 always stays emulated (its tensor-core block
+// sums are not exact).
 //
 // Prepared operands hold what a backward pass needs (codes, scales, BF16 slices, indices) on the device.
 #pragma once
