@@ -93,6 +93,12 @@ public:
         if (count_ < count) resize(count);
         return ptr_;
     }
+    // Holds exactly `count` elements afterwards, reallocated only when the count changes (contents are not
+    // kept then), and returns data(): buffers refilled with same-sized data every step allocate once.
+    T* fit(size_t count) {
+        if (count_ != count) resize(count);
+        return ptr_;
+    }
     // Holds exactly the n host elements from `host` afterwards (grown when too small, released when n is 0),
     // copied in order on `stream`. From pageable memory cudaMemcpyAsync returns once the data is staged, so
     // the host buffer may be reused when this returns.

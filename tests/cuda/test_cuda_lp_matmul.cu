@@ -21,16 +21,11 @@ const Fmt kFormats[] = {{false, MxElement::e2m1}, {false, MxElement::e4m3}, {tru
 // Both operands prepared on the CPU and on the GPU: the same fields hold the same bytes (one struct template
 // on both sides) — quantized codes, scales, NVFP4's tensor scale, or the unquantized rotated operand; the OE
 // indices and slice; the random signs applied.
-void expect_prepared_operands_match(LpMatmulCuda& gpu, const std::vector<float>& a, const std::vector<float>& b,
-                                    const DeviceBuffer<float>& da, const DeviceBuffer<float>& db, int64_t m, int64_t k, int64_t n,
-                                    Strategy s, const LpMatmulOptions& o) {
-    for (Side side : {Side::left, Side::right}) {
-        SCOPED_TRACE(side == Side::left ? "left operand" : "right operand");
-        const auto& t = side == Side::left ? a : b;
-        const int64_t rr = side == Side::left ? m : k, cc = side == Side::left ? k : n;
-        PreparedOperand pc = lp_prepare(t.data(), rr, cc, side, s, o);
-        PreparedOperandCuda pg = gpu.prepare(side == Side::left ? da.data() : db.data(), rr, cc, side, s, o);
+void expect_same_prepared(const PreparedOperandCuda& pg, const PreparedOperand& pc, Strategy s, const LpMatmulOptions& o) {
         CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(pg.side, pc.side);
+        EXPECT_EQ(pg.rows, pc.rows);
+        EXPECT_EQ(pg.cols, pc.cols);
         EXPECT_EQ(pg.codes.size(), pc.codes.size()) << strategy_name(s);
         if (o.quantize) {
             EXPECT_EQ(download(pg.codes, pc.codes.size()), pc.codes) << strategy_name(s);
@@ -49,7 +44,37 @@ void expect_prepared_operands_match(LpMatmulCuda& gpu, const std::vector<float>&
         }
         EXPECT_EQ(pg.random_signs_seed, pc.random_signs_seed) << strategy_name(s);
         EXPECT_EQ(pg.storage_bytes(), pc.storage_bytes());
+        if (pc.high_precision.size() > 0) {
+            ASSERT_EQ(pg.high_precision.size(), pc.high_precision.size()) << strategy_name(s);
+            EXPECT_EQ(float_bits(download(pg.high_precision, pc.high_precision.size())), float_bits(pc.high_precision));
+        }
+}
+
+void expect_prepared_operands_match(LpMatmulCuda& gpu, const std::vector<float>& a, const std::vector<float>& b,
+                                    const DeviceBuffer<float>& da, const DeviceBuffer<float>& db, int64_t m, int64_t k, int64_t n,
+                                    Strategy s, const LpMatmulOptions& o) {
+    for (Side side : {Side::left, Side::right}) {
+        SCOPED_TRACE(side == Side::left ? "left operand" : "right operand");
+        const auto& t = side == Side::left ? a : b;
+        const int64_t rr = side == Side::left ? m : k, cc = side == Side::left ? k : n;
+        const PreparedOperand pc = lp_prepare(t.data(), rr, cc, side, s, o);
+        const PreparedOperandCuda pg = gpu.prepare(side == Side::left ? da.data() : db.data(), rr, cc, side, s, o);
+        expect_same_prepared(pg, pc, s, o);
     }
+}
+
+std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
+    std::vector<float> t(x.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = x[size_t(r * cols + c)];
+    return t;
+}
+
+DeviceBuffer<__nv_bfloat16> bf16_device(const std::vector<float>& x) {
+    const auto h = to_device_bf16(x);
+    DeviceBuffer<__nv_bfloat16> d(h.size());
+    d.upload(h.data(), h.size());
+    return d;
 }
 
 }  // namespace
@@ -174,4 +199,56 @@ TEST(AdahopCuda, LpMatmulWithRandomSignsMatchesCpu) {
     other.random_signs_seed = 1;
     PreparedOperandCuda pb = gpu.prepare(db.data(), k, n, Side::right, Strategy::iht, other);
     expect_error(ErrorKind::usage, [&] { gpu.matmul_prepared(pa, pb, o, dc.data()); });
+}
+
+// The training engine's route (train/cuda/train_linear_cuda.cu): BF16 operands as they lie in memory — the
+// operand or its transpose — prepared into reused operands. Every field equals the CPU's lp_prepare of the
+// operand's values bit for bit, on the fused paths (plain, iht, iht+OE from BF16) and on the FP32 fallbacks
+// (random signs, stochastic rounding of a transposed tensor, MXFP8 rotations, NVFP4); the products into
+// BF16 and into FP32 with beta follow the CPU's lp_matmul within FP32 summation order.
+TEST(AdahopCuda, LpMatmulOfBf16OperandsMatchesCpu) {
+    REQUIRE_GPU();
+    LpMatmulCuda gpu;
+    const int64_t m = 96, k = 320, n = 160;
+    const auto a = bf16_values(synthetic_operand(m, k, Pattern::row, 61)), b = bf16_values(synthetic_operand(k, n, Pattern::col, 62));
+    const auto da = bf16_device(a), db = bf16_device(b), dat = bf16_device(transposed(a, m, k)), dbt = bf16_device(transposed(b, k, n));
+    std::vector<float> old_c(size_t(m * n));
+    for (size_t i = 0; i < old_c.size(); ++i) old_c[i] = float(int(i % 7) - 3) * 0.25f;
+    PreparedOperandCuda pa, pb;  // reused by every case below, as the training engine reuses its own
+    DeviceBuffer<float> c32(size_t(m * n));
+    DeviceBuffer<__nv_bfloat16> c16(size_t(m * n));
+    for (const Fmt& f : kFormats)
+        for (Strategy s : {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right, Strategy::full})
+            for (int variant = 0; variant < 3; ++variant)  // RNE, SR, random signs + SR
+                for (bool transposed_a : {false, true}) {
+                    const bool transposed_b = !transposed_a;
+                    SCOPED_TRACE(std::string(strategy_name(s)) + (f.nvfp4 ? " nvfp4" : " mx") + " element " + std::to_string(int(f.e)) +
+                                 " variant " + std::to_string(variant) + (transposed_a ? " Aᵀ, B" : " A, Bᵀ"));
+                    LpMatmulOptions o;
+                    o.nvfp4 = f.nvfp4;
+                    o.element = f.e;
+                    o.oe_k = 12;
+                    o.rounding_a = o.rounding_b = variant == 0 ? Rounding::nearest_even : Rounding::stochastic;
+                    o.seed_a = 91, o.seed_b = 92;
+                    o.random_signs_seed = variant == 2 ? 0xC0FFEEull : 0;
+                    gpu.prepare_bf16(pa, transposed_a ? dat.data() : da.data(), transposed_a, m, k, Side::left, s, o);
+                    gpu.prepare_bf16(pb, transposed_b ? dbt.data() : db.data(), transposed_b, k, n, Side::right, s, o);
+                    if (s != Strategy::full) {
+                        expect_same_prepared(pa, lp_prepare(a.data(), m, k, Side::left, s, o), s, o);
+                        expect_same_prepared(pb, lp_prepare(b.data(), k, n, Side::right, s, o), s, o);
+                    }
+                    std::vector<float> cpu(size_t(m * n));
+                    lp_matmul(a.data(), b.data(), m, k, n, s, o, cpu.data());
+                    c32.upload(old_c.data(), old_c.size());
+                    gpu.matmul_prepared(pa, pb, o, LpMatmulOutput{c32.data(), nullptr, 0.5f});
+                    gpu.matmul_prepared(pa, pb, o, LpMatmulOutput{nullptr, c16.data(), 0.0f});
+                    std::vector<float> with_beta(cpu.size()), rounded(cpu.size());
+                    for (size_t i = 0; i < cpu.size(); ++i) with_beta[i] = cpu[i] + 0.5f * old_c[i];
+                    EXPECT_LT(rel_diff(download(c32, cpu.size()), with_beta), 2e-5);
+                    const auto got16 = download(c16, cpu.size());
+                    for (size_t i = 0; i < cpu.size(); ++i) rounded[i] = __bfloat162float(got16[i]);
+                    EXPECT_LT(rel_diff(rounded, cpu), 8e-3);  // BF16 output: 2^-8 relative per element at most
+                }
+    expect_error(ErrorKind::usage, [&] { gpu.matmul_prepared(pa, pb, LpMatmulOptions{}, LpMatmulOutput{}); });
+    expect_error(ErrorKind::usage, [&] { gpu.matmul_prepared(pa, pb, LpMatmulOptions{}, LpMatmulOutput{nullptr, c16.data(), 1.0f}); });
 }

@@ -1,9 +1,12 @@
 // test_cuda_mx_quantize.cu — mx_quantize_cuda / mx_dequantize_cuda (formats/cuda/mx_quantize.cuh) against
 // the CPU's mx_quantize / mx_dequantize, bit for bit: every element, scale rule, rounding and axis, FP32
 // and BF16 input, Gaussian and adversarial blocks (NaN, ±Inf, zeros, huge, subnormal, exact ties), odd
-// shapes, with and without the TMA kernels. Outputs are poisoned with 0xAB before each launch.
+// shapes, with and without the TMA kernels; dequantization also into BF16 in the blocked order. Outputs are
+// poisoned with 0xAB before each launch.
 #include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -52,6 +55,23 @@ void check_mx_case_once(const std::vector<float>& x, Shape s, MxElement e, Scale
         mx_dequantize_cuda(codes.data(), scales.data(), s.rows, s.cols, e, opt.axis, out.data());
         device_sync();
         EXPECT_TRUE(floats_equal(want.dequant, to_host(out), "dequantized"));
+        // the blocked order ([outer][inner], inner = the blocks' axis) in BF16: round(value) of the same element
+        const int64_t outer = opt.axis == 1 ? s.rows : s.cols, inner = opt.axis == 1 ? s.cols : s.rows;
+        DeviceBuffer<__nv_bfloat16> blocked(x.size());
+        CUDA_CHECK(cudaMemset(blocked.data(), 0xAB, blocked.bytes()));
+        mx_dequantize_blocked_bf16_cuda(codes.data(), scales.data(), outer, inner, e, blocked.data());
+        device_sync();
+        std::vector<__nv_bfloat16> got(x.size());
+        blocked.download(got.data(), got.size());
+        int64_t mismatches = 0;
+        for (int64_t o = 0; o < outer; ++o)
+            for (int64_t i = 0; i < inner; ++i) {
+                const float w = want.dequant[size_t(opt.axis == 1 ? o * s.cols + i : i * s.cols + o)];
+                const float g = __bfloat162float(got[size_t(o * inner + i)]);
+                const float r = __bfloat162float(__float2bfloat16_rn(w));
+                if (std::isnan(w) ? !std::isnan(g) : std::memcmp(&g, &r, 4) != 0) ++mismatches;
+            }
+        EXPECT_EQ(mismatches, 0) << "blocked BF16 dequantization";
     }
 }
 

@@ -1,6 +1,6 @@
 // lp_matmul_cuda.cu — GPU emulation of the low-precision GEMM: kernels for BF16 rounding/conversion and the
 // random signs along K, the cuBLAS products, and the orchestration of split → sign → rotate → quantize →
-// dequantize → GEMM → slivers.
+// dequantize → GEMM → slivers (FP32 operands), or of the fused quantization straight from BF16 operands.
 #include "adahop/cuda/lp_matmul_cuda.cuh"
 
 #include "core/cuda_blas.h"
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "adahop/cuda/hadamard_mxfp4_stats.cuh"
 #include "formats/cuda/mx_quantize.cuh"
 #include "formats/cuda/nvfp4_quantize.cuh"
 #include "hadamard/cuda/block_hadamard.cuh"
@@ -29,6 +30,63 @@ __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
 }
 
 unsigned blocks_for(int64_t n) { return unsigned((n + 255) / 256); }
+
+constexpr int kTile = 32;
+
+// out[c][r] = float(in[r][c]) for in [rows, cols] BF16 (a tiled transpose through shared memory).
+__global__ void transpose_bf16_to_f32_kernel(const __nv_bfloat16* in, int64_t rows, int64_t cols, float* out) {
+    __shared__ float tile[kTile][kTile + 1];
+    const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+    for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+        const int64_t r = r0 + i, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[i][threadIdx.x] = __bfloat162float(in[r * cols + c]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+        const int64_t c = c0 + i, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][i];
+    }
+}
+
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* in, int64_t n, float* out) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        out[i] = __bfloat162float(in[i]);
+}
+
+// out = in (rows × cols) or, transposed, inᵀ (cols × rows), as FP32 (exact).
+void bf16_to_f32(const __nv_bfloat16* in, int64_t rows, int64_t cols, bool transpose, float* out, cudaStream_t s) {
+    if (rows <= 0 || cols <= 0) return;
+    if (transpose) {
+        const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+        transpose_bf16_to_f32_kernel<<<grid, dim3(kTile, 8), 0, s>>>(in, rows, cols, out);
+    } else {
+        const int64_t n = rows * cols;
+        bf16_to_f32_kernel<<<unsigned(std::min<int64_t>(blocks_for(n), 1 << 16)), 256, 0, s>>>(in, n, out);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// out = c (+ beta·out) into FP32, or bf16(c), over n elements.
+__global__ void store_kernel(const float* c, int64_t n, float* out_f32, __nv_bfloat16* out_bf16, float beta) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        if (out_bf16) out_bf16[i] = __float2bfloat16_rn(c[i]);
+        else out_f32[i] = beta == 0.0f ? c[i] : c[i] + beta * out_f32[i];
+    }
+}
+
+void store(const float* c, int64_t n, const LpMatmulOutput& out, cudaStream_t s) {
+    if (n <= 0) return;
+    store_kernel<<<unsigned(std::min<int64_t>(blocks_for(n), 1 << 16)), 256, 0, s>>>(c, n, out.f32, out.bf16, out.beta);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void check_output(const LpMatmulOutput& o) {
+    if ((o.f32 == nullptr) == (o.bf16 == nullptr))
+        cuda_usage_error("lp_matmul: exactly one of the FP32 and BF16 outputs must be given");
+    if (o.bf16 && o.beta != 0.0f) cuda_usage_error("lp_matmul: beta needs the FP32 output");
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // out = in·S along K: the random signs of the iht family (s_k = hadamard_random_sign(seed, k), k = column for
 // the left operand, row for the right one), an exact multiply by ±1 as in the CPU's randomized transform, so
@@ -75,8 +133,12 @@ struct LpMatmulCuda::State {
     cudaStream_t stream;
     CudaBlas blas;
     OutlierExtractionWorkspace oe;
-    DeviceBuffer<float> deq_a, deq_b, tmp;
-    DeviceBuffer<__nv_bfloat16> bf_a, bf_b;
+    DeviceBuffer<float> deq_a, deq_b, tmp, c;
+    DeviceBuffer<float> work;                        // prepare's FP32 working copy
+    DeviceBuffer<float> sumsq;                       // the fused OE pass's Σx² per block group
+    DeviceBuffer<__nv_bfloat16> bf_a, bf_b;          // gemm()'s BF16 operands
+    DeviceBuffer<__nv_bfloat16> deq16_a, deq16_b;    // dequantized MX operands, [outer][K]
+    DeviceBuffer<__nv_bfloat16> slice16;             // the fused OE pass's slice
     std::map<int64_t, DeviceBuffer<float>> dense_hadamard;  // n → H_n (n × n), for OHT
     MxGemmScratch mx;                                        // the tensor-core MX GEMM's E4M3 copies
     bool tensor_core_mx = false;
@@ -131,10 +193,41 @@ void LpMatmulCuda::gemm(const float* a, const float* b, int64_t m, int64_t k, in
     }
 }
 
-PreparedOperandCuda LpMatmulCuda::prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s,
-                                          const LpMatmulOptions& opts) {
-    cudaStream_t stream = st_->stream;
-    PreparedOperandCuda p;
+namespace {
+
+// What prepare() makes of an operand under (strategy, options): sizes of every buffer, so that a reused
+// operand keeps its allocations when they repeat and drops what this strategy does not hold.
+struct PrepareShape {
+    bool needs_hp = false, extract = false, quantized = false, dense = false;
+    int64_t slice = 0, indices = 0, codes = 0, scales = 0, tensor_scale = 0, kk = 0;
+};
+
+PrepareShape prepare_shape(int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts) {
+    PrepareShape sh;
+    sh.needs_hp = s == Strategy::full || (s == Strategy::iht_oe_left && side == Side::right) ||
+                  (s == Strategy::iht_oe_right && side == Side::left);
+    if (s == Strategy::full) return sh;
+    sh.extract = (s == Strategy::iht_oe_left && side == Side::left) || (s == Strategy::iht_oe_right && side == Side::right);
+    if (sh.extract) {
+        const bool by_rows = side == Side::left;
+        const int64_t dim = by_rows ? rows : cols;
+        sh.kk = opts.oe_k < dim ? opts.oe_k : dim;
+        sh.slice = sh.kk * (by_rows ? cols : rows);
+        sh.indices = sh.kk > 0 ? sh.kk : 1;
+    }
+    sh.quantized = opts.quantize;
+    sh.dense = !opts.quantize;
+    if (sh.quantized) {
+        sh.codes = opts.nvfp4 ? nvfp4_code_bytes(rows, cols) : mx_code_bytes(opts.element, rows, cols);
+        sh.scales = opts.nvfp4 ? nvfp4_scale_bytes(rows, cols) : mx_scale_bytes(rows, cols);
+        sh.tensor_scale = opts.nvfp4 ? 1 : 0;
+    }
+    return sh;
+}
+
+// Sets p's description and sizes its buffers for sh (contents undefined until filled).
+void shape_prepared(PreparedOperandCuda& p, const PrepareShape& sh, int64_t rows, int64_t cols, Side side, Strategy s,
+                    const LpMatmulOptions& opts) {
     p.side = side;
     p.strategy = s;
     p.rows = rows;
@@ -142,69 +235,135 @@ PreparedOperandCuda LpMatmulCuda::prepare(const float* t, int64_t rows, int64_t 
     p.nvfp4 = opts.nvfp4;
     p.element = opts.element;
     p.random_signs_seed = applied_random_signs_seed(s, opts);
+    p.quantized = sh.quantized;
+    p.k_extracted = 0;
     const int64_t n = rows * cols;
-    const bool needs_hp = s == Strategy::full || (s == Strategy::iht_oe_left && side == Side::right) ||
-                          (s == Strategy::iht_oe_right && side == Side::left);
-    if (needs_hp) {
-        p.high_precision.resize(size_t(n));
+    p.high_precision.fit(size_t(sh.needs_hp ? n : 0));
+    p.dense.fit(size_t(sh.dense ? n : 0));
+    p.slice.fit(size_t(sh.slice));
+    p.indices.fit(size_t(sh.indices));
+    p.codes.fit(size_t(sh.codes));
+    p.scales.fit(size_t(sh.scales));
+    p.tensor_scale.fit(size_t(sh.tensor_scale));
+}
+
+}  // namespace
+
+PreparedOperandCuda LpMatmulCuda::prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s,
+                                          const LpMatmulOptions& opts) {
+    PreparedOperandCuda p;
+    prepare_f32(p, t, st_->work.fit(size_t(rows * cols)), rows, cols, side, s, opts);
+    return p;
+}
+
+// The FP32 path: t (the operand) is copied into work (work may be t itself: then t is overwritten), signed,
+// split, rotated there and quantized from there.
+void LpMatmulCuda::prepare_f32(PreparedOperandCuda& p, const float* t, float* work, int64_t rows, int64_t cols, Side side,
+                               Strategy s, const LpMatmulOptions& opts) {
+    cudaStream_t stream = st_->stream;
+    const PrepareShape sh = prepare_shape(rows, cols, side, s, opts);
+    shape_prepared(p, sh, rows, cols, side, s, opts);
+    const int64_t n = rows * cols;
+    if (sh.needs_hp) {
         CUDA_CHECK(cudaMemcpyAsync(p.high_precision.data(), t, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream));
         if (opts.high_precision_bf16) round_bf16(p.high_precision.data(), n, stream);
     }
-    if (s == Strategy::full) return p;
+    if (s == Strategy::full) return;
 
-    DeviceBuffer<float> work(static_cast<size_t>(n));
-    const bool extract = (s == Strategy::iht_oe_left && side == Side::left) || (s == Strategy::iht_oe_right && side == Side::right);
     // The random signs ride on the working copy; OE takes its slice from the unsigned operand and signs the
     // clean one after (the CPU's order, so the zeroed vectors get the same signed zeros).
     const bool signs = p.random_signs_seed != 0;
-    if (signs && !extract) multiply_k_signs(t, work.data(), rows, cols, side, p.random_signs_seed, stream);
-    else CUDA_CHECK(cudaMemcpyAsync(work.data(), t, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream));
-    if (extract) {
-        const bool by_rows = side == Side::left;
-        const int64_t dim = by_rows ? rows : cols, kk = opts.oe_k < dim ? opts.oe_k : dim;
-        p.slice.resize(size_t(kk * (by_rows ? cols : rows)));
-        p.indices.resize(size_t(kk > 0 ? kk : 1));
-        p.k_extracted = split_outliers_cuda(work.data(), rows, cols, by_rows, kk, opts.oe_metric, work.data(), p.slice.data(),
+    if (signs && !sh.extract) multiply_k_signs(t, work, rows, cols, side, p.random_signs_seed, stream);
+    else if (work != t) CUDA_CHECK(cudaMemcpyAsync(work, t, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream));
+    if (sh.extract) {
+        p.k_extracted = split_outliers_cuda(work, rows, cols, side == Side::left, sh.kk, opts.oe_metric, work, p.slice.data(),
                                             p.indices.data(), st_->oe, stream);
         if (opts.high_precision_bf16) round_bf16(p.slice.data(), int64_t(p.slice.size()), stream);
-        if (signs) multiply_k_signs(work.data(), work.data(), rows, cols, side, p.random_signs_seed, stream);
+        if (signs) multiply_k_signs(work, work, rows, cols, side, p.random_signs_seed, stream);
     }
+    DeviceBuffer<float> rotated;  // OHT's dense product (analysis only)
     if (s == Strategy::oht) {
-        // outer dimension, full size: left H_M·A, right B·H_N (dense products; analysis only)
+        // outer dimension, full size: left H_M·A, right B·H_N (dense products)
         const int64_t dim = side == Side::left ? rows : cols;
         if (dim <= 0 || (dim & (dim - 1)) != 0)  // the dense H_n below is symmetric (H = Hᵀ = H⁻¹) only for 2^k
             cuda_input_error("lp_matmul (CUDA): OHT needs power-of-two outer dimensions, got " + std::to_string(dim));
         const float* h = st_->hadamard_matrix(dim);
-        DeviceBuffer<float> out(static_cast<size_t>(n));
-        if (side == Side::left) gemm(h, work.data(), rows, rows, cols, false, out.data());
-        else gemm(work.data(), h, rows, cols, cols, false, out.data());
-        work = std::move(out);
+        rotated.resize(size_t(n));
+        if (side == Side::left) gemm(h, work, rows, rows, cols, false, rotated.data());
+        else gemm(work, h, rows, cols, cols, false, rotated.data());
+        work = rotated.data();
     } else if (s != Strategy::plain) {
-        block_hadamard_cuda(work.data(), rows, cols, kIhtBlock, k_axis(side), stream);
+        block_hadamard_cuda(work, rows, cols, kIhtBlock, k_axis(side), stream);
     }
     if (!opts.quantize) {
-        p.dense = std::move(work);
-        return p;
-    }
-    p.quantized = true;
-    const QuantizeOptions qo{k_axis(side), side == Side::left ? opts.rounding_a : opts.rounding_b,
-                             side == Side::left ? opts.seed_a : opts.seed_b};
-    if (opts.nvfp4) {
-        p.codes.resize(size_t(nvfp4_code_bytes(rows, cols)));
-        p.scales.resize(size_t(nvfp4_scale_bytes(rows, cols)));
-        p.tensor_scale.resize(1);
-        nvfp4_quantize_cuda(work.data(), rows, cols, qo, p.codes.data(), p.scales.data(), p.tensor_scale.data(), stream);
+        CUDA_CHECK(cudaMemcpyAsync(p.dense.data(), work, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream));
     } else {
-        p.codes.resize(size_t(mx_code_bytes(opts.element, rows, cols)));
-        p.scales.resize(size_t(mx_scale_bytes(rows, cols)));
-        mx_quantize_cuda(work.data(), rows, cols, opts.element, opts.scale_rule, qo, p.codes.data(), p.scales.data(), stream);
+        const QuantizeOptions qo{k_axis(side), side == Side::left ? opts.rounding_a : opts.rounding_b,
+                                 side == Side::left ? opts.seed_a : opts.seed_b};
+        if (opts.nvfp4)
+            nvfp4_quantize_cuda(work, rows, cols, qo, p.codes.data(), p.scales.data(), p.tensor_scale.data(), stream);
+        else
+            mx_quantize_cuda(work, rows, cols, opts.element, opts.scale_rule, qo, p.codes.data(), p.scales.data(), stream);
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // `work` is freed on return
-    return p;
+    if (rotated.size() > 0) CUDA_CHECK(cudaStreamSynchronize(stream));  // `rotated` is freed on return
+}
+
+void LpMatmulCuda::prepare_bf16(PreparedOperandCuda& p, const __nv_bfloat16* t, bool t_transposed, int64_t rows, int64_t cols,
+                                Side side, Strategy s, const LpMatmulOptions& opts) {
+    cudaStream_t stream = st_->stream;
+    const bool left = side == Side::left;
+    const int64_t n = rows * cols;
+    // t's own shape, and the axis of t along which the operand's K runs (left: its columns, right: its rows)
+    const int64_t t_rows = t_transposed ? cols : rows, t_cols = t_transposed ? rows : cols;
+    const int axis = left != t_transposed ? 1 : 0;
+    const int64_t k = left ? cols : rows;
+    const Rounding rounding = left ? opts.rounding_a : opts.rounding_b;
+    const uint64_t seed = left ? opts.seed_a : opts.seed_b;
+    const bool iht_family = s == Strategy::iht || s == Strategy::iht_oe_left || s == Strategy::iht_oe_right;
+    const PrepareShape sh = prepare_shape(rows, cols, side, s, opts);
+    const bool fused = opts.quantize && !opts.nvfp4 && applied_random_signs_seed(s, opts) == 0 && n > 0 && k % kMxBlock == 0 &&
+                       (s == Strategy::plain || (iht_family && opts.element == MxElement::e2m1)) &&
+                       (!sh.extract || opts.oe_metric == OutlierMetric::l2) &&
+                       (rounding != Rounding::stochastic || !t_transposed) && aligned16(t);
+    if (!fused) {  // the FP32 path on a copy in the operand's own layout
+        float* work = st_->work.fit(size_t(n));
+        bf16_to_f32(t, t_rows, t_cols, t_transposed, work, stream);
+        prepare_f32(p, work, work, rows, cols, side, s, opts);
+        return;
+    }
+    shape_prepared(p, sh, rows, cols, side, s, opts);
+    if (sh.needs_hp) bf16_to_f32(t, t_rows, t_cols, t_transposed, p.high_precision.data(), stream);  // BF16 already
+    if (s == Strategy::plain) {
+        mx_quantize_cuda(t, t_rows, t_cols, opts.element, opts.scale_rule, QuantizeOptions{axis, rounding, seed}, p.codes.data(),
+                         p.scales.data(), stream);
+        return;
+    }
+    Mxfp4DeviceOutput out;
+    out.codes = p.codes.data();
+    out.scales = p.scales.data();
+    if (sh.extract) out.block_sumsq = st_->sumsq.grow(size_t(block_stats_count(t_rows, t_cols, axis)));
+    const HadamardMxfp4Options ho{opts.scale_rule, rounding, seed};
+    hadamard_mxfp4_cuda(t, t_rows, t_cols, ho, axis == 1 ? out : Mxfp4DeviceOutput{}, axis == 0 ? out : Mxfp4DeviceOutput{},
+                        stream);
+    if (!sh.extract) return;
+    // The selected outer vectors (rows of A, columns of B) are t's rows along axis 1, its columns along axis 0;
+    // the slice comes back in t's orientation and is stored in the operand's (A: k × K, B: K × k).
+    __nv_bfloat16* slice = st_->slice16.grow(size_t(sh.slice > 0 ? sh.slice : 1));
+    p.k_extracted = extract_outliers_quantized_cuda(t, t_rows, t_cols, axis, sh.kk, opts.scale_rule, out, slice,
+                                                    p.indices.data(), st_->oe, stream);
+    const int64_t other = left ? cols : rows;  // the slice's length along K
+    if (axis == 1) bf16_to_f32(slice, p.k_extracted, other, !left, p.slice.data(), stream);
+    else bf16_to_f32(slice, other, p.k_extracted, left, p.slice.data(), stream);
 }
 
 void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedOperandCuda& b, const LpMatmulOptions& opts,
                                    float* c) {
+    matmul_prepared(a, b, opts, LpMatmulOutput{c, nullptr, 0.0f});
+}
+
+void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedOperandCuda& b, const LpMatmulOptions& opts,
+                                   const LpMatmulOutput& out) {
+    check_output(out);
     if (a.side != Side::left || b.side != Side::right) cuda_usage_error("lp_matmul: operands must be prepared as (left, right)");
     if (a.strategy != b.strategy) cuda_usage_error("lp_matmul: operands prepared for different strategies");
     if (a.random_signs_seed != b.random_signs_seed)
@@ -214,34 +373,55 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
     const int64_t m = a.rows, k = a.cols, n = b.cols;
     const Strategy s = a.strategy;
     cudaStream_t stream = st_->stream;
+    // The product goes straight into the caller's output unless something follows it in FP32 (slivers, OHT's
+    // rotations, BF16 rounding): then into a scratch C, stored into the output at the end.
+    const bool slivers = (s == Strategy::iht_oe_left && a.k_extracted > 0) || (s == Strategy::iht_oe_right && b.k_extracted > 0);
+    const bool direct = !slivers && s != Strategy::oht && s != Strategy::full && !opts.output_bf16;
+    float* c = out.f32 && out.beta == 0.0f ? out.f32 : st_->c.grow(size_t(m * n));
+    bool stored = false;  // the output holds the final result already
     if (s == Strategy::full) {
         gemm(a.high_precision.data(), b.high_precision.data(), m, k, n, opts.high_precision_bf16, c);
+    } else if (uses_tensor_core_mx(a, b)) {
+        // codes and scales as prepared: A [M][K] and B's [N][K] storage, both blocked along K
+        const bool to_bf16 = direct && out.bf16 != nullptr;
+        mx_gemm_fp8_cuda({a.codes.data(), a.scales.data(), a.element}, {b.codes.data(), b.scales.data(), b.element}, m, n, k,
+                         to_bf16 ? nullptr : c, to_bf16 ? out.bf16 : nullptr, stream, &st_->mx);
+        stored = to_bf16;
+    } else if (a.quantized && b.quantized && !a.nvfp4) {
+        // MX values are exact in BF16: both operands dequantized in their stored order [outer][K], one TN product
+        const __nv_bfloat16* ad = st_->deq16_a.grow(size_t(m * k));
+        const __nv_bfloat16* bd = st_->deq16_b.grow(size_t(n * k));
+        mx_dequantize_blocked_bf16_cuda(a.codes.data(), a.scales.data(), m, k, a.element, st_->deq16_a.data(), stream);
+        mx_dequantize_blocked_bf16_cuda(b.codes.data(), b.scales.data(), n, k, b.element, st_->deq16_b.data(), stream);
+        const float one = 1.0f;
+        LpMatmulOutput target = direct ? out : LpMatmulOutput{c, nullptr, 0.0f};
+        void* cp = target.f32 ? static_cast<void*>(target.f32) : static_cast<void*>(target.bf16);
+        // row-major C = A·B_sᵀ (B_s = B's [N][K] storage)  ⇔  column-major Cᵀ = B_s·Aᵀ: op(B_s) = T, Aᵀ as stored
+        cublas_check(cublasGemmEx(st_->blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, bd, CUDA_R_16BF,
+                                  int(k), ad, CUDA_R_16BF, int(k), &target.beta, cp, target.f32 ? CUDA_R_32F : CUDA_R_16BF,
+                                  int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx(dequantized MX)");
+        stored = direct;
     } else {
         auto main_operand = [&](const PreparedOperandCuda& p, DeviceBuffer<float>& deq) -> const float* {
             if (!p.quantized) return p.dense.data();
-            if (deq.size() < size_t(p.rows * p.cols)) deq.resize(size_t(p.rows * p.cols));
+            float* d = deq.grow(size_t(p.rows * p.cols));
             if (p.nvfp4)
-                nvfp4_dequantize_cuda(p.codes.data(), p.scales.data(), p.tensor_scale.data(), p.rows, p.cols, k_axis(p.side),
-                                      deq.data(), stream);
+                nvfp4_dequantize_cuda(p.codes.data(), p.scales.data(), p.tensor_scale.data(), p.rows, p.cols, k_axis(p.side), d,
+                                      stream);
             else
-                mx_dequantize_cuda(p.codes.data(), p.scales.data(), p.rows, p.cols, p.element, k_axis(p.side), deq.data(), stream);
-            return deq.data();
+                mx_dequantize_cuda(p.codes.data(), p.scales.data(), p.rows, p.cols, p.element, k_axis(p.side), d, stream);
+            return d;
         };
-        if (uses_tensor_core_mx(a, b)) {
-            // codes and scales as prepared: A [M][K] and B's [N][K] storage, both blocked along K
-            mx_gemm_fp8_cuda({a.codes.data(), a.scales.data(), a.element}, {b.codes.data(), b.scales.data(), b.element}, m, n, k,
-                             c, nullptr, stream, &st_->mx);
-        } else {
-            const float* am = main_operand(a, st_->deq_a);
-            const float* bm = main_operand(b, st_->deq_b);
-            // MX values are exact in BF16; NVFP4 values and unquantized operands are not → FP32 product
-            gemm(am, bm, m, k, n, a.quantized && !a.nvfp4, c);
-        }
-        if (s == Strategy::oht) {
-            if (st_->tmp.size() < size_t(m * n)) st_->tmp.resize(size_t(m * n));
-            gemm(st_->hadamard_matrix(m), c, m, m, n, false, st_->tmp.data());
-            gemm(st_->tmp.data(), st_->hadamard_matrix(n), m, n, n, false, c);
-        }
+        const float* am = main_operand(a, st_->deq_a);
+        const float* bm = main_operand(b, st_->deq_b);
+        // NVFP4 values and unquantized operands are not exact in BF16 → FP32 product
+        gemm(am, bm, m, k, n, false, c);
+    }
+    if (s == Strategy::oht) {
+        if (st_->tmp.size() < size_t(m * n)) st_->tmp.resize(size_t(m * n));
+        gemm(st_->hadamard_matrix(m), c, m, m, n, false, st_->tmp.data());
+        gemm(st_->tmp.data(), st_->hadamard_matrix(n), m, n, n, false, c);
     }
     if (s == Strategy::iht_oe_left && a.k_extracted > 0) {
         if (st_->tmp.size() < size_t(a.k_extracted * n)) st_->tmp.resize(size_t(a.k_extracted * n));
@@ -253,7 +433,9 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
         gemm(a.high_precision.data(), b.slice.data(), m, k, b.k_extracted, opts.high_precision_bf16, st_->tmp.data());
         scatter_outliers_cuda(st_->tmp.data(), b.k_extracted, b.indices.data(), false, c, m, n, stream);
     }
+    if (stored) return;
     if (opts.output_bf16) round_bf16(c, m * n, stream);
+    if (c != out.f32) store(c, m * n, out, stream);
 }
 
 void LpMatmulCuda::matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, Strategy s,

@@ -11,6 +11,10 @@
 // sums are not exact).
 //
 // Prepared operands hold what a backward pass needs (codes, scales, BF16 slices, indices) on the device.
+// The emulated product dequantizes both operands to BF16 in their stored order ([outer][K]) and multiplies
+// them with one cuBLAS TN call straight into the caller's output where no sliver or rounding follows.
+// BF16 operands (prepare_bf16, the training engine's): quantized from the BF16 tensor as it lies in memory,
+// the operand or its transpose, without FP32 copies where the strategy allows (see there).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,6 +34,14 @@ namespace lowbit {
 // mx_quantize.cuh / nvfp4_quantize.cuh.
 using PreparedOperandCuda = PreparedOperandOf<DeviceBuffer>;
 
+// Where a product goes: exactly one of f32 / bf16. FP32: C = A·B + beta·f32 (beta = 0 overwrites); BF16: A·B
+// rounded to nearest even.
+struct LpMatmulOutput {
+    float* f32 = nullptr;
+    __nv_bfloat16* bf16 = nullptr;
+    float beta = 0.0f;
+};
+
 // Scratch of the emulated GEMM on one stream (cuBLAS through the device's shared handle: core/cuda_blas.h).
 class LpMatmulCuda {
 public:
@@ -39,13 +51,24 @@ public:
     LpMatmulCuda(const LpMatmulCuda&) = delete;
     LpMatmulCuda& operator=(const LpMatmulCuda&) = delete;
 
-    // t: device, row-major rows × cols FP32.
+    // t: device, row-major rows × cols FP32. Asynchronous on stream().
     PreparedOperandCuda prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts);
+    // prepare() of an operand held in BF16: t is the operand (rows × cols, row-major) or, with t_transposed,
+    // its transpose (cols × rows, row-major). Writes into p, whose buffers are reused when their sizes repeat
+    // (a caller preparing same-shaped operands every step allocates once); asynchronous. The same bytes as
+    // prepare() of the operand's FP32 values. MX plain, and MXFP4 iht / iht+OE with the L2 metric, without
+    // random signs (and with stochastic rounding only untransposed: its counters follow the element order)
+    // quantize straight from t, rotation and outlier scores fused (hadamard/cuda/hadamard_mxfp4.cuh,
+    // outlier_extraction.cuh); every other case takes an FP32 copy of the operand first.
+    void prepare_bf16(PreparedOperandCuda& p, const __nv_bfloat16* t, bool t_transposed, int64_t rows, int64_t cols, Side side,
+                      Strategy s, const LpMatmulOptions& opts);
     // c: device, M × N FP32.
     void matmul_prepared(const PreparedOperandCuda& a, const PreparedOperandCuda& b, const LpMatmulOptions& opts, float* c);
+    void matmul_prepared(const PreparedOperandCuda& a, const PreparedOperandCuda& b, const LpMatmulOptions& opts,
+                         const LpMatmulOutput& out);
     void matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, Strategy s, const LpMatmulOptions& opts, float* c);
 
-    // The main product of prepared MX operands on the FP8 tensor cores (default on) or by BF16 emulation.
+    // The main product of prepared MXFP4 operands on the FP8 tensor cores (on) or by BF16 emulation (off, the default).
     void set_tensor_core_mx(bool on);
     bool uses_tensor_core_mx(const PreparedOperandCuda& a, const PreparedOperandCuda& b) const;
 
@@ -54,6 +77,8 @@ public:
     void gemm(const float* a, const float* b, int64_t m, int64_t k, int64_t n, bool bf16_operands, float* c);
 
 private:
+    void prepare_f32(PreparedOperandCuda& p, const float* t, float* work, int64_t rows, int64_t cols, Side side, Strategy s,
+                     const LpMatmulOptions& opts);
     struct State;
     std::unique_ptr<State> st_;
 };

@@ -90,6 +90,32 @@ __global__ void mx_dequantize_kernel(const uint8_t* __restrict__ codes, const ui
     out[i] = mx_decode(code, scale, mx_spec(e));
 }
 
+// One thread per 8 consecutive values of the blocked order (one MX block holds 4 such groups): E2M1 reads one
+// 32-bit word, byte elements 8 bytes; 16 bytes of BF16 written.
+__global__ void mx_dequantize_blocked_bf16_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
+                                                  int64_t groups, MxElement e, __nv_bfloat16* __restrict__ out) {
+    const MxSpec spec = mx_spec(e);
+    for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
+        const uint8_t scale = scales[g / (kMxBlock / 8)];
+        uint32_t lo, hi;  // the 8 codes, 4 bits (E2M1) or 8 bits each
+        if (e == MxElement::e2m1) {
+            lo = reinterpret_cast<const uint32_t*>(codes)[g];
+            hi = 0;
+        } else {
+            const uint2 w = reinterpret_cast<const uint2*>(codes)[g];
+            lo = w.x;
+            hi = w.y;
+        }
+        __align__(16) __nv_bfloat16 v[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t code = e == MxElement::e2m1 ? (lo >> (4 * i)) & 0xFu : ((i < 4 ? lo : hi) >> (8 * (i % 4))) & 0xFFu;
+            v[i] = __float2bfloat16_rn(mx_decode(code, scale, spec));
+        }
+        reinterpret_cast<uint4*>(out)[g] = *reinterpret_cast<const uint4*>(v);
+    }
+}
+
 }  // namespace
 
 void mx_quantize_cuda(const float* x, int64_t rows, int64_t cols, MxElement e, ScaleRule rule, const QuantizeOptions& opt,
@@ -110,6 +136,18 @@ void mx_dequantize_cuda(const uint8_t* codes, const uint8_t* scales, int64_t row
     check_block_divisible(axis == 1 ? cols : rows, kMxBlock, axis == 1 ? "columns" : "rows", mx_element_name(e));
     const int64_t n = rows * cols;
     mx_dequantize_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(codes, scales, rows, cols, e, axis, out);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void mx_dequantize_blocked_bf16_cuda(const uint8_t* codes, const uint8_t* scales, int64_t outer, int64_t inner, MxElement e,
+                                     __nv_bfloat16* out, cudaStream_t stream) {
+    if (outer <= 0 || inner <= 0)
+        cuda_input_error("mx_dequantize_blocked_bf16_cuda: empty matrix " + std::to_string(outer) + "x" + std::to_string(inner));
+    check_block_divisible(inner, kMxBlock, "inner elements", mx_element_name(e));
+    cuda_check_aligned(codes, 16, "codes", "mx_dequantize_blocked_bf16_cuda");
+    cuda_check_aligned(out, 16, "out", "mx_dequantize_blocked_bf16_cuda");
+    const int64_t groups = outer * inner / 8, wanted = (groups + 255) / 256, limit = int64_t(1) << 16;
+    mx_dequantize_blocked_bf16_kernel<<<unsigned(wanted < limit ? wanted : limit), 256, 0, stream>>>(codes, scales, groups, e, out);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -32,5 +32,10 @@ void mx_quantize_cuda(const __nv_bfloat16* x, int64_t rows, int64_t cols, MxElem
 // out: row-major rows × cols FP32.
 void mx_dequantize_cuda(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, MxElement e, int axis,
                         float* out, cudaStream_t stream = 0);
+// Codes in their blocked order [outer][inner] → BF16 values in the same order (out: outer × inner row-major),
+// each value round(mx_decode) to nearest even — exact where the value is a BF16 number (every MXFP4 value
+// and scale; MXFP8 values below 2^−133 round). inner % 32 == 0; codes and out 16-byte aligned.
+void mx_dequantize_blocked_bf16_cuda(const uint8_t* codes, const uint8_t* scales, int64_t outer, int64_t inner, MxElement e,
+                                     __nv_bfloat16* out, cudaStream_t stream = 0);
 
 }  // namespace lowbit

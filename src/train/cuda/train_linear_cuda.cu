@@ -1,41 +1,15 @@
-// train_linear_cuda.cu — the GPU training GEMMs: cuBLAS BF16 for Strategy::full, AdaHOP's emulated
-// lp_matmul for the low-precision strategies (train_linear_cuda.cuh).
+// train_linear_cuda.cu — the GPU training GEMMs: cuBLAS BF16 for Strategy::full, AdaHOP's lp_matmul on the BF16
+// tensors for the low-precision strategies (train_linear_cuda.cuh).
 #include "train/cuda/train_linear_cuda.cuh"
 
 #include <algorithm>
 #include <string>
 
 #include "core/cuda_blas.h"
-#include "train/cuda/train_ops_cuda.cuh"
 
 namespace lowbit {
 
 namespace {
-
-constexpr int kTile = 32;
-
-// out[c][r] = float(in[r][c]) for in [rows, cols] BF16 (a tiled transpose through shared memory).
-__global__ void transpose_to_f32_kernel(const __nv_bfloat16* in, int64_t rows, int64_t cols, float* out) {
-    __shared__ float tile[kTile][kTile + 1];
-    const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
-    for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
-        const int64_t r = r0 + i, c = c0 + threadIdx.x;
-        if (r < rows && c < cols) tile[i][threadIdx.x] = __bfloat162float(in[r * cols + c]);
-    }
-    __syncthreads();
-    for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
-        const int64_t c = c0 + i, r = r0 + threadIdx.x;
-        if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][i];
-    }
-}
-
-// out = c (+ beta·out) into FP32, or bf16(c), over n elements.
-__global__ void store_kernel(const float* c, int64_t n, float* out_f32, __nv_bfloat16* out_bf16, float beta) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        if (out_bf16) out_bf16[i] = __float2bfloat16_rn(c[i]);
-        else out_f32[i] = beta == 0.0f ? c[i] : c[i] + beta * out_f32[i];
-    }
-}
 
 void check_out(const TrainGemmOut& o, const char* what) {
     if ((o.f32 == nullptr) == (o.bf16 == nullptr))
@@ -50,6 +24,13 @@ void check_sizes(int64_t m, int64_t k, int64_t n, const char* what) {
                          " K " + std::to_string(k) + " N " + std::to_string(n));
 }
 
+void check_saved(const PreparedOperandCuda& p, const TrainGemmMode& mode, int64_t k) {
+    if (p.rows != k || p.strategy != mode.strategy || p.side != Side::right)
+        cuda_usage_error("training GEMM: a saved operand of " + std::to_string(p.rows) + " rows (strategy " +
+                         strategy_short_name(p.strategy) + ") does not fit a reduction of " + std::to_string(k) + " under " +
+                         strategy_short_name(mode.strategy));
+}
+
 }  // namespace
 
 struct CudaTrainGemm::State {
@@ -57,7 +38,7 @@ struct CudaTrainGemm::State {
     cudaStream_t stream;
     CudaBlas blas;
     LpMatmulCuda lp;
-    DeviceBuffer<float> a, b, c;  // FP32 operands and product of the emulated path
+    PreparedOperandCuda a, b;  // the operands of the current low-precision call, buffers reused call to call
 
     // C (column-major m × n, ld ldc) = op(A)·op(B) with BF16 A, B and an FP32 or BF16 C.
     void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const __nv_bfloat16* a_,
@@ -69,42 +50,6 @@ struct CudaTrainGemm::State {
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx(training, bf16 operands)");
     }
-
-    float* as_f32(DeviceBuffer<float>& buf, const __nv_bfloat16* x, int64_t n) {
-        float* p = buf.grow(size_t(n));
-        cast_bf16_to_fp32_cuda(x, n, p, stream);
-        return p;
-    }
-    float* transposed_f32(DeviceBuffer<float>& buf, const __nv_bfloat16* x, int64_t rows, int64_t cols) {
-        float* p = buf.grow(size_t(rows * cols));
-        const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
-        transpose_to_f32_kernel<<<grid, dim3(kTile, 8), 0, stream>>>(x, rows, cols, p);
-        CUDA_CHECK(cudaGetLastError());
-        return p;
-    }
-    // C = A·B (A m × k, B k × n, FP32 row-major) through lp_matmul, then stored into out.
-    void emulated(const TrainGemmMode& mode, const float* a_, const float* b_, int64_t m, int64_t k, int64_t n,
-                  float* out_f32, __nv_bfloat16* out_bf16, float beta) {
-        lp.matmul(a_, b_, m, k, n, mode.strategy, mode.lp, c.grow(size_t(m * n)));
-        store(m * n, out_f32, out_bf16, beta);
-    }
-    // The same with B prepared already (A: m × k FP32 row-major, quantized here as the left operand).
-    void emulated(const TrainGemmMode& mode, const float* a_, const PreparedOperandCuda& b_, int64_t m, int64_t k,
-                  float* out_f32, __nv_bfloat16* out_bf16, float beta) {
-        if (b_.rows != k || b_.strategy != mode.strategy)
-            cuda_usage_error("training GEMM: a saved operand of " + std::to_string(b_.rows) + " rows (strategy " +
-                             strategy_short_name(b_.strategy) + ") does not fit a reduction of " + std::to_string(k) +
-                             " under " + strategy_short_name(mode.strategy));
-        const PreparedOperandCuda pa = lp.prepare(a_, m, k, Side::left, mode.strategy, mode.lp);
-        lp.matmul_prepared(pa, b_, mode.lp, c.grow(size_t(m * b_.cols)));
-        store(m * b_.cols, out_f32, out_bf16, beta);
-        CUDA_CHECK(cudaStreamSynchronize(stream));  // pa's buffers are freed on return
-    }
-    void store(int64_t count, float* out_f32, __nv_bfloat16* out_bf16, float beta) {
-        const unsigned blocks = unsigned(std::min<int64_t>((count + 255) / 256, 1 << 16));
-        store_kernel<<<blocks, 256, 0, stream>>>(c.data(), count, out_f32, out_bf16, beta);
-        CUDA_CHECK(cudaGetLastError());
-    }
 };
 
 CudaTrainGemm::CudaTrainGemm(cudaStream_t stream) : st_(std::make_unique<State>(stream)) {}
@@ -112,6 +57,8 @@ CudaTrainGemm::~CudaTrainGemm() = default;
 
 void CudaTrainGemm::set_tensor_core_mx(bool on) { st_->lp.set_tensor_core_mx(on); }
 
+// In lp_matmul's terms C = A·B with A [M, K'] and B [K', N'] (K' the reduction): the BF16 tensors are A or Aᵀ
+// and B or Bᵀ as they lie in memory (prepare_bf16's t_transposed).
 void CudaTrainGemm::forward(const TrainGemmMode& mode, const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t m, int64_t k,
                             int64_t n, TrainGemmOut y) {
     check_out(y, "forward");
@@ -120,9 +67,9 @@ void CudaTrainGemm::forward(const TrainGemmMode& mode, const __nv_bfloat16* x, c
         st_->gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, w, k, x, k, y, n);
         return;
     }
-    const float* a = st_->as_f32(st_->a, x, m * k);            // X [M, K]
-    const float* b = st_->transposed_f32(st_->b, w, n, k);     // Wᵀ [K, N]: blocks along K
-    st_->emulated(mode, a, b, m, k, n, y.f32, y.bf16, y.beta);
+    st_->lp.prepare_bf16(st_->a, x, false, m, k, Side::left, mode.strategy, mode.lp);   // X [M, K]
+    st_->lp.prepare_bf16(st_->b, w, true, k, n, Side::right, mode.strategy, mode.lp);   // Wᵀ [K, N]: W as stored
+    st_->lp.matmul_prepared(st_->a, st_->b, mode.lp, y);
 }
 
 void CudaTrainGemm::backward_data(const TrainGemmMode& mode, const __nv_bfloat16* dy, const __nv_bfloat16* w, int64_t m,
@@ -133,9 +80,8 @@ void CudaTrainGemm::backward_data(const TrainGemmMode& mode, const __nv_bfloat16
         st_->gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, w, k, dy, n, dx, k);
         return;
     }
-    const float* a = st_->as_f32(st_->a, dy, m * n);  // dY [M, N]
-    const float* b = st_->as_f32(st_->b, w, n * k);   // W [N, K]: reduction over N
-    st_->emulated(mode, a, b, m, n, k, dx.f32, dx.bf16, dx.beta);
+    st_->lp.prepare_bf16(st_->b, w, false, n, k, Side::right, mode.strategy, mode.lp);  // W [N, K]: reduction over N
+    backward_data(mode, dy, st_->b, m, k, n, dx);
 }
 
 void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat16* dy, const __nv_bfloat16* x, int64_t m,
@@ -146,19 +92,15 @@ void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat
         st_->gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, x, k, dy, n, TrainGemmOut{dw, nullptr, beta}, k);
         return;
     }
-    const float* a = st_->transposed_f32(st_->a, dy, m, n);  // dYᵀ [N, M]: blocks along M (the tokens)
-    const float* b = st_->as_f32(st_->b, x, m * k);          // X [M, K]
-    st_->emulated(mode, a, b, n, m, k, dw, nullptr, beta);
+    st_->lp.prepare_bf16(st_->b, x, false, m, k, Side::right, mode.strategy, mode.lp);  // X [M, K]: reduction over M
+    backward_weight(mode, dy, st_->b, m, k, n, dw, beta);
 }
 
-PreparedOperandCuda CudaTrainGemm::prepare_saved(const TrainGemmMode& mode, const __nv_bfloat16* t, int64_t rows,
-                                                 int64_t cols) {
+void CudaTrainGemm::prepare_saved(const TrainGemmMode& mode, const __nv_bfloat16* t, int64_t rows, int64_t cols,
+                                  PreparedOperandCuda& saved) {
     if (mode.strategy == Strategy::full) cuda_usage_error("training GEMM: a BF16 slot keeps its BF16 operand, nothing to prepare");
     check_sizes(rows, cols, 1, "saved operand");
-    const float* f = st_->as_f32(st_->b, t, rows * cols);
-    PreparedOperandCuda p = st_->lp.prepare(f, rows, cols, Side::right, mode.strategy, mode.lp);
-    CUDA_CHECK(cudaStreamSynchronize(st_->stream));  // the FP32 copy is scratch reused by the next call
-    return p;
+    st_->lp.prepare_bf16(saved, t, false, rows, cols, Side::right, mode.strategy, mode.lp);
 }
 
 void CudaTrainGemm::backward_data(const TrainGemmMode& mode, const __nv_bfloat16* dy, const PreparedOperandCuda& w,
@@ -167,7 +109,9 @@ void CudaTrainGemm::backward_data(const TrainGemmMode& mode, const __nv_bfloat16
     check_sizes(m, k, n, "backward data");
     if (w.cols != k) cuda_usage_error("training GEMM (backward data): the saved W has " + std::to_string(w.cols) +
                                       " columns, the layer " + std::to_string(k));
-    st_->emulated(mode, st_->as_f32(st_->a, dy, m * n), w, m, n, dx.f32, dx.bf16, dx.beta);
+    check_saved(w, mode, n);
+    st_->lp.prepare_bf16(st_->a, dy, false, m, n, Side::left, mode.strategy, mode.lp);  // dY [M, N]
+    st_->lp.matmul_prepared(st_->a, w, mode.lp, dx);
 }
 
 void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat16* dy, const PreparedOperandCuda& x,
@@ -176,7 +120,9 @@ void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat
     check_sizes(m, k, n, "backward weight");
     if (x.cols != k) cuda_usage_error("training GEMM (backward weight): the saved X has " + std::to_string(x.cols) +
                                       " columns, the layer " + std::to_string(k));
-    st_->emulated(mode, st_->transposed_f32(st_->a, dy, m, n), x, n, m, dw, nullptr, beta);
+    check_saved(x, mode, m);
+    st_->lp.prepare_bf16(st_->a, dy, true, n, m, Side::left, mode.strategy, mode.lp);  // dYᵀ [N, M]: dY as stored
+    st_->lp.matmul_prepared(st_->a, x, mode.lp, TrainGemmOut{dw, nullptr, beta});
 }
 
 int64_t prepared_device_bytes(const PreparedOperandCuda& p) {

@@ -6,8 +6,9 @@
 // with BF16 operands (the engine's activations and its BF16 weight copies) under a Strategy:
 //   full             cuBLAS BF16 × BF16 → FP32 accumulation (the bf16 recipe, the LM head, calibration)
 //   any other        AdaHOP's lp_matmul on the GPU (adahop/cuda/lp_matmul_cuda.cuh: Hadamard, MX quantization,
-//                    OE, then the exact MXFP4 GEMM on the FP8 tensor cores, or its BF16 emulation) on FP32
-//                    copies of the operands laid out as lp_matmul wants them (C = A·B, reduction along K).
+//                    OE, then the exact MXFP4 GEMM on the FP8 tensor cores, or its BF16 emulation) on the
+//                    BF16 tensors as they lie (LpMatmulCuda::prepare_bf16: Wᵀ and dYᵀ are the transposes
+//                    of W and dY), with per-call operands kept and reused from call to call.
 // Outputs: Y and dX into a BF16 tensor or into an FP32 one with `+ beta·out` (beta = 1 fuses the residual add
 // and sums the input gradient of the projections that read one input).
 //
@@ -33,11 +34,7 @@
 namespace lowbit {
 
 // Where a GEMM writes: exactly one of f32 / bf16; beta applies to f32 only.
-struct TrainGemmOut {
-    float* f32 = nullptr;
-    __nv_bfloat16* bf16 = nullptr;
-    float beta = 0.0f;
-};
+using TrainGemmOut = LpMatmulOutput;
 
 // The low-precision options of one call (strategy, rounding, seeds); ignored under Strategy::full.
 struct TrainGemmMode {
@@ -67,7 +64,8 @@ public:
     // W [N, K] for dgrad (blocks along N) — so the backward keeps codes, scales and OE slices instead of the
     // BF16 tensor. The same numbers as the backward quantizing the BF16 tensor itself (lp_matmul is
     // prepare + matmul_prepared). mode.strategy must not be Strategy::full.
-    PreparedOperandCuda prepare_saved(const TrainGemmMode& mode, const __nv_bfloat16* t, int64_t rows, int64_t cols);
+    // Written into `saved`, whose buffers are reused when the shapes repeat (the trainer keeps one per slot).
+    void prepare_saved(const TrainGemmMode& mode, const __nv_bfloat16* t, int64_t rows, int64_t cols, PreparedOperandCuda& saved);
     // The backward GEMMs on a saved operand (w: prepare_saved of W [N, K]; x: of X [M, K]).
     void backward_data(const TrainGemmMode& mode, const __nv_bfloat16* dy, const PreparedOperandCuda& w, int64_t m,
                        int64_t k, int64_t n, TrainGemmOut dx);

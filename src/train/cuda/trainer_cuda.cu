@@ -376,12 +376,10 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
             mark("linear forward");
             const size_t ip = size_t(p);
             b.has_saved_x[ip] = b.has_saved_w[ip] = false;
-            b.saved_x[ip] = PreparedOperandCuda{};
-            b.saved_w[ip] = PreparedOperandCuda{};
             if (!for_backward || !save) return;
             const TrainGemmMode dg = mode(l, p, Slot::dgrad), wg = mode(l, p, Slot::wgrad);
             if (keeps_prepared(dg.strategy)) {
-                b.saved_w[ip] = gemm_->prepare_saved(dg, wp, n, k);
+                gemm_->prepare_saved(dg, wp, n, k, b.saved_w[ip]);
                 mark("saved-operand quantize");
                 b.has_saved_w[ip] = true;
             }
@@ -397,7 +395,7 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
                     return;
                 }
             }
-            b.saved_x[ip] = gemm_->prepare_saved(wg, x, R, k);
+            gemm_->prepare_saved(wg, x, R, k, b.saved_x[ip]);
             mark("saved-operand quantize");
             b.has_saved_x[ip] = true;
             b.saved_x_from[ip] = int(p);
@@ -541,11 +539,8 @@ void CudaTrainer::backward() {
         rms_norm_backward_cuda(b.x.data(), w.attn_norm, b.attn_rms.data(), d_norm_in_.data(), R, d, d_res_.data(),
                                d_res_bf16_.data(), grad_of(w.attn_norm), norm_ws_, stream_);
         mark("rmsnorm backward");
-        for (size_t p = 0; p < kProjectionCount; ++p) {  // the prepared operands are spent
-            b.saved_x[p] = PreparedOperandCuda{};
-            b.saved_w[p] = PreparedOperandCuda{};
+        for (size_t p = 0; p < kProjectionCount; ++p)  // the prepared operands are spent (their buffers stay for the next step)
             b.has_saved_x[p] = b.has_saved_w[p] = false;
-        }
     }
     // Embedding: d token_embd[token] += dx_0[row], rows grouped by token on the host during the forward.
     embedding_backward_cuda(embed_ids_.data(), embed_offsets_.data(), embed_rows_.data(), int64_t(embed_plan_.ids.size()),
