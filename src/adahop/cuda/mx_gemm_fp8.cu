@@ -102,7 +102,8 @@ E2m1ShiftedAsE4m3 e2m1_shifted_table() {
 // block holds a non-zero value; phase 2: each unit's 32 codes → E4M3 bytes shifted by s − ref.
 __global__ void __launch_bounds__(kFoldThreads)
     fold_b_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int rows, int k_blocks,
-                  uint8_t* __restrict__ e4m3, int32_t* __restrict__ tile_ref, unsigned* unfolded, E2m1ShiftedAsE4m3 table) {
+                  uint8_t* __restrict__ e4m3, int32_t* __restrict__ tile_ref, int ref_stride, unsigned* unfolded,
+                  E2m1ShiftedAsE4m3 table) {
     __shared__ uint8_t shifted[kFoldShifts][8];
     __shared__ int smin[kFoldBlocksPerCta], smax[kFoldBlocksPerCta], refs[kFoldBlocksPerCta];
     const int t = int(threadIdx.x);
@@ -129,13 +130,13 @@ __global__ void __launch_bounds__(kFoldThreads)
         atomicMax(&smax[u % kFoldBlocksPerCta], scale[r]);
     }
     __syncthreads();
-    if (t < kFoldBlocksPerCta && kb0 + t < k_blocks) {
+    if (t < kFoldBlocksPerCta && kb0 + t < ref_stride) {  // the padding past K too: the GEMM multiplies whole stages
         int ref;
-        if (smax[t] < 0) ref = 127;  // every value zero
+        if (smax[t] < 0) ref = 127;  // every value zero (and the padding: factor 1 for its zero-filled codes)
         else if (smax[t] == kE8m0Nan || smax[t] - smin[t] > kFoldDown + kFoldUp) ref = kUnfolded;
         else ref = min(smin[t] + kFoldDown, smax[t]);  // shifts s − ref ∈ [−8, 6], as few upward as possible
         refs[t] = ref;
-        tile_ref[int64_t(blockIdx.x) * k_blocks + kb0 + t] = ref;
+        tile_ref[int64_t(blockIdx.x) * ref_stride + kb0 + t] = ref;
         if (ref == kUnfolded) atomicAdd(unfolded, 1u);
     }
     __syncthreads();
@@ -174,25 +175,26 @@ constexpr int kTileM = 128;              // rows of C per CTA tile (two consumer
 constexpr int kTileN = 128;              // columns of C per tile (the wgmma's N)
 constexpr int kStageK = 128;             // K elements (bytes) per pipeline stage: one 128-byte swizzle row
 constexpr int kBlocksPerStage = kStageK / kMxBlock;
-constexpr int kStages = 5;               // 5 × 37 KB of the 227 KB of shared memory
+constexpr int kStages = 6;               // 6 × 34 KB of the 227 KB of shared memory
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
 constexpr int kGroupTilesM = 8;          // tile order: 8 M-tiles per group, N-tiles within the group (L2 reuse)
-static_assert(kTileM == kTileN, "the producer stages A's and B's factors in one loop");
+static_assert(kTileM == kTileN, "one chunk size serves A's and B's staged scales");
 
 struct alignas(1024) MxGemmStage {          // 1024: the 128-byte swizzle pattern repeats every 8 rows of 128 B
     uint8_t a[kTileM * kStageK];            // TMA box 128 × 128, SWIZZLE_128B
     uint8_t b[kTileN * kStageK];
-    float a_factor[kBlocksPerStage][kTileM];  // 2^(s−127) of each row's 4 blocks (0 past M or K, NaN for 0xFF)
-    float b_factor[kBlocksPerStage][kTileN];
-    float b_tile_factor[kBlocksPerStage];     // 2^(ref−127) of a folded tile-block, −1 where B is not folded
+    uint8_t a_scale[kTileM][kBlocksPerStage];  // E8M0 bytes of each row's 4 blocks (staged_scales_kernel's chunks)
+    uint8_t b_scale[kTileN][kBlocksPerStage];
+    int32_t tile_ref[kBlocksPerStage];         // folded B: the tile-blocks' reference exponents (kUnfolded: per column)
 };
-static_assert(sizeof(MxGemmStage) == 37 * 1024, "stage: A and B tiles 16 KB each, the factors 2 KB each, padding");
+static_assert(sizeof(MxGemmStage) == 34 * 1024, "stage: A and B tiles 16 KB each, the scale chunks 512 B each, padding");
 static_assert(kFoldTileRows == kTileN, "B is folded per GEMM column tile");
+constexpr uint32_t kScaleChunkBytes = kTileM * kBlocksPerStage;  // one (128-line tile, stage) chunk of staged scales
 
 struct MxGemmShared {
     MxGemmStage stage[kStages];
-    uint64_t full[kStages];   // producer → consumers: TMA bytes landed and factors written (32 arrivals + tx)
+    uint64_t full[kStages];   // producer → consumers: the stage's TMA and bulk copies landed (1 arrival + tx)
     uint64_t empty[kStages];  // consumers → producer: stage read (one arrival per consumer warp)
 };
 constexpr int kSharedBytes = int(sizeof(MxGemmShared)) + 1024;  // + slack to align the dynamic base to 1024
@@ -291,8 +293,8 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t a
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Shared by both kernels: the FP32 factor 2^(s−127) of block kb of line `line` (decode_e8m0: NaN for 0xFF),
-// 0 for lines and blocks outside the matrix (their codes are zero there: TMA zero fill, or not read).
+// The CUDA-core kernel's factors: 2^(s−127) of block kb of line `line` (decode_e8m0: NaN for 0xFF), 0 for
+// lines and blocks outside the matrix (their codes are not read there).
 
 constexpr uint32_t kOutside = 0x100;  // not a scale byte: the block lies outside the matrix
 
@@ -325,18 +327,21 @@ __device__ __forceinline__ void store_pair(float* c_f32, __nv_bfloat16* c_bf16, 
 
 // ---------------------------------------------------------------------------------------------------
 // The sm_90a kernel. a_map / b_map: E4M3 bytes [M][K] / [N][K], boxes 128 × 128, 128-byte swizzle.
-// b_tile_ref: [N-tiles][K/32] reference exponents of B's folded tile-blocks (kUnfolded: per-column factors),
-// or null (nothing folded).
+// a_chunks / b_chunks: the scale bytes as staged_scales_kernel arranges them (512 B per 128-line tile and stage).
+// b_tile_ref: [N-tiles][whole stages × 4] reference exponents of B's folded tile-blocks (kUnfolded: per-column
+// factors; 127 past K), or null (nothing folded).
 
-// One MX block of a consumer: C += P · factor(row) · factor(column), P the block's fresh wgmma partial.
-// Folded tile-block (tile_factor ≥ 0): B's values carry 2^(s − ref), the column factor is the tile's.
-__device__ __forceinline__ void promote_block(float (&acc)[64], float (&part)[64], const MxGemmStage& st, int kb, int row_local,
-                                              int col_local) {
+// One MX block of a consumer: C += P · factor(row) · factor(column), P the block's fresh wgmma partial, the
+// factors 2^(s−127) decoded from the stage's scale bytes (decode_e8m0: NaN for 0xFF). Folded tile-block
+// (tile_ref ≠ kUnfolded): B's values carry 2^(s − ref), the column factor is the tile's 2^(ref−127).
+__device__ __forceinline__ void promote_block(float (&acc)[64], float (&part)[64], const MxGemmStage& st, bool folded, int kb,
+                                              int row_local, int col_local) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) fence_operand(part[i]);
-    const float fa0 = st.a_factor[kb][row_local], fa1 = st.a_factor[kb][row_local + 8];
-    const float tile_factor = st.b_tile_factor[kb];
-    if (tile_factor >= 0.0f) {
+    const float fa0 = decode_e8m0(st.a_scale[row_local][kb]), fa1 = decode_e8m0(st.a_scale[row_local + 8][kb]);
+    const int32_t ref = folded ? st.tile_ref[kb] : kUnfolded;
+    if (ref != kUnfolded) {
+        const float tile_factor = pow2f(ref - 127);
         const float f0 = fa0 * tile_factor, f1 = fa1 * tile_factor;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -349,11 +354,11 @@ __device__ __forceinline__ void promote_block(float (&acc)[64], float (&part)[64
     }
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-        const float2 fb = *reinterpret_cast<const float2*>(&st.b_factor[kb][8 * j + col_local]);
-        acc[4 * j + 0] = __fmaf_rn(part[4 * j + 0], fa0 * fb.x, acc[4 * j + 0]);
-        acc[4 * j + 1] = __fmaf_rn(part[4 * j + 1], fa0 * fb.y, acc[4 * j + 1]);
-        acc[4 * j + 2] = __fmaf_rn(part[4 * j + 2], fa1 * fb.x, acc[4 * j + 2]);
-        acc[4 * j + 3] = __fmaf_rn(part[4 * j + 3], fa1 * fb.y, acc[4 * j + 3]);
+        const float fb0 = decode_e8m0(st.b_scale[8 * j + col_local][kb]), fb1 = decode_e8m0(st.b_scale[8 * j + col_local + 1][kb]);
+        acc[4 * j + 0] = __fmaf_rn(part[4 * j + 0], fa0 * fb0, acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(part[4 * j + 1], fa0 * fb1, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(part[4 * j + 2], fa1 * fb0, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(part[4 * j + 3], fa1 * fb1, acc[4 * j + 3]);
     }
 }
 
@@ -366,7 +371,7 @@ __device__ __forceinline__ void issue_block(float (&part)[64], const MxGemmStage
 
 __global__ void __launch_bounds__(kThreads, 1)
     mx_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
-                         const uint8_t* __restrict__ a_scales, const uint8_t* __restrict__ b_scales,
+                         const uint8_t* __restrict__ a_chunks, const uint8_t* __restrict__ b_chunks,
                          const int32_t* __restrict__ b_tile_ref, int m, int n, int k_blocks, float* c_f32, __nv_bfloat16* c_bf16) {
     extern __shared__ uint8_t shared_raw[];
     const uint32_t misalignment = smem_address(shared_raw) & 1023u;
@@ -379,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
-            mbarrier_init(&sh.full[s], 32);
+            mbarrier_init(&sh.full[s], 1);
             mbarrier_init(&sh.empty[s], 4 * kConsumerWarpgroups);
         }
     }
@@ -387,89 +392,47 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (warpgroup == 0) {
         registers_decrease<56>();
-        // Producer: warp 0 only (the other three warps of the warpgroup have nothing to do). It walks this CTA's
-        // (tile, stage) pairs in order; the scale bytes of the next pair are loaded into registers while it waits
-        // for the next free slot, so their latency stays off the pipeline's critical path.
-        if (threadIdx.x >= 32) return;
-        const int my_tiles = (grid.count() - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
-        const uint32_t uses = uint32_t(my_tiles) * uint32_t(k_stages);
-        auto origin_of = [&](uint32_t use, int* m0, int* n0, int* ks) {
-            grid.origin(int(blockIdx.x) + int(use / uint32_t(k_stages)) * int(gridDim.x), m0, n0);
-            *ks = int(use % uint32_t(k_stages));
-        };
-        // Lane l stages lines l + 32q (q = 0 … 3) of both factor tables: each line's 4 scale bytes of the stage
-        // packed in one register (one 4-byte load when K/32 is a multiple of 4), so the producer's prefetch
-        // costs 8 registers. Lanes 0–3 also stage the tile factors of the stage's 4 blocks.
-        constexpr int kLinesPerLane = kTileM / 32;
-        uint32_t a_raw[kLinesPerLane], b_raw[kLinesPerLane];
-        int32_t tile_ref = kUnfolded;
-        const bool aligned_scales = k_blocks % kBlocksPerStage == 0 &&
-                                    ((reinterpret_cast<uintptr_t>(a_scales) | reinterpret_cast<uintptr_t>(b_scales)) & 3u) == 0;
-        auto packed_scales = [&](const uint8_t* scales, int line, int lines, int kb0) -> uint32_t {
-            if (line >= lines) return 0;
-            const uint8_t* p = scales + int64_t(line) * k_blocks + kb0;
-            if (aligned_scales) return *reinterpret_cast<const uint32_t*>(p);
-            uint32_t v = 0;
-            for (int i = 0; i < kBlocksPerStage && kb0 + i < k_blocks; ++i) v |= uint32_t(p[i]) << (8 * i);
-            return v;
-        };
-        auto fetch = [&](uint32_t use) {
-            int m0, n0, ks;
-            origin_of(use, &m0, &n0, &ks);
-#pragma unroll
-            for (int q = 0; q < kLinesPerLane; ++q) {
-                a_raw[q] = packed_scales(a_scales, m0 + lane + 32 * q, m, ks * kBlocksPerStage);
-                b_raw[q] = packed_scales(b_scales, n0 + lane + 32 * q, n, ks * kBlocksPerStage);
-            }
-            const int kb = ks * kBlocksPerStage + lane;
-            tile_ref = b_tile_ref && lane < kBlocksPerStage && kb < k_blocks ? b_tile_ref[int64_t(n0 / kTileN) * k_blocks + kb]
-                                                                             : kUnfolded;
-        };
-        if (uses > 0) fetch(0);
-        for (uint32_t use = 0; use < uses; ++use) {
-            const int slot = int(use % kStages);
-            const uint32_t round = use / kStages;
-            if (round > 0) mbarrier_wait(&sh.empty[slot], (round - 1) & 1u);
-            MxGemmStage& st = sh.stage[slot];
-            int m0, n0, ks;
-            origin_of(use, &m0, &n0, &ks);
-            const int blocks_left = k_blocks - ks * kBlocksPerStage;
-#pragma unroll
-            for (int q = 0; q < kLinesPerLane; ++q) {
-                const int line = lane + 32 * q;
-                const bool a_in = m0 + line < m, b_in = n0 + line < n;
-#pragma unroll
-                for (int kb = 0; kb < kBlocksPerStage; ++kb) {
-                    const bool k_in = kb < blocks_left;
-                    st.a_factor[kb][line] = factor_of_scale(a_in && k_in ? (a_raw[q] >> (8 * kb)) & 0xFFu : kOutside);
-                    st.b_factor[kb][line] = factor_of_scale(b_in && k_in ? (b_raw[q] >> (8 * kb)) & 0xFFu : kOutside);
-                }
-            }
-            if (lane < kBlocksPerStage) st.b_tile_factor[lane] = tile_ref == kUnfolded ? -1.0f : pow2f(tile_ref - 127);
-            // The arrivals release the factor stores to the consumers' acquiring wait on `full`.
-            if (lane == 0) {
-                mbarrier_arrive_expect_tx(&sh.full[slot], kStageTxBytes);
+        // Producer: one thread. Per (tile, stage) pair of this CTA, in order: wait for the slot, then five
+        // asynchronous copies completing on its `full` barrier — the A and B code tiles (TMA) and the staged
+        // scale chunks of A's and B's 128 lines (and, folded, B's 4 tile references) as bulk copies. It never
+        // waits for a load itself, so the ring stays as full as the consumers allow.
+        if (threadIdx.x != 0) return;
+        const uint32_t tx = kStageTxBytes + 2 * kScaleChunkBytes + (b_tile_ref ? uint32_t(sizeof(int32_t) * kBlocksPerStage) : 0u);
+        uint32_t use = 0;
+        for (int t = int(blockIdx.x); t < grid.count(); t += int(gridDim.x)) {
+            int m0, n0;
+            grid.origin(t, &m0, &n0);
+            const int64_t a_chunk = int64_t(m0 / kTileM) * k_stages, b_chunk = int64_t(n0 / kTileN) * k_stages;
+            for (int ks = 0; ks < k_stages; ++ks, ++use) {
+                const int slot = int(use % kStages);
+                const uint32_t round = use / kStages;
+                if (round > 0) mbarrier_wait(&sh.empty[slot], (round - 1) & 1u);
+                MxGemmStage& st = sh.stage[slot];
+                mbarrier_arrive_expect_tx(&sh.full[slot], tx);
                 tma_load_2d(st.a, &a_map, ks * kStageK, m0, &sh.full[slot]);
                 tma_load_2d(st.b, &b_map, ks * kStageK, n0, &sh.full[slot]);
-            } else {
-                mbarrier_arrive(&sh.full[slot]);
+                bulk_load(st.a_scale, a_chunks + (a_chunk + ks) * kScaleChunkBytes, kScaleChunkBytes, &sh.full[slot]);
+                bulk_load(st.b_scale, b_chunks + (b_chunk + ks) * kScaleChunkBytes, kScaleChunkBytes, &sh.full[slot]);
+                if (b_tile_ref)
+                    bulk_load(st.tile_ref, b_tile_ref + (b_chunk + ks) * kBlocksPerStage, sizeof(int32_t) * kBlocksPerStage,
+                              &sh.full[slot]);
             }
-            if (use + 1 < uses) fetch(use + 1);
         }
         return;
     }
     registers_increase<224>();
 
-    // Consumers: warpgroup 1 takes rows 0–63 of the tile, warpgroup 2 rows 64–127. Per stage the 4 blocks'
-    // wgmmas alternate between two partials, so block b + 1 multiplies while block b is promoted.
+    // Consumers: warpgroup 1 takes rows 0–63 of the tile, warpgroup 2 rows 64–127.
+    const bool folded = b_tile_ref != nullptr;
     const int consumer = warpgroup - 1;
     const int warp_in_group = (int(threadIdx.x) % 128) / 32;
     const int row_local = consumer * 64 + warp_in_group * 16 + lane / 4;  // and row_local + 8
     const int col_local = 2 * (lane % 4);                                  // + 8j, and + 1
+    // Per use of a stage its 4 blocks (a partial last stage of K multiplies TMA's zero fill with factor 1, so
+    // no branch holds a wgmma and ptxas keeps them asynchronous): each block's wgmma is issued before the
+    // previous block is promoted.
     uint32_t use = 0;
     for (int t = int(blockIdx.x); t < grid.count(); t += int(gridDim.x)) {
-        int m0, n0;
-        grid.origin(t, &m0, &n0);
         float acc[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -477,40 +440,57 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int slot = int(use % kStages);
             mbarrier_wait(&sh.full[slot], (use / kStages) & 1u);
             const MxGemmStage& st = sh.stage[slot];
-            const int blocks = k_blocks - ks * kBlocksPerStage < kBlocksPerStage ? k_blocks - ks * kBlocksPerStage : kBlocksPerStage;
             float part0[64], part1[64];
             issue_block(part0, st, consumer, 0);
-            if (blocks == kBlocksPerStage) {  // the common case, fully unrolled
-                issue_block(part1, st, consumer, 1);
-                wgmma_wait<1>();
-                promote_block(acc, part0, st, 0, row_local, col_local);
-                issue_block(part0, st, consumer, 2);
-                wgmma_wait<1>();
-                promote_block(acc, part1, st, 1, row_local, col_local);
-                issue_block(part1, st, consumer, 3);
-                wgmma_wait<1>();
-                promote_block(acc, part0, st, 2, row_local, col_local);
-                wgmma_wait<0>();
-                promote_block(acc, part1, st, 3, row_local, col_local);
-            } else {  // the last, partial stage of K: one block at a time
-                wgmma_wait<0>();
-                promote_block(acc, part0, st, 0, row_local, col_local);
-                for (int kb = 1; kb < blocks; ++kb) {
-                    issue_block(part0, st, consumer, kb);
-                    wgmma_wait<0>();
-                    promote_block(acc, part0, st, kb, row_local, col_local);
-                }
-            }
-            // Every lane of the warp is done with the stage (its wgmmas waited on, its factors read).
+            issue_block(part1, st, consumer, 1);
+            wgmma_wait<1>();
+            promote_block(acc, part0, st, folded, 0, row_local, col_local);
+            issue_block(part0, st, consumer, 2);
+            wgmma_wait<1>();
+            promote_block(acc, part1, st, folded, 1, row_local, col_local);
+            issue_block(part1, st, consumer, 3);
+            wgmma_wait<1>();
+            promote_block(acc, part0, st, folded, 2, row_local, col_local);
+            wgmma_wait<0>();
+            promote_block(acc, part1, st, folded, 3, row_local, col_local);
+            // Every lane of the warp is done with the stage (its wgmmas waited on, its scales read).
             __syncwarp();
             if (lane == 0) mbarrier_arrive(&sh.empty[slot]);
         }
+        int m0, n0;
+        grid.origin(t, &m0, &n0);
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
             const int col = n0 + 8 * j + col_local;
             store_pair(c_f32, c_bf16, m, n, m0 + row_local, col, acc[4 * j + 0], acc[4 * j + 1]);
             store_pair(c_f32, c_bf16, m, n, m0 + row_local + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
         }
+    }
+}
+
+// The scale bytes of one operand ([lines][k_blocks], row-major) rearranged into the chunks the producer copies
+// whole: chunk (tile, stage) = 128 lines × the stage's 4 blocks, [line][block], 512 contiguous bytes. Lines past
+// the operand and blocks past K get 127 (factor 1: their codes are TMA's zero fill, so they add 0). One thread
+// per (chunk, line): 4 bytes read (one 32-bit load when aligned), one 32-bit store. Napkin math: 8192 × 8192
+// MXFP4 has 2 MB of scales → ~1 µs of DRAM traffic, plus a launch.
+__global__ void staged_scales_kernel(const uint8_t* __restrict__ scales, int lines, int k_blocks, int k_stages, int64_t words,
+                                     uint32_t* __restrict__ chunks) {
+    for (int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; w < words; w += int64_t(gridDim.x) * blockDim.x) {
+        const int line_in_tile = int(w % kTileM);
+        const int64_t chunk = w / kTileM;
+        const int ks = int(chunk % k_stages), tile = int(chunk / k_stages);
+        const int line = tile * kTileM + line_in_tile, kb0 = ks * kBlocksPerStage;
+        uint32_t v = 0x7F7F7F7Fu;
+        if (line < lines) {
+            const uint8_t* p = scales + int64_t(line) * k_blocks + kb0;
+            if (kb0 + kBlocksPerStage <= k_blocks && (reinterpret_cast<uintptr_t>(p) & 3u) == 0) {
+                v = *reinterpret_cast<const uint32_t*>(p);
+            } else {
+                for (int i = 0; i < kBlocksPerStage && kb0 + i < k_blocks; ++i)
+                    v = (v & ~(0xFFu << (8 * i))) | (uint32_t(p[i]) << (8 * i));
+            }
+        }
+        chunks[w] = v;
     }
 }
 
@@ -574,13 +554,14 @@ void check_operand(const MxGemmOperand& op, const char* name) {
 // *tile_ref; the count of tile-blocks left unfolded in *unfolded (zeroed first).
 const uint8_t* folded_b_codes(const MxGemmOperand& b, int64_t n, int64_t k, MxGemmScratch& scratch, cudaStream_t stream) {
     const int k_blocks = int(k / kMxBlock), tiles = int((n + kTileN - 1) / kTileN);
+    const int ref_stride = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage * kBlocksPerStage;  // whole stages per tile
     uint8_t* out = scratch.b_e4m3.grow(size_t(n * k));
-    int32_t* refs = scratch.b_tile_ref.grow(size_t(tiles) * size_t(k_blocks));
+    int32_t* refs = scratch.b_tile_ref.grow(size_t(tiles) * size_t(ref_stride));
     unsigned* unfolded = scratch.unfolded.grow(1);
     CUDA_CHECK(cudaMemsetAsync(unfolded, 0, sizeof(unsigned), stream));
     static const E2m1ShiftedAsE4m3 table = e2m1_shifted_table();
     const dim3 grid(unsigned(tiles), unsigned((k_blocks + kFoldBlocksPerCta - 1) / kFoldBlocksPerCta));
-    fold_b_kernel<<<grid, kFoldThreads, 0, stream>>>(b.codes, b.scales, int(n), k_blocks, out, refs, unfolded, table);
+    fold_b_kernel<<<grid, kFoldThreads, 0, stream>>>(b.codes, b.scales, int(n), k_blocks, out, refs, ref_stride, unfolded, table);
     CUDA_CHECK(cudaGetLastError());
     return out;
 }
@@ -602,6 +583,18 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
         mx_expand_e2m1_to_e4m3_cuda(b.codes, n, k, const_cast<uint8_t*>(b8), stream);
     }
     if (!folded && s.unfolded.size() > 0) CUDA_CHECK(cudaMemsetAsync(s.unfolded.data(), 0, sizeof(unsigned), stream));
+    const int k_blocks = int(k / kMxBlock), k_stages = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage;
+    auto stage_scales = [&](const uint8_t* scales, int64_t lines, DeviceBuffer<uint8_t>& buf) -> const uint8_t* {
+        const int64_t words = (lines + kTileM - 1) / kTileM * k_stages * kTileM;
+        uint8_t* out = buf.grow(size_t(words) * 4);
+        const int64_t wanted = (words + 255) / 256, limit = int64_t(cuda_multiprocessor_count()) * 16;
+        staged_scales_kernel<<<unsigned(wanted < limit ? wanted : limit), 256, 0, stream>>>(scales, int(lines), k_blocks, k_stages,
+                                                                                            words, reinterpret_cast<uint32_t*>(out));
+        CUDA_CHECK(cudaGetLastError());
+        return out;
+    };
+    const uint8_t* a_chunks = stage_scales(a.scales, m, s.a_scale_chunks);
+    const uint8_t* b_chunks = stage_scales(b.scales, n, s.b_scale_chunks);
     const CUtensorMap a_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, a8, uint64_t(k), uint64_t(m), uint64_t(k), kStageK,
                                                  kTileM, CU_TENSOR_MAP_SWIZZLE_128B);
     const CUtensorMap b_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, b8, uint64_t(k), uint64_t(n), uint64_t(k), kStageK,
@@ -609,7 +602,7 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
     const TileGrid grid{int((m + kTileM - 1) / kTileM), int((n + kTileN - 1) / kTileN)};
     const int ctas = grid.count() < cuda_multiprocessor_count() ? grid.count() : cuda_multiprocessor_count();
     cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel), kSharedBytes);
-    mx_gemm_wgmma_kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a.scales, b.scales,
+    mx_gemm_wgmma_kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks,
                                                                    folded ? s.b_tile_ref.data() : nullptr, int(m), int(n),
                                                                    int(k / kMxBlock), c_f32, c_bf16);
     CUDA_CHECK(cudaGetLastError());

@@ -51,17 +51,22 @@
 // equals the unfolded one bit for bit except where factor(row) · 2^(ref−127) leaves FP32's range while
 // factor(row) · factor(column) does not (ref ≥ s for every column of a tile-block spanning ≤ 8 binades).
 //
-// Design (v2). Persistent CTAs of 3 warpgroups over 128 × 128 output tiles (grouped order, 8 M-tiles per
+// Design (v3). Persistent CTAs of 3 warpgroups over 128 × 128 output tiles (grouped order, 8 M-tiles per
 // group, so CTAs in flight share panels in L2); setmaxnreg moves registers from the producer (56) to the two
-// consumers (224). Warp 0 is the producer: per stage (K = 128 = 4 MX blocks) it waits for the stage's `empty`
-// barrier, stages the 4 × 128 row and 4 × 128 column factors 2^(s−127) and the 4 tile factors as FP32 in
-// shared memory (their bytes loaded into registers one stage ahead), and issues two TMA tensor copies
-// (A 128 × 128 bytes, B 128 × 128 bytes, 128-byte swizzle, zero fill past M, N and K) completing on the
-// stage's `full` barrier. Warpgroups 1 and 2 are the consumers, 64 rows each: per MX block one
-// wgmma.m64n128k32.f32.e4m3.e4m3 from shared memory (K-major descriptors, 128-byte swizzle) into a fresh
-// 64-register partial; two partials alternate, so block b + 1's wgmma runs while block b is promoted into the
-// running FP32 accumulator (v1 waited for every wgmma before promoting: 0.23× BF16 at 8192³). Stores are
-// masked (M, N need not be multiples of 128), FP32 or BF16. K must be a multiple of 32.
+// consumers (224). One thread of warp 0 is the producer: per stage (K = 128 = 4 MX blocks) it waits for the
+// stage's `empty` barrier and issues five asynchronous copies completing on its `full` barrier — two TMA
+// tensor copies (A 128 × 128 bytes, B 128 × 128 bytes, 128-byte swizzle, zero fill past M, N and K) and three
+// bulk copies of the stage's scale bytes (A's and B's 128 lines × 4 blocks, 512 B each, rearranged into
+// such chunks by a small pass before the kernel; folded B's 4 tile references). It never waits on a load
+// itself: v2's producer loaded the scale bytes into registers and converted them, one global-load latency per
+// stage on the critical path, which bounded v2 at 0.23× BF16 (a replica of the data path without that,
+// dev/kernel_lab/tma_stream_lab.cu, streams the 8192³ tiles in 0.67 ms). Warpgroups 1 and 2 are the
+// consumers, 64 rows each: per MX block one wgmma.m64n128k32.f32.e4m3.e4m3 from shared memory (K-major
+// descriptors, 128-byte swizzle) into a fresh 64-register partial; two partials alternate, so block b + 1's
+// wgmma runs while block b is promoted into the running FP32 accumulator with the factors decoded from the
+// stage's scale bytes. Every stage multiplies 4 blocks (past K: zero codes, factor 1), so no branch holds a
+// wgmma and ptxas keeps them asynchronous. Stores are masked (M, N need not be multiples of 128), FP32 or
+// BF16. K must be a multiple of 32.
 // MXFP4 codes are expanded to E4M3 bytes by a pass first (A: mx_expand_e2m1_to_e4m3_cuda; B: the folding
 // pass; rows·K/2 bytes read, rows·K written: ~24 µs per 8192 × 8192 operand at 4.2 TB/s, ~3 % of an 8192³
 // GEMM at ~700 TFLOP/s), MXFP8 codes are used as they are. Without sm_90a (cuda_tma_usable() false) a plain
@@ -94,11 +99,13 @@ struct MxGemmOperand {
     MxElement element = MxElement::e2m1;
 };
 
-// Where the E4M3 copies of MXFP4 operands go. Without one, each call takes them from the stream-ordered
-// allocator (cudaMallocAsync / cudaFreeAsync); a caller that multiplies repeatedly keeps one and reuses it
-// (it grows, never shrinks; growing frees the old buffers, which waits for the device).
+// Where the E4M3 copies of MXFP4 operands (and the scale chunks the kernel copies per stage) go. Without one,
+// each call allocates them and frees them before it returns, which waits for the device; a caller that
+// multiplies repeatedly keeps one and reuses it (it grows, never shrinks; growing frees the old buffers, which
+// waits for the device).
 struct MxGemmScratch {
     DeviceBuffer<uint8_t> a_e4m3, b_e4m3;
+    DeviceBuffer<uint8_t> a_scale_chunks, b_scale_chunks;  // the scales rearranged per (128-line tile, stage)
     DeviceBuffer<int32_t> b_tile_ref;  // folded B: reference exponent per (128-column tile, MX block)
     DeviceBuffer<unsigned> unfolded;   // folded B: tile-blocks left unfolded by the last call
 };

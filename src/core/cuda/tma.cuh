@@ -61,6 +61,16 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 #endif
 }
 
+// `bytes` contiguous bytes of global memory → shared memory at dst, completing on bar (a non-tensor bulk
+// copy: both addresses 16-byte aligned, bytes a multiple of 16).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if LOWBIT_TMA_DEVICE
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_address(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_address(bar))
+                 : "memory");
+#endif
+}
+
 // Shared memory at src → box (x, y) of the map's array, as part of this thread's current bulk group.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int x, int y, const void* src) {
 #if LOWBIT_TMA_DEVICE
