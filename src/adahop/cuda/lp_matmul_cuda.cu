@@ -96,8 +96,9 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // (without OE); the draw (two 64-bit mix chains, ~40 integer instructions) stays under that.
 constexpr int kSignRows = 32;
 
-__global__ void multiply_k_signs_kernel(const float* in, float* out, int64_t rows, int64_t cols, bool k_is_column,
-                                        uint64_t seed) {
+// Also on BF16 (prepare_bf16's fused path): a sign flip is exact in either type.
+template <typename T>
+__global__ void multiply_k_signs_kernel(const T* in, T* out, int64_t rows, int64_t cols, bool k_is_column, uint64_t seed) {
     const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (c >= cols) return;
     const float column_sign = k_is_column ? hadamard_random_sign(seed, c) : 1.0f;
@@ -105,16 +106,18 @@ __global__ void multiply_k_signs_kernel(const float* in, float* out, int64_t row
         const int64_t r1 = r0 + kSignRows < rows ? r0 + kSignRows : rows;
         for (int64_t r = r0; r < r1; ++r) {
             const float sign = k_is_column ? column_sign : hadamard_random_sign(seed, r);
-            out[r * cols + c] = in[r * cols + c] * sign;
+            out[r * cols + c] = T(float(in[r * cols + c]) * sign);  // exact: ±1 times a T value is a T value
         }
     }
 }
 
-void multiply_k_signs(const float* in, float* out, int64_t rows, int64_t cols, Side side, uint64_t seed, cudaStream_t s) {
+// k_is_column: K runs along the columns of in (the left operand as stored; the right one transposed).
+template <typename T>
+void multiply_k_signs(const T* in, T* out, int64_t rows, int64_t cols, bool k_is_column, uint64_t seed, cudaStream_t s) {
     if (rows == 0 || cols == 0) return;
     const int64_t row_groups = (rows + kSignRows - 1) / kSignRows;
     const dim3 grid(blocks_for(cols), unsigned(row_groups < 65535 ? row_groups : 65535));
-    multiply_k_signs_kernel<<<grid, 256, 0, s>>>(in, out, rows, cols, side == Side::left, seed);
+    multiply_k_signs_kernel<<<grid, 256, 0, s>>>(in, out, rows, cols, k_is_column, seed);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -139,6 +142,7 @@ struct LpMatmulCuda::State {
     DeviceBuffer<__nv_bfloat16> bf_a, bf_b;          // gemm()'s BF16 operands
     DeviceBuffer<__nv_bfloat16> deq16_a, deq16_b;    // dequantized MX operands, [outer][K]
     DeviceBuffer<__nv_bfloat16> slice16;             // the fused OE pass's slice
+    DeviceBuffer<__nv_bfloat16> signed16;            // prepare_bf16's operand times its random signs
     std::map<int64_t, DeviceBuffer<float>> dense_hadamard;  // n → H_n (n × n), for OHT
     MxGemmScratch mx;                                        // the tensor-core MX GEMM's E4M3 copies
     bool tensor_core_mx = false;
@@ -273,13 +277,13 @@ void LpMatmulCuda::prepare_f32(PreparedOperandCuda& p, const float* t, float* wo
     // The random signs ride on the working copy; OE takes its slice from the unsigned operand and signs the
     // clean one after (the CPU's order, so the zeroed vectors get the same signed zeros).
     const bool signs = p.random_signs_seed != 0;
-    if (signs && !sh.extract) multiply_k_signs(t, work, rows, cols, side, p.random_signs_seed, stream);
+    if (signs && !sh.extract) multiply_k_signs(t, work, rows, cols, side == Side::left, p.random_signs_seed, stream);
     else if (work != t) CUDA_CHECK(cudaMemcpyAsync(work, t, size_t(n) * 4, cudaMemcpyDeviceToDevice, stream));
     if (sh.extract) {
         p.k_extracted = split_outliers_cuda(work, rows, cols, side == Side::left, sh.kk, opts.oe_metric, work, p.slice.data(),
                                             p.indices.data(), st_->oe, stream);
         if (opts.high_precision_bf16) round_bf16(p.slice.data(), int64_t(p.slice.size()), stream);
-        if (signs) multiply_k_signs(work, work, rows, cols, side, p.random_signs_seed, stream);
+        if (signs) multiply_k_signs(work, work, rows, cols, side == Side::left, p.random_signs_seed, stream);
     }
     DeviceBuffer<float> rotated;  // OHT's dense product (analysis only)
     if (s == Strategy::oht) {
@@ -321,7 +325,10 @@ void LpMatmulCuda::prepare_bf16(PreparedOperandCuda& p, const __nv_bfloat16* t, 
     const uint64_t seed = left ? opts.seed_a : opts.seed_b;
     const bool iht_family = s == Strategy::iht || s == Strategy::iht_oe_left || s == Strategy::iht_oe_right;
     const PrepareShape sh = prepare_shape(rows, cols, side, s, opts);
-    const bool fused = opts.quantize && !opts.nvfp4 && applied_random_signs_seed(s, opts) == 0 && n > 0 && k % kMxBlock == 0 &&
+    const uint64_t signs = applied_random_signs_seed(s, opts);
+    // Random signs ride on a signed BF16 copy of t (exact) except with OE, where the CPU signs the cleaned
+    // operand after extraction (its zeroed vectors become ±0, which the fused extraction does not reproduce).
+    const bool fused = opts.quantize && !opts.nvfp4 && (signs == 0 || !sh.extract) && n > 0 && k % kMxBlock == 0 &&
                        (s == Strategy::plain || (iht_family && opts.element == MxElement::e2m1)) &&
                        (!sh.extract || opts.oe_metric == OutlierMetric::l2) &&
                        (rounding != Rounding::stochastic || !t_transposed) && aligned16(t);
@@ -333,6 +340,11 @@ void LpMatmulCuda::prepare_bf16(PreparedOperandCuda& p, const __nv_bfloat16* t, 
     }
     shape_prepared(p, sh, rows, cols, side, s, opts);
     if (sh.needs_hp) bf16_to_f32(t, t_rows, t_cols, t_transposed, p.high_precision.data(), stream);  // BF16 already
+    if (signs != 0) {  // (needs_hp only with OE, which took the FP32 path above)
+        __nv_bfloat16* signed_t = st_->signed16.fit(size_t(n));
+        multiply_k_signs(t, signed_t, t_rows, t_cols, axis == 1, signs, stream);
+        t = signed_t;
+    }
     if (s == Strategy::plain) {
         mx_quantize_cuda(t, t_rows, t_cols, opts.element, opts.scale_rule, QuantizeOptions{axis, rounding, seed}, p.codes.data(),
                          p.scales.data(), stream);

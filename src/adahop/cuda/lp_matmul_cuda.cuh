@@ -56,10 +56,10 @@ public:
     // prepare() of an operand held in BF16: t is the operand (rows × cols, row-major) or, with t_transposed,
     // its transpose (cols × rows, row-major). Writes into p, whose buffers are reused when their sizes repeat
     // (a caller preparing same-shaped operands every step allocates once); asynchronous. The same bytes as
-    // prepare() of the operand's FP32 values. MX plain, and MXFP4 iht / iht+OE with the L2 metric, without
-    // random signs (and with stochastic rounding only untransposed: its counters follow the element order)
-    // quantize straight from t, rotation and outlier scores fused (hadamard/cuda/hadamard_mxfp4.cuh,
-    // outlier_extraction.cuh); every other case takes an FP32 copy of the operand first.
+    // prepare() of the operand's FP32 values. MX plain, MXFP4 iht (random signs on a BF16 copy) and MXFP4
+    // iht+OE with the L2 metric and no random signs — with stochastic rounding only untransposed: its counters
+    // follow the element order — quantize straight from t, rotation and outlier scores fused
+    // (hadamard/cuda/hadamard_mxfp4.cuh, outlier_extraction.cuh); every other case takes an FP32 copy first.
     void prepare_bf16(PreparedOperandCuda& p, const __nv_bfloat16* t, bool t_transposed, int64_t rows, int64_t cols, Side side,
                       Strategy s, const LpMatmulOptions& opts);
     // c: device, M × N FP32.
