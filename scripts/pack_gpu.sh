@@ -2,7 +2,7 @@
 # pack_gpu.sh — on the dev machine (no GPU needed): builds the `h200` CMake preset (build-h200/: sm_90a
 # only, portable binaries — see LOWBIT_PORTABLE_BINARIES in CMakeLists.txt) and packs what the GPU host
 # runs into .gpu_pack/lowbit-gpu.tar.xz:
-#   bin/                  every test labelled `gpu`, bench_kernels, bench_adahop, bench_model, lowbit, and
+#   bin/                  every test labelled `gpu`, the benchmarks (bench_kernels … bench_linear_layer), lowbit, and
 #                         the executables of dev/ targets when the tree has them
 #   CTestTestfile.cmake   those tests, relocatable (see below), for `ctest --test-dir <unpacked> -L gpu`
 #   PACK_INFO             commit, date, build host, compiler versions, file list
@@ -33,7 +33,7 @@ cmake --preset h200 > /dev/null
 gpu_targets=$(ctest --test-dir "$build" -L gpu --show-only=json-v1 | python3 -c '
 import json, sys
 print(" ".join(t["name"] for t in json.load(sys.stdin)["tests"]))')
-cmake --build "$build" -j"$jobs" --target $gpu_targets bench_kernels bench_adahop bench_model bench_ptq bench_train bench_flash_attention bench_mx_gemm lowbit
+cmake --build "$build" -j"$jobs" --target $gpu_targets bench_kernels bench_adahop bench_model bench_ptq bench_train bench_flash_attention bench_mx_gemm bench_linear_layer lowbit
 [ -x "$build/bench/bench_kernels" ] || { echo "pack_gpu: $build has no CUDA targets (nvcc missing at /usr/local/cuda?)" >&2; exit 1; }
 
 stage=$(mktemp -d)
@@ -80,7 +80,7 @@ for t in tests:
         lines.append(f"set_tests_properties({bracket(t['name'])} PROPERTIES {' '.join(props)})")
 open(os.path.join(dest, "CTestTestfile.cmake"), "w").write("\n".join(lines) + "\n")
 
-for rel in ["bench/bench_kernels", "bench/bench_adahop", "bench/bench_model", "bench/bench_ptq", "bench/bench_train", "bench/bench_flash_attention", "bench/bench_mx_gemm", "lowbit"]:
+for rel in ["bench/bench_kernels", "bench/bench_adahop", "bench/bench_model", "bench/bench_ptq", "bench/bench_train", "bench/bench_flash_attention", "bench/bench_mx_gemm", "bench/bench_linear_layer", "lowbit"]:
     path = os.path.join(build, rel)
     if not os.access(path, os.X_OK):
         sys.exit(f"pack_gpu: {path} was not built")
