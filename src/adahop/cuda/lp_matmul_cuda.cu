@@ -91,21 +91,29 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // out = in·S along K: the random signs of the iht family (s_k = hadamard_random_sign(seed, k), k = column for
 // the left operand, row for the right one), an exact multiply by ±1 as in the CPU's randomized transform, so
 // the block Hadamard that follows sees the CPU's bits. in == out is allowed. A thread walks one column down
-// kSignRows rows: the left operand draws its sign once per thread, the right one once per row.
+// kSignRows rows: with K along the columns it draws its sign once, with K along the rows the CTA draws one per
+// row (drawn per element before: ~40 integer instructions each, which made the rows' case issue-bound).
 // Napkin math, 4096×4096 FP32: 134 MB moved → 31 µs at 4.3 TB/s, the cost of the plain copy it replaces
-// (without OE); the draw (two 64-bit mix chains, ~40 integer instructions) stays under that.
+// (without OE); the draws (two 64-bit mix chains each) stay under that.
 constexpr int kSignRows = 32;
 
-// Also on BF16 (prepare_bf16's fused path): a sign flip is exact in either type.
+// Also on BF16 (prepare_bf16's fused path): a sign flip is exact in either type. With K along the rows, the
+// CTA draws its 32 rows' signs once into shared memory (every thread of a row needs the same one).
 template <typename T>
 __global__ void multiply_k_signs_kernel(const T* in, T* out, int64_t rows, int64_t cols, bool k_is_column, uint64_t seed) {
+    __shared__ float row_sign[kSignRows];
     const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
-    const float column_sign = k_is_column ? hadamard_random_sign(seed, c) : 1.0f;
+    const float column_sign = k_is_column && c < cols ? hadamard_random_sign(seed, c) : 1.0f;
     for (int64_t r0 = int64_t(blockIdx.y) * kSignRows; r0 < rows; r0 += int64_t(gridDim.y) * kSignRows) {
         const int64_t r1 = r0 + kSignRows < rows ? r0 + kSignRows : rows;
+        if (!k_is_column) {
+            __syncthreads();  // the previous rows' signs are read
+            if (threadIdx.x < r1 - r0) row_sign[threadIdx.x] = hadamard_random_sign(seed, r0 + threadIdx.x);
+            __syncthreads();
+        }
+        if (c >= cols) continue;
         for (int64_t r = r0; r < r1; ++r) {
-            const float sign = k_is_column ? column_sign : hadamard_random_sign(seed, r);
+            const float sign = k_is_column ? column_sign : row_sign[r - r0];
             out[r * cols + c] = T(float(in[r * cols + c]) * sign);  // exact: ±1 times a T value is a T value
         }
     }
@@ -256,7 +264,7 @@ void shape_prepared(PreparedOperandCuda& p, const PrepareShape& sh, int64_t rows
 PreparedOperandCuda LpMatmulCuda::prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s,
                                           const LpMatmulOptions& opts) {
     PreparedOperandCuda p;
-    prepare_f32(p, t, st_->work.fit(size_t(rows * cols)), rows, cols, side, s, opts);
+    prepare_f32(p, t, st_->work.grow(size_t(rows * cols)), rows, cols, side, s, opts);
     return p;
 }
 
@@ -333,7 +341,7 @@ void LpMatmulCuda::prepare_bf16(PreparedOperandCuda& p, const __nv_bfloat16* t, 
                        (!sh.extract || opts.oe_metric == OutlierMetric::l2) &&
                        (rounding != Rounding::stochastic || !t_transposed) && aligned16(t);
     if (!fused) {  // the FP32 path on a copy in the operand's own layout
-        float* work = st_->work.fit(size_t(n));
+        float* work = st_->work.grow(size_t(n));
         bf16_to_f32(t, t_rows, t_cols, t_transposed, work, stream);
         prepare_f32(p, work, work, rows, cols, side, s, opts);
         return;
@@ -341,7 +349,7 @@ void LpMatmulCuda::prepare_bf16(PreparedOperandCuda& p, const __nv_bfloat16* t, 
     shape_prepared(p, sh, rows, cols, side, s, opts);
     if (sh.needs_hp) bf16_to_f32(t, t_rows, t_cols, t_transposed, p.high_precision.data(), stream);  // BF16 already
     if (signs != 0) {  // (needs_hp only with OE, which took the FP32 path above)
-        __nv_bfloat16* signed_t = st_->signed16.fit(size_t(n));
+        __nv_bfloat16* signed_t = st_->signed16.grow(size_t(n));
         multiply_k_signs(t, signed_t, t_rows, t_cols, axis == 1, signs, stream);
         t = signed_t;
     }

@@ -3,7 +3,9 @@
 #include "train/cuda/train_linear_cuda.cuh"
 
 #include <algorithm>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "core/cuda_blas.h"
 
@@ -38,7 +40,11 @@ struct CudaTrainGemm::State {
     cudaStream_t stream;
     CudaBlas blas;
     LpMatmulCuda lp;
-    PreparedOperandCuda a, b;  // the operands of the current low-precision call, buffers reused call to call
+    // The operands of low-precision calls, one per (side, shape, strategy): a prepared operand holds exactly
+    // its sizes, so one shared pair would reallocate (and cudaFree would synchronize) whenever consecutive
+    // projections differ; a model has a few dozen such keys, each allocated once.
+    std::map<std::tuple<Side, int64_t, int64_t, Strategy>, PreparedOperandCuda> operands;
+    PreparedOperandCuda& operand(Side side, int64_t rows, int64_t cols, Strategy s) { return operands[{side, rows, cols, s}]; }
 
     // C (column-major m × n, ld ldc) = op(A)·op(B) with BF16 A, B and an FP32 or BF16 C.
     void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const __nv_bfloat16* a_,
@@ -67,9 +73,11 @@ void CudaTrainGemm::forward(const TrainGemmMode& mode, const __nv_bfloat16* x, c
         st_->gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, w, k, x, k, y, n);
         return;
     }
-    st_->lp.prepare_bf16(st_->a, x, false, m, k, Side::left, mode.strategy, mode.lp);   // X [M, K]
-    st_->lp.prepare_bf16(st_->b, w, true, k, n, Side::right, mode.strategy, mode.lp);   // Wᵀ [K, N]: W as stored
-    st_->lp.matmul_prepared(st_->a, st_->b, mode.lp, y);
+    PreparedOperandCuda& a = st_->operand(Side::left, m, k, mode.strategy);
+    PreparedOperandCuda& b = st_->operand(Side::right, k, n, mode.strategy);
+    st_->lp.prepare_bf16(a, x, false, m, k, Side::left, mode.strategy, mode.lp);  // X [M, K]
+    st_->lp.prepare_bf16(b, w, true, k, n, Side::right, mode.strategy, mode.lp);  // Wᵀ [K, N]: W as stored
+    st_->lp.matmul_prepared(a, b, mode.lp, y);
 }
 
 void CudaTrainGemm::backward_data(const TrainGemmMode& mode, const __nv_bfloat16* dy, const __nv_bfloat16* w, int64_t m,
@@ -80,8 +88,9 @@ void CudaTrainGemm::backward_data(const TrainGemmMode& mode, const __nv_bfloat16
         st_->gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, w, k, dy, n, dx, k);
         return;
     }
-    st_->lp.prepare_bf16(st_->b, w, false, n, k, Side::right, mode.strategy, mode.lp);  // W [N, K]: reduction over N
-    backward_data(mode, dy, st_->b, m, k, n, dx);
+    PreparedOperandCuda& b = st_->operand(Side::right, n, k, mode.strategy);
+    st_->lp.prepare_bf16(b, w, false, n, k, Side::right, mode.strategy, mode.lp);  // W [N, K]: reduction over N
+    backward_data(mode, dy, b, m, k, n, dx);
 }
 
 void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat16* dy, const __nv_bfloat16* x, int64_t m,
@@ -92,8 +101,9 @@ void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat
         st_->gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, x, k, dy, n, TrainGemmOut{dw, nullptr, beta}, k);
         return;
     }
-    st_->lp.prepare_bf16(st_->b, x, false, m, k, Side::right, mode.strategy, mode.lp);  // X [M, K]: reduction over M
-    backward_weight(mode, dy, st_->b, m, k, n, dw, beta);
+    PreparedOperandCuda& b = st_->operand(Side::right, m, k, mode.strategy);
+    st_->lp.prepare_bf16(b, x, false, m, k, Side::right, mode.strategy, mode.lp);  // X [M, K]: reduction over M
+    backward_weight(mode, dy, b, m, k, n, dw, beta);
 }
 
 void CudaTrainGemm::prepare_saved(const TrainGemmMode& mode, const __nv_bfloat16* t, int64_t rows, int64_t cols,
@@ -110,8 +120,9 @@ void CudaTrainGemm::backward_data(const TrainGemmMode& mode, const __nv_bfloat16
     if (w.cols != k) cuda_usage_error("training GEMM (backward data): the saved W has " + std::to_string(w.cols) +
                                       " columns, the layer " + std::to_string(k));
     check_saved(w, mode, n);
-    st_->lp.prepare_bf16(st_->a, dy, false, m, n, Side::left, mode.strategy, mode.lp);  // dY [M, N]
-    st_->lp.matmul_prepared(st_->a, w, mode.lp, dx);
+    PreparedOperandCuda& a = st_->operand(Side::left, m, n, mode.strategy);
+    st_->lp.prepare_bf16(a, dy, false, m, n, Side::left, mode.strategy, mode.lp);  // dY [M, N]
+    st_->lp.matmul_prepared(a, w, mode.lp, dx);
 }
 
 void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat16* dy, const PreparedOperandCuda& x,
@@ -121,8 +132,9 @@ void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat
     if (x.cols != k) cuda_usage_error("training GEMM (backward weight): the saved X has " + std::to_string(x.cols) +
                                       " columns, the layer " + std::to_string(k));
     check_saved(x, mode, m);
-    st_->lp.prepare_bf16(st_->a, dy, true, n, m, Side::left, mode.strategy, mode.lp);  // dYᵀ [N, M]: dY as stored
-    st_->lp.matmul_prepared(st_->a, x, mode.lp, TrainGemmOut{dw, nullptr, beta});
+    PreparedOperandCuda& a = st_->operand(Side::left, n, m, mode.strategy);
+    st_->lp.prepare_bf16(a, dy, true, n, m, Side::left, mode.strategy, mode.lp);  // dYᵀ [N, M]: dY as stored
+    st_->lp.matmul_prepared(a, x, mode.lp, TrainGemmOut{dw, nullptr, beta});
 }
 
 int64_t prepared_device_bytes(const PreparedOperandCuda& p) {
