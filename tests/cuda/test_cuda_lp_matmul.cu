@@ -43,8 +43,23 @@ void expect_same_prepared(const PreparedOperandCuda& pg, const PreparedOperand& 
             EXPECT_EQ(float_bits(download(pg.slice, pc.slice.size())), float_bits(pc.slice)) << strategy_name(s);
         }
         EXPECT_EQ(pg.random_signs_seed, pc.random_signs_seed) << strategy_name(s);
-        EXPECT_EQ(pg.storage_bytes(), pc.storage_bytes());
-        if (pc.high_precision.size() > 0) {
+        // the whole operand where the strategy keeps it: copied, or (prepare_bf16) a view of the caller's BF16
+        // tensor, which storage_bytes() does not count
+        const size_t viewed = pg.high_precision_bf16 ? pc.high_precision.size() : 0;
+        EXPECT_EQ(pg.storage_bytes() + 2 * viewed, pc.storage_bytes());
+        if (pc.high_precision.empty()) {
+            EXPECT_EQ(pg.high_precision_bf16, nullptr);
+        } else if (pg.high_precision_bf16) {
+            EXPECT_TRUE(pg.high_precision.size() == 0) << strategy_name(s);
+            std::vector<__nv_bfloat16> v(viewed);
+            CUDA_CHECK(cudaMemcpy(v.data(), pg.high_precision_bf16, viewed * 2, cudaMemcpyDeviceToHost));
+            std::vector<float> got(viewed);
+            for (int64_t r = 0; r < pc.rows; ++r)
+                for (int64_t c = 0; c < pc.cols; ++c)
+                    got[size_t(r * pc.cols + c)] =
+                        __bfloat162float(v[size_t(pg.high_precision_transposed ? c * pc.rows + r : r * pc.cols + c)]);
+            EXPECT_EQ(float_bits(got), float_bits(pc.high_precision)) << strategy_name(s);
+        } else {
             ASSERT_EQ(pg.high_precision.size(), pc.high_precision.size()) << strategy_name(s);
             EXPECT_EQ(float_bits(download(pg.high_precision, pc.high_precision.size())), float_bits(pc.high_precision));
         }

@@ -239,7 +239,7 @@ PrepareShape prepare_shape(int64_t rows, int64_t cols, Side side, Strategy s, co
 
 // Sets p's description and sizes its buffers for sh (contents undefined until filled).
 void shape_prepared(PreparedOperandCuda& p, const PrepareShape& sh, int64_t rows, int64_t cols, Side side, Strategy s,
-                    const LpMatmulOptions& opts) {
+                    const LpMatmulOptions& opts, const __nv_bfloat16* hp_view = nullptr, bool hp_view_transposed = false) {
     p.side = side;
     p.strategy = s;
     p.rows = rows;
@@ -250,7 +250,9 @@ void shape_prepared(PreparedOperandCuda& p, const PrepareShape& sh, int64_t rows
     p.quantized = sh.quantized;
     p.k_extracted = 0;
     const int64_t n = rows * cols;
-    p.high_precision.fit(size_t(sh.needs_hp ? n : 0));
+    p.high_precision_bf16 = sh.needs_hp ? hp_view : nullptr;
+    p.high_precision_transposed = p.high_precision_bf16 != nullptr && hp_view_transposed;
+    p.high_precision.fit(size_t(sh.needs_hp && p.high_precision_bf16 == nullptr ? n : 0));
     p.dense.fit(size_t(sh.dense ? n : 0));
     p.slice.fit(size_t(sh.slice));
     p.indices.fit(size_t(sh.indices));
@@ -260,6 +262,16 @@ void shape_prepared(PreparedOperandCuda& p, const PrepareShape& sh, int64_t rows
 }
 
 }  // namespace
+
+void LpMatmulCuda::gemm_bf16(const __nv_bfloat16* a, bool a_transposed, const __nv_bfloat16* b, bool b_transposed, int64_t m,
+                             int64_t k, int64_t n, float* c) {
+    const float one = 1.0f, zero = 0.0f;
+    // row-major C = A·B  ⇔  column-major Cᵀ = Bᵀ·Aᵀ; a row-major X [r][c] is the column-major c × r matrix Xᵀ
+    cublas_check(cublasGemmEx(st_->blas.handle(), b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              int(n), int(m), int(k), &one, b, CUDA_R_16BF, int(b_transposed ? k : n), a, CUDA_R_16BF,
+                              int(a_transposed ? m : k), &zero, c, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx(bf16 views)");
+}
 
 PreparedOperandCuda LpMatmulCuda::prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s,
                                           const LpMatmulOptions& opts) {
@@ -346,8 +358,10 @@ void LpMatmulCuda::prepare_bf16(PreparedOperandCuda& p, const __nv_bfloat16* t, 
         prepare_f32(p, work, work, rows, cols, side, s, opts);
         return;
     }
-    shape_prepared(p, sh, rows, cols, side, s, opts);
-    if (sh.needs_hp) bf16_to_f32(t, t_rows, t_cols, t_transposed, p.high_precision.data(), stream);  // BF16 already
+    // the whole operand in high precision is t itself (BF16 already; OE with random signs took the FP32 path)
+    const bool hp_view = sh.needs_hp && opts.high_precision_bf16;
+    shape_prepared(p, sh, rows, cols, side, s, opts, hp_view ? t : nullptr, t_transposed);
+    if (sh.needs_hp && !hp_view) bf16_to_f32(t, t_rows, t_cols, t_transposed, p.high_precision.data(), stream);
     if (signs != 0) {  // (needs_hp only with OE, which took the FP32 path above)
         __nv_bfloat16* signed_t = st_->signed16.grow(size_t(n));
         multiply_k_signs(t, signed_t, t_rows, t_cols, axis == 1, signs, stream);
@@ -399,8 +413,18 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
     const bool direct = !slivers && s != Strategy::oht && s != Strategy::full && !opts.output_bf16;
     float* c = out.f32 && out.beta == 0.0f ? out.f32 : st_->c.grow(size_t(m * n));
     bool stored = false;  // the output holds the final result already
-    if (s == Strategy::full) {
-        gemm(a.high_precision.data(), b.high_precision.data(), m, k, n, opts.high_precision_bf16, c);
+    // The whole operand in FP32 (row-major rows × cols): high_precision, or its BF16 view converted into scratch.
+    auto hp_f32 = [&](const PreparedOperandCuda& p, DeviceBuffer<float>& scratch) -> const float* {
+        if (!p.high_precision_bf16) return p.high_precision.data();
+        float* d = scratch.grow(size_t(p.rows * p.cols));
+        const bool tr = p.high_precision_transposed;
+        bf16_to_f32(p.high_precision_bf16, tr ? p.cols : p.rows, tr ? p.rows : p.cols, tr, d, stream);
+        return d;
+    };
+    if (s == Strategy::full && a.high_precision_bf16 && b.high_precision_bf16 && opts.high_precision_bf16) {
+        gemm_bf16(a.high_precision_bf16, a.high_precision_transposed, b.high_precision_bf16, b.high_precision_transposed, m, k, n, c);
+    } else if (s == Strategy::full) {
+        gemm(hp_f32(a, st_->deq_a), hp_f32(b, st_->deq_b), m, k, n, opts.high_precision_bf16, c);
     } else if (uses_tensor_core_mx(a, b)) {
         // codes and scales as prepared: A [M][K] and B's [N][K] storage, both blocked along K
         const bool to_bf16 = direct && out.bf16 != nullptr;
@@ -443,15 +467,29 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
         gemm(st_->hadamard_matrix(m), c, m, m, n, false, st_->tmp.data());
         gemm(st_->tmp.data(), st_->hadamard_matrix(n), m, n, n, false, c);
     }
+    // The sliver products: the extracted rows of A (k × K) times B, or A times the extracted columns of B (K × k),
+    // with the other operand as its BF16 view where it has one.
+    auto slice_bf16 = [&](const PreparedOperandCuda& p) {
+        __nv_bfloat16* d = st_->bf_a.grow(p.slice.size());
+        to_bf16_kernel<<<blocks_for(int64_t(p.slice.size())), 256, 0, stream>>>(p.slice.data(), d, int64_t(p.slice.size()));
+        CUDA_CHECK(cudaGetLastError());
+        return d;
+    };
     if (s == Strategy::iht_oe_left && a.k_extracted > 0) {
-        if (st_->tmp.size() < size_t(a.k_extracted * n)) st_->tmp.resize(size_t(a.k_extracted * n));
-        gemm(a.slice.data(), b.high_precision.data(), a.k_extracted, k, n, opts.high_precision_bf16, st_->tmp.data());
-        scatter_outliers_cuda(st_->tmp.data(), a.k_extracted, a.indices.data(), true, c, m, n, stream);
+        float* t = st_->tmp.grow(size_t(a.k_extracted * n));
+        if (b.high_precision_bf16 && opts.high_precision_bf16)
+            gemm_bf16(slice_bf16(a), false, b.high_precision_bf16, b.high_precision_transposed, a.k_extracted, k, n, t);
+        else
+            gemm(a.slice.data(), hp_f32(b, st_->deq_b), a.k_extracted, k, n, opts.high_precision_bf16, t);
+        scatter_outliers_cuda(t, a.k_extracted, a.indices.data(), true, c, m, n, stream);
     }
     if (s == Strategy::iht_oe_right && b.k_extracted > 0) {
-        if (st_->tmp.size() < size_t(m * b.k_extracted)) st_->tmp.resize(size_t(m * b.k_extracted));
-        gemm(a.high_precision.data(), b.slice.data(), m, k, b.k_extracted, opts.high_precision_bf16, st_->tmp.data());
-        scatter_outliers_cuda(st_->tmp.data(), b.k_extracted, b.indices.data(), false, c, m, n, stream);
+        float* t = st_->tmp.grow(size_t(m * b.k_extracted));
+        if (a.high_precision_bf16 && opts.high_precision_bf16)
+            gemm_bf16(a.high_precision_bf16, a.high_precision_transposed, slice_bf16(b), false, m, k, b.k_extracted, t);
+        else
+            gemm(hp_f32(a, st_->deq_a), b.slice.data(), m, k, b.k_extracted, opts.high_precision_bf16, t);
+        scatter_outliers_cuda(t, b.k_extracted, b.indices.data(), false, c, m, n, stream);
     }
     if (stored) return;
     if (opts.output_bf16) round_bf16(c, m * n, stream);

@@ -31,8 +31,14 @@
 namespace lowbit {
 
 // The device twin of PreparedOperand (the same template, adahop/lp_matmul.h), in the blocked layout of
-// mx_quantize.cuh / nvfp4_quantize.cuh.
-using PreparedOperandCuda = PreparedOperandOf<DeviceBuffer>;
+// mx_quantize.cuh / nvfp4_quantize.cuh, plus one view: an operand prepared from BF16 (prepare_bf16) that needs
+// its whole value in high precision (strategy full; the side of an OE product that is not extracted) refers to
+// the caller's BF16 tensor instead of copying it to high_precision, when the options keep slivers in BF16 —
+// valid while the caller's tensor is (the training engine prepares and multiplies such operands in one call).
+struct PreparedOperandCuda : PreparedOperandOf<DeviceBuffer> {
+    const __nv_bfloat16* high_precision_bf16 = nullptr;  // the operand (rows × cols) or, transposed, its transpose
+    bool high_precision_transposed = false;
+};
 
 // Where a product goes: exactly one of f32 / bf16. FP32: C = A·B + beta·f32 (beta = 0 overwrites); BF16: A·B
 // rounded to nearest even.
@@ -75,6 +81,9 @@ public:
     // C (m × n) = A (m × k) · B (k × n), row-major FP32 in and out; BF16 operands (values must be exact in
     // BF16 — callers round first) or FP32 ones.
     void gemm(const float* a, const float* b, int64_t m, int64_t k, int64_t n, bool bf16_operands, float* c);
+    // The same with BF16 operands as stored: A (m × k) row-major or, a_transposed, Aᵀ (k × m) row-major; B alike.
+    void gemm_bf16(const __nv_bfloat16* a, bool a_transposed, const __nv_bfloat16* b, bool b_transposed, int64_t m, int64_t k,
+                   int64_t n, float* c);
 
 private:
     void prepare_f32(PreparedOperandCuda& p, const float* t, float* work, int64_t rows, int64_t cols, Side side, Strategy s,
