@@ -4,7 +4,7 @@
 // row long enough to need opted-in shared memory), RoPE both pairings and directions (bit-exact, aligned and
 // unaligned), SwiGLU forward and backward (in place too), cross entropy up to a 49152 vocabulary with confident
 // and masked rows, and its mean through sum_to_double_cuda, the FP64 sums, the embedding backward (bit-exact)
-// and its plan, AdamW over three steps against AdamW::step (bit-exact), and the casts (bit-exact). Ops with a
+// and its plan, and AdamW over three steps against AdamW::step (bit-exact). Ops with a
 // reduction run twice and must give the same bytes. Every tolerance is the bound of train_ops_cuda.cu's
 // rounding contract (with a factor 2 of margin where stated), printed next to the observed worst case. The
 // argument checks run without a GPU; everything else skips without one.
@@ -479,34 +479,6 @@ TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// casts
-
-// Gaussian values with exact BF16 rounding ties of both parities, ±∞, ±0 and subnormals mixed in.
-std::vector<float> cast_input(int64_t n, uint64_t seed) {
-    std::vector<float> x = gaussian_vector(n, seed, 3.0f);
-    const float specials[] = {bits_float(0x3F808000u), bits_float(0x3F818000u), bits_float(0xBF808000u), INFINITY,
-                              -INFINITY, 0.0f, -0.0f, bits_float(0x00012345u), bits_float(0x80008000u), 1e-40f};
-    for (int64_t i = 0; i < n; i += 5) x[size_t(i)] = specials[(i / 5) % 10];
-    return x;
-}
-
-TEST(CudaTrainOps, CastsAreExact) {
-    REQUIRE_GPU();
-    for (const int64_t n : {int64_t(1), int64_t(13), int64_t(8003)})
-        for (const int64_t offset : {0, 1}) {
-            const std::vector<uint16_t> x = to_bf16(cast_input(n + offset, 101));
-            DeviceBuffer<uint16_t> d = to_device(x);
-            DeviceBuffer<float> y = poisoned<float>(size_t(n + offset));
-            cast_bf16_to_fp32_cuda(cbf16(d) + offset, n, y.data() + offset);
-            device_sync();
-            const std::vector<float> got = to_host(y), want = from_bf16(x);
-            EXPECT_TRUE(floats_equal(std::vector<float>(want.begin() + offset, want.end()),
-                                     std::vector<float>(got.begin() + offset, got.end()),
-                                     "bf16 → fp32 n " + std::to_string(n) + " offset " + std::to_string(offset)));
-        }
-}
-
-// ---------------------------------------------------------------------------------------------------
 // argument checks (before any launch: no GPU needed)
 
 TEST(CudaTrainOps, BadArgumentsAreRefusedWithAMessage) {
@@ -557,8 +529,6 @@ TEST(CudaTrainOps, BadArgumentsAreRefusedWithAMessage) {
     expect_error(usage, [&] { adamw_step_cuda(f, f, f, f, mask, 0, a, nullptr); });
     a.bias_correction2 = 0.0f;  // t = 0: no update has a bias correction of 0
     expect_error(usage, [&] { adamw_step_cuda(f, f, f, f, mask, 16, a, nullptr); });
-    expect_error(usage, [&] { cast_bf16_to_fp32_cuda(b, 16, nullptr); });
-    expect_error(usage, [&] { cast_bf16_to_fp32_cuda(b, 0, f); });
 }
 
 }  // namespace

@@ -515,22 +515,6 @@ __global__ void adamw_step_kernel(float* __restrict__ params, const float* __res
     }
 }
 
-// ---------------------------------------------------------------------------------------------------
-// casts (bytes per element: 2 read 4 written; 4 read 2 written)
-
-__global__ void cast_bf16_to_fp32_kernel(const __nv_bfloat16* __restrict__ x, int64_t n, bool vec8,
-                                         float* __restrict__ y) {
-    const int64_t n8 = vec8 ? n / 8 : 0;
-    for (int64_t j = global_index(); j < n8; j += global_stride()) {
-        float v[8];
-        load8_bf16(x + 8 * j, v);
-        float4* dst = reinterpret_cast<float4*>(y + 8 * j);
-        dst[0] = float4{v[0], v[1], v[2], v[3]};
-        dst[1] = float4{v[4], v[5], v[6], v[7]};
-    }
-    for (int64_t i = 8 * n8 + global_index(); i < n; i += global_stride()) y[i] = to_float(x[i]);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -738,16 +722,6 @@ void adamw_step_cuda(float* params, const float* grads, float* m, float* v, cons
     require(a.bias_correction1 > 0.0f && a.bias_correction2 > 0.0f, op,
             "the bias corrections are the divisors 1 − βᵗ and must be positive (t counts updates from 1)");
     adamw_step_kernel<<<grid_for(n), kThreads, 0, stream>>>(params, grads, m, v, decay_mask, n, a, params_bf16);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-void cast_bf16_to_fp32_cuda(const __nv_bfloat16* x, int64_t n, float* y, cudaStream_t stream) {
-    const char* op = "cast_bf16_to_fp32_cuda";
-    require_pointer(x, op, "x");
-    require_pointer(y, op, "the output y");
-    require_positive(n, op, "the number of elements");
-    const bool vec8 = aligned(x, 16) && aligned(y, 16);
-    cast_bf16_to_fp32_kernel<<<grid_for(vec8 ? (n + 7) / 8 : n), kThreads, 0, stream>>>(x, n, vec8, y);
     CUDA_CHECK(cudaGetLastError());
 }
 

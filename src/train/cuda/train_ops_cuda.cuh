@@ -97,7 +97,4 @@ AdamwStepArgs adamw_step_args(const AdamWConfig& config, int64_t t, double lr, f
 void adamw_step_cuda(float* params, const float* grads, float* m, float* v, const uint8_t* decay_mask, int64_t n,
                      const AdamwStepArgs& a, __nv_bfloat16* params_bf16, cudaStream_t stream = 0);
 
-// --- conversions ---
-void cast_bf16_to_fp32_cuda(const __nv_bfloat16* x, int64_t n, float* y, cudaStream_t stream = 0);
-
 }  // namespace lowbit
