@@ -5,6 +5,7 @@
 
 #include "core/cuda_blas.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
