@@ -1,6 +1,7 @@
-// mx_gemm_fp8.cu — the MX GEMM of mx_gemm_fp8.cuh: the E2M1 → E4M3 expansion pass, the sm_90a kernel (TMA
-// producer warp, two wgmma consumer warpgroups, per-32 FP32 promotion), the CUDA-core kernel for other
-// devices, and the launcher. The exactness argument, the design and its bound are in the header.
+// mx_gemm_fp8.cu — the MX GEMM of mx_gemm_fp8.cuh: the E2M1 → E4M3 expansion pass, B's folding pass, the
+// scale-chunk pass, the sm_90a kernel (a TMA producer thread, two wgmma consumer warpgroups, per-32 FP32
+// promotion), the CUDA-core kernel for other devices, and the launcher. The exactness argument, the design and
+// its bound are in the header.
 #include "adahop/cuda/mx_gemm_fp8.cuh"
 
 #include <string>
