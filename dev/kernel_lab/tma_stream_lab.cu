@@ -6,9 +6,6 @@
 // CMake target tma_stream_lab (dev/CMakeLists.txt); run the binary on the GPU machine.
 #include "core/cuda_device.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -33,10 +30,6 @@ struct Params {
     int consumers;      // consumer warpgroups (1 or 2)
     int box_rows;       // rows per TMA box: 128 (one box per operand and stage) or 64 (two)
 };
-
-__device__ __forceinline__ void arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
-}
 
 __device__ __forceinline__ void tile_origin(const Params& p, int t, int* m0, int* n0) {
     const int tm = (p.m + kTile - 1) / kTile, tn = (p.n + kTile - 1) / kTile;
@@ -111,7 +104,7 @@ __global__ void __launch_bounds__(384, 1) stream_kernel(const __grid_constant__ 
                 }
             }
             __syncwarp();
-            if (lane == 0) arrive(&r.empty[slot]);
+            if (lane == 0) mbarrier_arrive(&r.empty[slot]);
         }
     }
     if (acc == 0xFFFFFFFFFFFFull) *sink = acc;
@@ -122,21 +115,8 @@ __global__ void copy_kernel(const uint4* in, uint4* out, size_t n) {
 }
 
 CUtensorMap make_map(const void* base, uint64_t inner, uint64_t outer, int box_rows, CUtensorMapL2promotion l2) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-        void* fn = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    }();
-    CUtensorMap map;
-    const cuuint64_t dims[2] = {inner, outer}, strides[1] = {inner};
-    const cuuint32_t box[2] = {uint32_t(kStageK), uint32_t(box_rows)}, es[2] = {1, 1};
-    if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-        std::fprintf(stderr, "encode failed\n");
-        std::exit(1);
-    }
-    return map;
+    return cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, base, inner, outer, inner, kStageK, uint32_t(box_rows),
+                              CU_TENSOR_MAP_SWIZZLE_128B, l2);
 }
 
 template <int kStages>

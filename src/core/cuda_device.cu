@@ -74,7 +74,7 @@ bool cuda_tma_usable() { return tma_allowed.load(std::memory_order_relaxed) && c
 void cuda_set_tma_allowed(bool allowed) { tma_allowed.store(allowed, std::memory_order_relaxed); }
 
 CUtensorMap cuda_tensor_map_2d(CUtensorMapDataType type, const void* base, uint64_t inner, uint64_t outer, uint64_t row_bytes,
-                               uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle) {
+                               uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2) {
     using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -92,7 +92,7 @@ CUtensorMap cuda_tensor_map_2d(CUtensorMapDataType type, const void* base, uint6
     const cuuint32_t box[2] = {box_inner, box_outer};
     const cuuint32_t element_strides[2] = {1, 1};
     const CUresult r = encode(&map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                              swizzle, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         throw Error(ErrorKind::runtime, "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for a " +
                                             std::to_string(outer) + " x " + std::to_string(inner) + " array");

@@ -47,9 +47,11 @@ bool cuda_tma_usable();
 void cuda_set_tma_allowed(bool allowed);
 // A 2-D TMA tensor map (sm_90) over a row-major array of `outer` rows × `inner` elements of `type` at `base`,
 // rows `row_bytes` apart (a multiple of 16), copied in boxes of box_inner × box_outer elements; reads outside
-// the array fill zeros, writes outside it are dropped. Throws lowbit::Error (runtime) when the driver rejects it.
+// the array fill zeros, writes outside it are dropped; l2 is the L2 promotion of its loads. Throws lowbit::Error
+// (runtime) when the driver rejects it.
 CUtensorMap cuda_tensor_map_2d(CUtensorMapDataType type, const void* base, uint64_t inner, uint64_t outer, uint64_t row_bytes,
-                               uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle);
+                               uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle,
+                               CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
 // The most shared memory one CTA may opt in to (cudaFuncAttributeMaxDynamicSharedMemorySize), in bytes.
 int cuda_shared_memory_per_block_optin();
 // Lets `kernel` (a __global__ function's address) take `bytes` of dynamic shared memory on the current device:

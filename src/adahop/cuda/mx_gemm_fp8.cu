@@ -216,13 +216,8 @@ struct TileGrid {
 };
 
 // ---------------------------------------------------------------------------------------------------
-// PTX wrappers of this kernel (sm_90a): plain mbarrier arrival, wgmma and its shared-memory descriptors.
+// PTX wrappers of this kernel (sm_90a): wgmma and its shared-memory descriptors.
 
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-#if LOWBIT_TMA_DEVICE
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
-#endif
-}
 
 // Descriptor of a K-major operand tile in shared memory written by TMA with 128-byte swizzle: rows of 128
 // bytes, 8-row groups 1024 bytes apart (stride byte offset), leading byte offset unused for swizzled K-major

@@ -35,6 +35,13 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 #endif
 }
 
+// One plain arrival (no transaction bytes).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#if LOWBIT_TMA_DEVICE
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
+#endif
+}
+
 // Waits until the phase with the given parity (0, 1, 0, ... for its uses) has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #if LOWBIT_TMA_DEVICE
