@@ -8,11 +8,14 @@
 #
 #   bash bench/train_headline.sh --pack DIR_WITH(lowbit.xz, shards.tar) --config small|FILE.json \
 #        --precisions "bf16 mxfp4 …" [--steps N] [--val-every K] [--val-windows W] [--budget S] [--tag NAME]
+#        [--extra "ARGS"]
+# Runs live in /tmp/headline/runs-TAG/PRECISION; --extra passes more options to every `lowbit train`
+# (e.g. "--stop-at 2000 --probe-every 250" for a slot-error probe run on the same schedule).
 # The pack: lowbit.xz (the portable binary) and shards/ (scripts/subset_shards.py --xz output, tarred).
 # --budget: seconds of this call the training may use (default 540; the device tool's limit is 600 a call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PACK="" CONFIG=small STEPS="" PRECISIONS="bf16" VAL_EVERY=250 TAG=headline VAL_WINDOWS=64 BUDGET=540
+PACK="" CONFIG=small STEPS="" PRECISIONS="bf16" VAL_EVERY=250 TAG=headline VAL_WINDOWS=64 BUDGET=540 EXTRA=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --pack) PACK=$2; shift 2 ;;
@@ -23,25 +26,28 @@ while [ $# -gt 0 ]; do
         --val-windows) VAL_WINDOWS=$2; shift 2 ;;
         --budget) BUDGET=$2; shift 2 ;;
         --tag) TAG=$2; shift 2 ;;
-        *) echo "usage: $0 --pack DIR [--config C] [--steps N] [--precisions \"P …\"] [--val-every K] [--budget S] [--tag T]" >&2; exit 2 ;;
+        --extra) EXTRA=$2; shift 2 ;;
+        *) echo "usage: $0 --pack DIR [--config C] [--steps N] [--precisions \"P …\"] [--val-every K] [--budget S] [--tag T] [--extra \"ARGS\"]" >&2; exit 2 ;;
     esac
 done
 OUT=${OUT:-/tmp/out}
 WORK=/tmp/headline
-mkdir -p "$OUT" "$WORK/runs"
+RUNS=$WORK/runs-$TAG
+mkdir -p "$OUT" "$RUNS"
 [ -x "$WORK/lowbit" ] || { xz -dc "$PACK/lowbit.xz" > "$WORK/lowbit" && chmod +x "$WORK/lowbit"; }
 if [ ! -f "$WORK/shards/manifest.json" ]; then
     tar -C "$WORK" -xf "$PACK/shards.tar" && (cd "$WORK/shards" && for f in *.xz; do xz -d "$f"; done)
 fi
 STEP_ARGS=(); [ -n "$STEPS" ] && STEP_ARGS=(--steps "$STEPS")
+read -r -a EXTRA_ARGS <<< "$EXTRA"
 pack_results() {
-    "$WORK/lowbit" plot --out "$WORK/runs/${TAG}_val.svg" --metric val_loss "$WORK"/runs/*/ > /dev/null 2>&1
-    "$WORK/lowbit" plot --out "$WORK/runs/${TAG}_loss.svg" --metric loss "$WORK"/runs/*/ > /dev/null 2>&1
-    (cd "$WORK/runs" && tar -czf "$OUT/$TAG.tar.gz.tmp" --exclude='checkpoints' --exclude='*.gguf' --exclude='hf' \
+    "$WORK/lowbit" plot --out "$RUNS/${TAG}_val.svg" --metric val_loss "$RUNS"/*/ > /dev/null 2>&1
+    "$WORK/lowbit" plot --out "$RUNS/${TAG}_loss.svg" --metric loss "$RUNS"/*/ > /dev/null 2>&1
+    (cd "$RUNS" && tar -czf "$OUT/$TAG.tar.gz.tmp" --exclude='checkpoints' --exclude='*.gguf' --exclude='hf' \
         --exclude='*.safetensors' . && mv "$OUT/$TAG.tar.gz.tmp" "$OUT/$TAG.tar.gz")
 }
 for p in $PRECISIONS; do
-    dir="$WORK/runs/$p"
+    dir="$RUNS/$p"
     if [ -f "$dir/report.json" ]; then echo "=== $p: finished in an earlier call"; continue; fi
     left=$((BUDGET - SECONDS))
     if [ "$left" -lt 60 ]; then echo "=== $p: not started, ${left} s of this call's budget left"; break; fi
@@ -50,8 +56,8 @@ for p in $PRECISIONS; do
     t0=$SECONDS
     "$WORK/lowbit" train --config "$CONFIG" --data "$WORK/shards" --device cuda --precision "$p" "${STEP_ARGS[@]}" \
         --val-every "$VAL_EVERY" --val-windows "$VAL_WINDOWS" --log-every 50 --peak-tflops 989 --no-progress \
-        --time-limit "$((left - 20))" "${resume[@]}" --out "$dir" >> "$WORK/runs/$p.log" 2>&1
-    echo "rc $? after $((SECONDS - t0)) s"; tail -n 3 "$WORK/runs/$p.log"
+        --time-limit "$((left - 20))" "${resume[@]}" "${EXTRA_ARGS[@]}" --out "$dir" >> "$RUNS/$p.log" 2>&1
+    echo "rc $? after $((SECONDS - t0)) s"; tail -n 3 "$RUNS/$p.log"
     pack_results
 done
 pack_results

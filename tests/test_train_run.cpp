@@ -1,7 +1,8 @@
 // test_train_run.cpp — training run control on the CPU: the precision recipes (strategies per slot, JSON),
 // AdaHOP's calibration fixing a plan inside a run, run directories with checkpoints and a bit-exact resume,
 // refusals (corrupt/truncated checkpoints, another run's directory, NaN loss and gradients naming the step),
-// metrics lines, the plot of two runs, and the HF and GGUF exports read back by the runtime.
+// metrics lines, the slot-error probe lines and their resume, the plot of two runs, and the HF and GGUF
+// exports read back by the runtime.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -266,6 +267,76 @@ TEST(TrainRun, ResumeIsBitExact) {
         for (const auto& e : fs::directory_iterator(resumed / "checkpoints")) files += e.path().extension() == ".json";
         EXPECT_EQ(files, 2);
     }
+}
+
+// The CPU trainer with a stand-in probe (the real one is CUDA-only: tests/cuda/test_cuda_trainer.cu): one slot
+// whose "error" is the probe batch's loss under the current parameters, so the lines depend on the state.
+class ProbingTrainer final : public Trainer {
+public:
+    ProbingTrainer(const TrainConfig& c, const Recipe& r) : inner_(c, r) {}
+    StepStats step(const TokenBatch& b) override { return inner_.step(b); }
+    double loss(const TokenBatch& b) override { return inner_.loss(b); }
+    const TrainConfig& config() const override { return inner_.config(); }
+    const ParamLayout& layout() const override { return inner_.layout(); }
+    int64_t steps_done() const override { return inner_.steps_done(); }
+    TrainerState state() const override { return inner_.state(); }
+    void set_state(const TrainerState& s) override { inner_.set_state(s); }
+    std::vector<float> gradients() const override { return inner_.gradients(); }
+    const RecipeState& recipe() const override { return inner_.recipe(); }
+    int64_t saved_operand_bytes() const override { return 0; }
+    int64_t saved_operand_bytes_bf16() const override { return 0; }
+    int64_t peak_device_bytes() const override { return 0; }
+    std::string describe() const override { return "probing cpu"; }
+    std::vector<SlotError> probe_slot_errors(const TokenBatch& b) override {
+        SlotError e;
+        e.active_error = inner_.loss(b);
+        return {e};
+    }
+
+private:
+    CpuTrainer inner_;
+};
+
+TEST(TrainRun, SlotErrorProbesAreLoggedAndResumeKeepsTheEarlierOnes) {
+    const TrainConfig cfg = tiny_run(12);
+    const TokenShardSet data = TokenShardSet::open(tiny_shards().string());
+    const fs::path straight = fresh_dir("probe_straight"), resumed = fresh_dir("probe_resumed");
+    ProbingTrainer a(cfg, Recipe{});
+    RunOptions o = quiet_run(straight);
+    o.probe_every = 4;
+    run_training(a, data, o);
+    const std::vector<nlohmann::json> want = read_metrics((straight / "slot_errors.jsonl").string());
+    ASSERT_EQ(want.size(), 3u);
+    for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(want[i]["step"], int64_t(4 * i + 3));
+        EXPECT_EQ(want[i]["batch"], "val");
+        ASSERT_EQ(want[i]["slots"].size(), 1u);
+        const nlohmann::json& slot = want[i]["slots"][0];
+        for (const char* key : {"layer", "projection", "slot", "active", "active_error", "plain", "IHT", "IHT+OE-left",
+                                "IHT+OE-right"})
+            EXPECT_TRUE(slot.contains(key)) << key;
+    }
+    EXPECT_NE(want[0]["slots"][0]["active_error"], want[2]["slots"][0]["active_error"]);  // the model trains
+    {
+        ProbingTrainer b(cfg, Recipe{});
+        RunOptions ob = o;
+        ob.run_dir = resumed.string();
+        ob.stop_at = 6;
+        run_training(b, data, ob);
+    }
+    // A probe line from after the checkpoint (a killed call) must be dropped on resume.
+    std::ofstream((resumed / "slot_errors.jsonl").string(), std::ios::app) << "{\"step\": 7, \"slots\": []}\n";
+    ProbingTrainer c(cfg, Recipe{});
+    RunOptions oc = o;
+    oc.run_dir = resumed.string();
+    oc.resume = true;
+    run_training(c, data, oc);
+    EXPECT_EQ(read_metrics((resumed / "slot_errors.jsonl").string()), want);
+    // The CPU engine itself refuses to probe, naming the CUDA engine.
+    CpuTrainer cpu(cfg);
+    RunOptions od = quiet_run(fresh_dir("probe_cpu"));
+    od.probe_every = 2;
+    expect_error_with([&] { run_training(cpu, data, od); }, ErrorKind::usage, {"--device cuda"});
 }
 
 TEST(TrainRun, MetricsLinesHoldTheDocumentedKeys) {

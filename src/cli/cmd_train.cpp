@@ -5,7 +5,8 @@
 // (--resume) takes the very steps of one that never stopped. Per logged step a line of DIR/metrics.jsonl
 // (train/run_metrics.h) and of stderr;
 // validation on the val split every --val-every steps and at the end; checkpoints every
-// --checkpoint-every steps and when the call stops (--stop-at, --time-limit). When the run is complete: the
+// --checkpoint-every steps and when the call stops (--stop-at, --time-limit); with --probe-every, the
+// per-slot GEMM errors in DIR/slot_errors.jsonl (training_run.h). When the run is complete: the
 // model exported as DIR/hf/ (HF checkpoint: config.json + model.safetensors) and DIR/model.gguf (llama
 // GGUF, --export-dtype), and DIR/report.json (the JSON report, with the recipe's strategy map).
 //
@@ -43,7 +44,7 @@ namespace fs = std::filesystem;
 
 struct TrainArgs {
     std::string config = "tiny", data, device = "cpu", out, report, precision = "bf16", export_dtype = "f32", tokenizer;
-    int64_t steps = 0, log_every = 0, val_every = 0, val_windows = 8, checkpoint_every = 0, stop_at = 0;
+    int64_t steps = 0, log_every = 0, val_every = 0, val_windows = 8, checkpoint_every = 0, stop_at = 0, probe_every = 0;
     int64_t seed = -1, calibration_steps = 0;
     int keep_checkpoints = 2;
     double time_limit = 0, peak_tflops = 0;
@@ -102,6 +103,7 @@ void run_train(const TrainArgs& a) {
     o.stop_at = a.stop_at;
     o.time_limit_s = a.time_limit;
     o.peak_flops = a.peak_tflops * 1e12;
+    o.probe_every = a.probe_every;
     o.progress = !a.no_progress;
     o.log = true;
     RunResult r = run_training(*trainer, data, o);
@@ -178,6 +180,9 @@ void register_train_command(CLI::App& app) {
     c->add_option("--log-every", a->log_every, "a metrics line every N steps (default: a tenth of the run)");
     c->add_option("--val-every", a->val_every, "validation loss every N steps (default: at the end only)");
     c->add_option("--val-windows", a->val_windows, "validation windows, rounded up to whole batches (default 8)");
+    c->add_option("--probe-every", a->probe_every,
+                  "every N steps, each projection slot's GEMM error vs BF16 under its strategy and each MXFP4 one, "
+                  "into DIR/slot_errors.jsonl (CUDA; a diagnostic: the probe's time counts in tokens/s)");
     c->add_option("--peak-tflops", a->peak_tflops, "the device's peak TFLOP/s, for the mfu of the metrics (default: no mfu)");
     c->add_option("--export-dtype", a->export_dtype, "matrices of model.gguf: f32 | f16 | bf16 (default f32)");
     c->add_option("--tokenizer", a->tokenizer, "the tokenizer written into model.gguf (default: the shards' own, if it can be loaded)");

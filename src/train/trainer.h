@@ -9,6 +9,7 @@
 // parameters (and the last checkpoint written) stay those of the last good step.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "train/backward_cpu.h"
 #include "train/recipe.h"
 #include "train/train_model.h"
@@ -36,6 +38,21 @@ struct TrainerState {
     std::vector<float> params, m, v;  // ParamLayout's order, layout.total() floats each
     int64_t steps_done = 0;           // AdamW updates taken (the next step's index)
     nlohmann::json recipe_state;      // the recipe's calibration observations or its fixed plan (RecipeState)
+};
+
+// What `lowbit train --probe-every` measures for one slot of one block projection on one batch: the relative
+// Frobenius error of the slot's product against the BF16 product of the same operands (the operands the run
+// itself produced), under the run's own mode and under each MXFP4 strategy of kProbeStrategies (default
+// options: round to nearest, no random signs, OE k = 64).
+inline constexpr std::array<Strategy, 4> kProbeStrategies = {Strategy::plain, Strategy::iht, Strategy::iht_oe_left,
+                                                             Strategy::iht_oe_right};
+struct SlotError {
+    int64_t layer = 0;
+    Projection projection = Projection::q;
+    Slot slot = Slot::fwd;
+    Strategy active = Strategy::full;  // the run's strategy for this slot (its seeds too, for mxfp4-rht-sr)
+    double active_error = 0;           // 0 for BF16 slots
+    std::array<double, kProbeStrategies.size()> error{};
 };
 
 class Trainer {
@@ -63,6 +80,13 @@ public:
     // The CPU trainer does not profile (empty map).
     virtual void set_profiling(bool on) { (void)on; }
     virtual std::map<std::string, double> phase_seconds() const { return {}; }
+    // The slot errors of every block projection (layer-major, then projection, then fwd/dgrad/wgrad) on one
+    // forward and backward of `batch`, without an update: the state, the next step, the AdaHOP calibration and
+    // the reported saved-operand bytes and peak memory stay as they were. CUDA engine only (Error(usage) here).
+    virtual std::vector<SlotError> probe_slot_errors(const TokenBatch& batch) {
+        (void)batch;
+        throw Error(ErrorKind::usage, "the slot-error probe runs on the CUDA training engine only (--device cuda)");
+    }
     // Peak device memory of the run so far (0 on the CPU).
     virtual int64_t peak_device_bytes() const = 0;
     // One line: device and linears, e.g. "cuda (NVIDIA H200 …), bf16 activations, recipe adahop-lv1".

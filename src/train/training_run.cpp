@@ -68,6 +68,31 @@ int64_t open_run_dir(Trainer& trainer, const TokenShardSet& data, const RunOptio
     return c.metrics_lines;
 }
 
+// The lines of DIR/slot_errors.jsonl a resume at `first_step` keeps: those of the probes before it.
+int64_t probe_lines_before(const std::string& path, int64_t first_step) {
+    if (!fs::exists(path)) return 0;
+    int64_t n = 0;
+    for (const nlohmann::json& line : read_metrics(path)) {
+        if (line.value("step", int64_t(0)) >= first_step) break;
+        ++n;
+    }
+    return n;
+}
+
+nlohmann::json slot_errors_json(int64_t step, const char* batch, const std::vector<SlotError>& errors) {
+    nlohmann::json slots = nlohmann::json::array();
+    for (const SlotError& e : errors) {
+        nlohmann::json j = {{"layer", e.layer},
+                            {"projection", projection_name(e.projection)},
+                            {"slot", slot_name(e.slot)},
+                            {"active", strategy_short_name(e.active)},
+                            {"active_error", e.active_error}};
+        for (size_t i = 0; i < kProbeStrategies.size(); ++i) j[strategy_short_name(kProbeStrategies[i])] = e.error[i];
+        slots.push_back(std::move(j));
+    }
+    return {{"step", step}, {"batch", batch}, {"slots", std::move(slots)}};
+}
+
 }  // namespace
 
 double validation_loss(Trainer& trainer, const TokenShardSet& data, int64_t batches) {
@@ -104,6 +129,15 @@ RunResult run_training(Trainer& trainer, const TokenShardSet& data, const RunOpt
     const double flops_per_token = model_flops_per_token(c.model, T);
 
     WindowBatch batch(B, T);
+    std::unique_ptr<MetricsLog> probes;
+    WindowBatch probe_batch(B, T);
+    if (o.probe_every > 0) {
+        const std::string path = (fs::path(o.run_dir) / "slot_errors.jsonl").string();
+        probes = std::make_unique<MetricsLog>(path, probe_lines_before(path, r.first_step));
+        if (val_batches > 0)
+            for (int64_t s = 0; s < B; ++s)
+                data.read_sequential_window("val", s, T + 1, probe_batch.windows.data() + s * (T + 1));
+    }
     std::unique_ptr<ProgressLine> progress;
     if (o.progress && stop_at > r.first_step) progress = std::make_unique<ProgressLine>("train", stop_at - r.first_step);
     const char* nl = progress ? "\n" : "";
@@ -124,6 +158,11 @@ RunResult run_training(Trainer& trainer, const TokenShardSet& data, const RunOpt
         const bool validate = val_batches > 0 && ((o.val_every > 0 && (step + 1) % o.val_every == 0) || last);
         r.val_loss.reset();
         if (validate) r.val_loss = validation_loss(trainer, data, val_batches);
+        if (probes && (step + 1) % o.probe_every == 0) {
+            const bool on_val = val_batches > 0;
+            if (!on_val) probe_batch.windows = batch.windows;
+            probes->append(slot_errors_json(step, on_val ? "val" : "train", trainer.probe_slot_errors(probe_batch.tokens())));
+        }
         if ((step + 1) % log_every == 0 || validate || last) {
             const auto now = Clock::now();
             const int64_t tokens = (step + 1) * B * T;

@@ -32,6 +32,12 @@ struct RunOptions {
     int64_t stop_at = 0;             // stop this call after this many steps of the run (0: the run's end)
     double time_limit_s = 0;         // stop this call after the step that passes it (0: none)
     double peak_flops = 0;           // for "mfu" (0: omitted)
+    // Every N steps (0: never) Trainer::probe_slot_errors on the first batch of the val split (the step's
+    // train batch without one), one JSON line per probe appended to DIR/slot_errors.jsonl:
+    //   {"step": s, "batch": "val"|"train", "slots": [{"layer", "projection", "slot", "active",
+    //    "active_error", "plain", "IHT", "IHT+OE-left", "IHT+OE-right"}, …]}
+    // (errors relative to the BF16 product of the same operands; a resume keeps the lines before its step).
+    int64_t probe_every = 0;
     bool progress = true;            // the progress line on stderr
     bool log = true;                 // a line per logged step, the resume and the AdaHOP plan map on stderr
 };

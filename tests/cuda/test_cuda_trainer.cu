@@ -1,7 +1,7 @@
 // test_cuda_trainer.cu — the CUDA training engine (train/cuda/trainer_cuda.cu) against the CPU FP32 reference
 // (train/trainer_cpu.h) on the tiny preset: loss and per-tensor gradients of the same parameters, a few
 // optimizer steps side by side, determinism and bit-exact resume through state()/set_state(), learning, the
-// MXFP4 recipes and AdaHOP's calibration → plan, and the NaN guard. Skips without a GPU.
+// MXFP4 recipes and AdaHOP's calibration → plan, the slot-error probe, and the NaN guard. Skips without a GPU.
 //
 // Tolerances: the engine keeps activations, the GEMMs' operands and dY in BF16 (8 significant bits, relative
 // rounding 2^-9 per value) and sums in FP32; each value of a gradient is a sum over many products of such
@@ -17,6 +17,8 @@
 
 #include "core/counter_rng.h"
 #include "cuda_test_util.h"
+#include "adahop/lp_matmul.h"
+#include "train/cuda/train_linear_cuda.cuh"
 #include "train/trainer.h"
 #include "train/trainer_cpu.h"
 #include "../train_test_util.h"
@@ -177,6 +179,107 @@ TEST(CudaTrainer, AdahopCalibratesThenFixesAPlan) {
     EXPECT_FALSE(resumed->recipe().calibrating());
     const Batch batch = random_batch(c, 400);
     EXPECT_EQ(resumed->step(batch.view()).loss, gpu->step(batch.view()).loss);
+}
+
+// The probe's measure against the CPU reference: lp_matmul (adahop/lp_matmul.h) and an FP64 product of the
+// same BF16 operands give the relative error the GPU reports to FP32 summation order (≤ 1e-3 relative of a
+// ~0.1 error here; a wrong operand orientation or a missing scale moves it by O(1)).
+TEST(CudaTrainer, SlotProbeErrorsMatchTheCpuLpMatmul) {
+    REQUIRE_GPU();
+    using namespace testing_util;
+    const int64_t m = 96, k = 128, n = 160;  // every OE side has more than k = 64 rows / columns
+    const std::vector<float> xa = from_bf16(to_bf16(gaussian(m, k, 1))), wa = from_bf16(to_bf16(gaussian(n, k, 2)));
+    const std::vector<float> dya = from_bf16(to_bf16(gaussian(m, n, 3)));
+    DeviceBuffer<uint16_t> x = to_device(to_bf16(xa)), w = to_device(to_bf16(wa)), dy = to_device(to_bf16(dya));
+    const auto bf = [](const DeviceBuffer<uint16_t>& b) { return reinterpret_cast<const __nv_bfloat16*>(b.data()); };
+    const auto transpose = [](const std::vector<float>& t, int64_t rows, int64_t cols) {
+        std::vector<float> r(t.size());
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j) r[size_t(j * rows + i)] = t[size_t(i * cols + j)];
+        return r;
+    };
+    // CPU: C = A·B with A [M, K'] and B [K', N'] for each slot (train_linear_cuda.cuh's orientations).
+    struct Case {
+        Slot slot;
+        std::vector<float> a, b;
+        int64_t mm, kk, nn;
+        const __nv_bfloat16 *ga, *gb;
+    };
+    const Case cases[] = {{Slot::fwd, xa, transpose(wa, n, k), m, k, n, bf(x), bf(w)},
+                          {Slot::dgrad, dya, wa, m, n, k, bf(dy), bf(w)},
+                          {Slot::wgrad, transpose(dya, m, n), xa, n, m, k, bf(dy), bf(x)}};
+    CudaTrainGemm gemm(0);
+    SlotProbeScratch scratch;
+    for (const Case& cs : cases) {
+        std::vector<TrainGemmMode> modes;
+        for (Strategy st : kProbeStrategies) modes.push_back(TrainGemmMode{st, LpMatmulOptions{}});
+        modes.push_back(TrainGemmMode{});  // BF16 against itself: exactly 0
+        const std::vector<double> got = slot_relative_errors(gemm, cs.slot, modes, cs.ga, cs.gb, m, k, n, scratch, 0);
+        ASSERT_EQ(got.size(), modes.size());
+        EXPECT_EQ(got.back(), 0.0) << slot_name(cs.slot);
+        std::vector<double> exact(size_t(cs.mm * cs.nn), 0.0);
+        for (int64_t i = 0; i < cs.mm; ++i)
+            for (int64_t t = 0; t < cs.kk; ++t)
+                for (int64_t j = 0; j < cs.nn; ++j)
+                    exact[size_t(i * cs.nn + j)] += double(cs.a[size_t(i * cs.kk + t)]) * cs.b[size_t(t * cs.nn + j)];
+        for (size_t s = 0; s < kProbeStrategies.size(); ++s) {
+            std::vector<float> c(exact.size());
+            lp_matmul(cs.a.data(), cs.b.data(), cs.mm, cs.kk, cs.nn, kProbeStrategies[s], LpMatmulOptions{}, c.data());
+            double num = 0, den = 0;
+            for (size_t i = 0; i < c.size(); ++i) {
+                num += (c[i] - exact[i]) * (c[i] - exact[i]);
+                den += exact[i] * exact[i];
+            }
+            const double want = std::sqrt(num / den);
+            EXPECT_GT(want, 0.01) << slot_name(cs.slot) << " " << strategy_short_name(kProbeStrategies[s]);
+            EXPECT_NEAR(got[s], want, 1e-3 * want) << slot_name(cs.slot) << " " << strategy_short_name(kProbeStrategies[s]);
+        }
+    }
+}
+
+// The probe covers every slot in layer-major order, measures the run's own mode (equal to the same strategy
+// among the candidates for the uniform recipes, 0 for BF16), and leaves the run untouched: the steps after a
+// probe are bit-identical to those of a trainer that never probed.
+TEST(CudaTrainer, SlotProbeCoversEverySlotAndLeavesTheRunAsItWas) {
+    REQUIRE_GPU();
+    using testing_util::expect_error;
+    const TrainConfig c = tiny(6);
+    for (Precision p : {Precision::bf16, Precision::mxfp4, Precision::adahop_lv1}) {
+        Recipe r{p};
+        r.calibration_steps = 2;
+        auto probed = make_cuda_trainer(c, r), plain = make_cuda_trainer(c, r);
+        for (int64_t s = 0; s < 4; ++s) {
+            const Batch batch = random_batch(c, 500 + uint64_t(s));
+            const double lp = probed->step(batch.view()).loss, lq = plain->step(batch.view()).loss;
+            ASSERT_EQ(lp, lq) << precision_name(p) << " step " << s;
+            if (s % 2 == 1) continue;
+            const int64_t saved = probed->saved_operand_bytes();
+            const std::vector<SlotError> e = probed->probe_slot_errors(random_batch(c, 900).view());
+            EXPECT_EQ(probed->saved_operand_bytes(), saved);
+            ASSERT_EQ(int64_t(e.size()), c.model.n_layers * int64_t(kProjectionCount) * 3) << precision_name(p);
+            for (size_t i = 0; i < e.size(); ++i) {
+                const SlotError& x = e[i];
+                EXPECT_EQ(x.layer, int64_t(i) / int64_t(3 * kProjectionCount));
+                EXPECT_EQ(size_t(x.projection), i / 3 % kProjectionCount);
+                EXPECT_EQ(size_t(x.slot), i % 3);
+                EXPECT_EQ(x.active, probed->recipe().strategy(x.layer, x.projection, x.slot));
+                for (size_t k = 0; k < kProbeStrategies.size(); ++k) {
+                    EXPECT_TRUE(std::isfinite(x.error[k]));
+                    EXPECT_GE(x.error[k], 0.0);  // 0 where OE extracts every row (tiny's 32-wide k/v)
+                    EXPECT_LT(x.error[k], 1.0);
+                    if (x.active == kProbeStrategies[k]) EXPECT_EQ(x.active_error, x.error[k]);
+                }
+                if (x.active == Strategy::full) EXPECT_EQ(x.active_error, 0.0);
+            }
+        }
+        EXPECT_EQ(probed->state().params, plain->state().params) << precision_name(p);
+    }
+    expect_error(ErrorKind::usage, [&] {
+        auto gpu = make_cuda_trainer(c, Recipe{Precision::bf16});
+        TrainConfig other = c;
+        other.batch_size = 1;
+        gpu->probe_slot_errors(random_batch(other, 1).view());
+    });
 }
 
 TEST(CudaTrainer, NonFiniteParametersStopTheStepNamingIt) {

@@ -3,6 +3,8 @@
 #include "train/cuda/train_linear_cuda.cuh"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -135,6 +137,45 @@ void CudaTrainGemm::backward_weight(const TrainGemmMode& mode, const __nv_bfloat
     PreparedOperandCuda& a = st_->operand(Side::left, n, m, mode.strategy);
     st_->lp.prepare_bf16(a, dy, true, n, m, Side::left, mode.strategy, mode.lp);  // dYᵀ [N, M]: dY as stored
     st_->lp.matmul_prepared(a, x, mode.lp, TrainGemmOut{dw, nullptr, beta});
+}
+
+namespace {
+
+// out = (slot's product under mode) + beta·out, FP32.
+void slot_product(CudaTrainGemm& gemm, Slot slot, const TrainGemmMode& mode, const __nv_bfloat16* a,
+                  const __nv_bfloat16* b, int64_t m, int64_t k, int64_t n, float* out, float beta) {
+    switch (slot) {
+        case Slot::fwd: gemm.forward(mode, a, b, m, k, n, TrainGemmOut{out, nullptr, beta}); return;
+        case Slot::dgrad: gemm.backward_data(mode, a, b, m, k, n, TrainGemmOut{out, nullptr, beta}); return;
+        case Slot::wgrad: gemm.backward_weight(mode, a, b, m, k, n, out, beta); return;
+    }
+}
+
+}  // namespace
+
+std::vector<double> slot_relative_errors(CudaTrainGemm& gemm, Slot slot, const std::vector<TrainGemmMode>& modes,
+                                         const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t m, int64_t k, int64_t n,
+                                         SlotProbeScratch& scratch, cudaStream_t stream) {
+    check_sizes(m, k, n, "slot probe");
+    const int64_t size = slot == Slot::fwd ? m * n : slot == Slot::dgrad ? m * k : n * k;
+    float* ref = scratch.ref.grow(size_t(size));
+    float* diff = scratch.diff.grow(size_t(size));
+    double* sums = scratch.sums.grow(modes.size() + 1);
+    slot_product(gemm, slot, TrainGemmMode{}, a, b, m, k, n, ref, 0.0f);
+    sum_squares_cuda(ref, size, sums, scratch.ws, stream);
+    for (size_t i = 0; i < modes.size(); ++i) {
+        CUDA_CHECK(cudaMemcpyAsync(diff, ref, size_t(size) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+        slot_product(gemm, slot, modes[i], a, b, m, k, n, diff, -1.0f);
+        sum_squares_cuda(diff, size, sums + 1 + i, scratch.ws, stream);
+    }
+    std::vector<double> host(modes.size() + 1);
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), sums, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<double> errors(modes.size());
+    for (size_t i = 0; i < modes.size(); ++i)
+        errors[i] = host[0] > 0 ? std::sqrt(host[1 + i] / host[0])
+                                : (host[1 + i] == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+    return errors;
 }
 
 int64_t prepared_device_bytes(const PreparedOperandCuda& p) {

@@ -25,11 +25,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "adahop/cuda/lp_matmul_cuda.cuh"
 #include "adahop/lp_matmul.h"
 #include "adahop/strategy_plan.h"
 #include "core/cuda_device.h"
+#include "train/cuda/train_ops_cuda.cuh"
 
 namespace lowbit {
 
@@ -76,6 +78,24 @@ private:
     struct State;
     std::unique_ptr<State> st_;
 };
+
+// The probe of `lowbit train --probe-every` (which layers and slots carry a recipe's error): the relative
+// error ‖C_mode − C_full‖_F / ‖C_full‖_F of one slot's product under each of `modes`, C_full the cuBLAS BF16
+// product of the same BF16 operands (Strategy::full). The operands as the slot's call takes them:
+//   Slot::fwd    a = X [m, k],  b = W [n, k]  → C [m, n]
+//   Slot::dgrad  a = dY [m, n], b = W [n, k]  → C [m, k]
+//   Slot::wgrad  a = dY [m, n], b = X [m, k]  → C [n, k]
+// Each mode's product lands on a copy of C_full with beta = −1, so the difference is formed in FP32 without a
+// kernel of its own. A zero C_full gives 0 where the mode's product is zero too, else infinity. Synchronizes
+// `stream` (the GEMM's) to return the errors on the host; the scratch grows on demand.
+struct SlotProbeScratch {
+    DeviceBuffer<float> ref, diff;
+    DeviceBuffer<double> sums;
+    SumWorkspace ws;
+};
+std::vector<double> slot_relative_errors(CudaTrainGemm& gemm, Slot slot, const std::vector<TrainGemmMode>& modes,
+                                         const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t m, int64_t k, int64_t n,
+                                         SlotProbeScratch& scratch, cudaStream_t stream);
 
 // Device bytes a prepared operand holds (codes, scales, slices and indices as stored: FP32 slices count 4).
 int64_t prepared_device_bytes(const PreparedOperandCuda& p);

@@ -19,10 +19,12 @@
 // copies are weights, not activations, and are not in either figure.
 // Determinism: every kernel reduces in a fixed order and cuBLAS is reproducible, so a step is a function of
 // the state and the batch — the basis of bit-exact resume.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "adahop/cuda/outlier_stats.cuh"
@@ -113,6 +115,7 @@ public:
 
     StepStats step(const TokenBatch& batch) override;
     double loss(const TokenBatch& batch) override;
+    std::vector<SlotError> probe_slot_errors(const TokenBatch& batch) override;
     const TrainConfig& config() const override { return config_; }
     const ParamLayout& layout() const override { return layout_; }
     int64_t steps_done() const override { return t_; }
@@ -145,6 +148,7 @@ private:
     bf16* input_buffer(DeviceBuffer<bf16>& kept, DeviceBuffer<bf16>& scratch, bool keep, size_t n, const bf16*& where);
     bool wgrad_keeps_prepared(int64_t layer, Projection p) const;
     void track_memory();
+    void probe(int64_t layer, Projection p, Slot s, const bf16* a, const bf16* b, int64_t m, int64_t k, int64_t n);
 
     TrainConfig config_;
     ParamLayout layout_;
@@ -178,6 +182,9 @@ private:
     OutlierStatsWorkspace detector_ws_;
 
     int64_t saved_bytes_ = 0, saved_bytes_bf16_ = 0, peak_bytes_ = 0;
+    // probe_slot_errors: where this forward/backward records (null outside a probe) and its scratch.
+    std::vector<SlotError>* probe_ = nullptr;
+    SlotProbeScratch probe_scratch_;
     PhaseClock clock_;
     void mark(const char* phase) { clock_.mark(stream_, phase); }
 };
@@ -341,14 +348,32 @@ bf16* CudaTrainer::input_buffer(DeviceBuffer<bf16>& kept, DeviceBuffer<bf16>& sc
 }
 
 bool CudaTrainer::wgrad_keeps_prepared(int64_t layer, Projection p) const {
-    return recipe_.recipe().save_quantized_operands && keeps_prepared(recipe_.strategy(layer, p, Slot::wgrad));
+    return recipe_.recipe().save_quantized_operands && probe_ == nullptr &&
+           keeps_prepared(recipe_.strategy(layer, p, Slot::wgrad));
+}
+
+void CudaTrainer::probe(int64_t layer, Projection p, Slot s, const bf16* a, const bf16* b, int64_t m, int64_t k,
+                        int64_t n) {
+    SlotError e;
+    e.layer = layer;
+    e.projection = p;
+    e.slot = s;
+    const TrainGemmMode active = mode(layer, p, s);
+    e.active = active.strategy;
+    std::vector<TrainGemmMode> modes = {active};
+    for (Strategy c : kProbeStrategies) modes.push_back(TrainGemmMode{c, LpMatmulOptions{}});
+    const std::vector<double> err = slot_relative_errors(*gemm_, s, modes, a, b, m, k, n, probe_scratch_, stream_);
+    e.active_error = err[0];
+    std::copy(err.begin() + 1, err.end(), e.error.begin());
+    probe_->push_back(e);
 }
 
 double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
     const LlamaConfig& c = mc();
     const int64_t R = batch.shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
-    const bool calibrating = for_backward && recipe_.calibrating();
-    const bool save = recipe_.recipe().save_quantized_operands;
+    // A probe keeps every input in BF16 (its candidate modes need them) and records no detector labels.
+    const bool calibrating = for_backward && recipe_.calibrating() && probe_ == nullptr;
+    const bool save = recipe_.recipe().save_quantized_operands && probe_ == nullptr;
     if (for_backward) saved_bytes_ = saved_bytes_bf16_ = 0;
     embed_rows_cuda(master_.token_embd, inputs_.data(), R, d, blocks_[0].x.data(), stream_);
     mark("embedding");
@@ -374,6 +399,7 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
             }
             gemm_->forward(mode(l, p, Slot::fwd), x, wp, R, k, n, y);
             mark("linear forward");
+            if (probe_) probe(l, p, Slot::fwd, x, wp, R, k, n);
             const size_t ip = size_t(p);
             b.has_saved_x[ip] = b.has_saved_w[ip] = false;
             if (!for_backward || !save) return;
@@ -470,7 +496,7 @@ void CudaTrainer::backward() {
     const LlamaConfig& c = mc();
     const BatchShape shape = shape_;
     const int64_t R = shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
-    const bool calibrating = recipe_.calibrating();
+    const bool calibrating = recipe_.calibrating() && probe_ == nullptr;
     CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_));
     mark("zero gradients");
     // LM head (dense, BF16): d xn = dlogits·Wout; dWout = dlogitsᵀ·xn (into token_embd's gradient when tied).
@@ -496,6 +522,10 @@ void CudaTrainer::backward() {
                 mark("adahop detector");
             }
             const size_t ip = size_t(p);
+            if (probe_) {
+                probe(l, p, Slot::dgrad, dy, weight_bf16(w[p]), R, k, n);
+                probe(l, p, Slot::wgrad, dy, x, R, k, n);
+            }
             const TrainGemmMode dg = mode(l, p, Slot::dgrad), wg = mode(l, p, Slot::wgrad);
             if (b.has_saved_w[ip]) gemm_->backward_data(dg, dy, b.saved_w[ip], R, k, n, dx);
             else gemm_->backward_data(dg, dy, weight_bf16(w[p]), R, k, n, dx);
@@ -555,6 +585,34 @@ double CudaTrainer::loss(const TokenBatch& batch) {
     clock_.drop();
     if (!std::isfinite(l)) cuda_input_error("evaluation loss is " + std::to_string(l) + " (NaN/Inf in the model)");
     return l;
+}
+
+std::vector<SlotError> CudaTrainer::probe_slot_errors(const TokenBatch& batch) {
+    if (batch.shape.n_seq != config_.batch_size || batch.shape.n_tok != config_.seq_len)
+        cuda_usage_error("slot-error probe: the batch must have the training shape");
+    const int64_t saved = saved_bytes_, saved_bf16 = saved_bytes_bf16_, peak = peak_bytes_;
+    std::vector<SlotError> out;
+    probe_ = &out;
+    try {
+        upload_batch(batch, true);
+        forward(batch, true);
+        backward();
+    } catch (...) {
+        probe_ = nullptr;
+        throw;
+    }
+    probe_ = nullptr;
+    clock_.drop();
+    probe_scratch_.ref.release();
+    probe_scratch_.diff.release();
+    saved_bytes_ = saved;
+    saved_bytes_bf16_ = saved_bf16;
+    peak_bytes_ = peak;
+    // Layer-major order (the backward visits layers and projections in reverse).
+    std::stable_sort(out.begin(), out.end(), [](const SlotError& a, const SlotError& b) {
+        return std::tie(a.layer, a.projection, a.slot) < std::tie(b.layer, b.projection, b.slot);
+    });
+    return out;
 }
 
 StepStats CudaTrainer::step(const TokenBatch& batch) {
