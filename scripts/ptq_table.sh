@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# ptq_table.sh — quantize SmolLM2-135M with several methods at one format and print a table of file size,
-# perplexity and KLD against the unquantized model (SOTU test split, llama.cpp's protocol, 8 windows of 512).
-#   scripts/ptq_table.sh --format F [--out DIR] [--methods "rtn gptq turboboa"] [--chunks N] [--eval-device cpu|cuda]
-#                        [extra quantize args, e.g. --group 128 --device cuda...]
+# ptq_table.sh — quantize a model (default SmolLM2-135M) with several methods at one format and print a table of
+# file size, perplexity and KLD against the unquantized model (SOTU test split, llama.cpp's protocol, 8 windows
+# of 512).
+#   scripts/ptq_table.sh --format F [--model M] [--out DIR] [--methods "rtn gptq turboboa"] [--chunks N]
+#                        [--eval-device cpu|cuda] [extra quantize args, e.g. --group 128 --device cuda...]
 # GGUF formats are written as .gguf; int grids as GPTQ-packed safetensors directories.
 # Needs a built ./build/lowbit (or LOWBIT=path) and the fetched model (scripts/run.sh does both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-format=mxfp4; out=build/ptq_table; methods="rtn gptq turboboa"; chunks=8; extra=(); eval_device=cpu
+format=mxfp4; model=smollm2-135m; out=build/ptq_table; methods="rtn gptq turboboa"; chunks=8; extra=(); eval_device=cpu
 while [ $# -gt 0 ]; do
     case "$1" in
         --format) format="$2"; shift 2 ;;
         --mix) format="$2"; extra+=(--mix "$2"); mix=1; shift 2 ;;
         --out) out="$2"; shift 2 ;;
+        --model) model="$2"; shift 2 ;;
         --methods) methods="$2"; shift 2 ;;
         --chunks) chunks="$2"; shift 2 ;;
         --eval-device) eval_device="$2"; shift 2 ;;
@@ -20,7 +22,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 lowbit=${LOWBIT:-./build/lowbit}
-model=smollm2-135m
+name=$(basename "$model" .gguf); [ "$model" = smollm2-135m ] && name=smollm2
 mkdir -p "$out"
 eval_args=(--corpus sotu-test --ctx 512 --chunks "$chunks" --device "$eval_device" --no-progress --json)
 # int grids have no GGUF type: they go to a GPTQ-packed safetensors directory, read back with the model's tokenizer.
@@ -31,20 +33,21 @@ echo "ptq_table: reference logits of the unquantized model"
 for m in $methods; do
     echo "ptq_table: quantize --method $m --format $format"
     fmt_arg=(--format "$format"); [ -n "${mix:-}" ] && fmt_arg=()
-    "$lowbit" quantize --model "$model" --method "$m" "${fmt_arg[@]}" --out "$out/smollm2-$m-$format$suffix" \
+    "$lowbit" quantize --model "$model" --method "$m" "${fmt_arg[@]}" --out "$out/$name-$m-$format$suffix" \
         --report "$out/quantize_$m.json" --quiet "${extra[@]}"
-    "$lowbit" eval --model "$out/smollm2-$m-$format$suffix" "${tok_arg[@]}" "${eval_args[@]}" --kld-base "$out/base.kld" \
+    "$lowbit" eval --model "$out/$name-$m-$format$suffix" "${tok_arg[@]}" "${eval_args[@]}" --kld-base "$out/base.kld" \
         > "$out/eval_$m.json"
 done
-python3 - "$out" "$format" "$methods" <<'PY'
+python3 - "$out" "$format" "$methods" "$model" <<'PY'
 import json, os, sys
-out, fmt, methods = sys.argv[1], sys.argv[2], sys.argv[3].split()
+out, fmt, methods, model = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
 base = json.load(open(f"{out}/eval_base.json"))
-rows = [("as loaded (Q4_1)", os.path.getsize(base["model"]), base["ppl"], None, None)]
+default = model == "smollm2-135m"
+rows = [("as loaded (Q4_1)" if default else "as loaded", os.path.getsize(base["model"]), base["ppl"], None, None)]
 for m in methods:
     e = json.load(open(f"{out}/eval_{m}.json")); q = json.load(open(f"{out}/quantize_{m}.json"))
     rows.append((f"{m} {fmt}", q["file_bytes"], e["ppl"], e["kld"]["kld_mean"], q["seconds"]))
-print(f"\nSmolLM2-135M, projections quantized to {fmt}; SOTU test, llama.cpp protocol, {base['n_chunks']} windows of {base['n_ctx']}")
+print(f"\n{'SmolLM2-135M' if default else model}, projections quantized to {fmt}; SOTU test, llama.cpp protocol, {base['n_chunks']} windows of {base['n_ctx']}")
 print(f"{'model':<22} {'file MB':>8} {'PPL':>8} {'KLD':>8} {'quantize s':>11}")
 for name, size, ppl, kld, sec in rows:
     k = "" if kld is None else f"{kld:.4f}"
