@@ -25,12 +25,9 @@ done
 OUT=${OUT:-/tmp/out}
 WORK=/tmp/ptq_trained
 mkdir -p "$OUT" "$WORK/results" "$WORK/data/corpora"
-LOWBIT=/tmp/headline/lowbit
-if [ ! -x "$LOWBIT" ]; then mkdir -p /tmp/headline && xz -dc "$PACK/hl/lowbit.xz" > "$LOWBIT" && chmod +x "$LOWBIT"; fi
-SHARDS=/tmp/headline/shards
-if [ ! -f "$SHARDS/manifest.json" ]; then
-    tar -C /tmp/headline -xf "$PACK/hl/shards.tar" && (cd "$SHARDS" && for f in *.xz; do xz -d "$f"; done)
-fi
+source bench/headline_pack.sh
+unpack_headline_pack "$PACK/hl" || { echo "ptq_trained_model: cannot unpack $PACK/hl" >&2; exit 1; }
+LOWBIT=$LOWBIT_BIN
 [ -d "$WORK/data/corpora/sotu" ] || tar -C "$WORK/data/corpora" -xJf "$PACK/ptq/sotu.tar.xz"
 export LOWBIT_SHARED_DATA=$WORK/data
 run=$WORK/model-run

@@ -34,15 +34,13 @@ OUT=${OUT:-/tmp/out}
 WORK=/tmp/headline
 RUNS=$WORK/runs-$TAG
 mkdir -p "$OUT" "$RUNS"
-[ -x "$WORK/lowbit" ] || { xz -dc "$PACK/lowbit.xz" > "$WORK/lowbit" && chmod +x "$WORK/lowbit"; }
-if [ ! -f "$WORK/shards/manifest.json" ]; then
-    tar -C "$WORK" -xf "$PACK/shards.tar" && (cd "$WORK/shards" && for f in *.xz; do xz -d "$f"; done)
-fi
+source bench/headline_pack.sh
+unpack_headline_pack "$PACK" || { echo "train_headline: cannot unpack $PACK" >&2; exit 1; }
 STEP_ARGS=(); [ -n "$STEPS" ] && STEP_ARGS=(--steps "$STEPS")
 read -r -a EXTRA_ARGS <<< "$EXTRA"
 pack_results() {
-    "$WORK/lowbit" plot --out "$RUNS/${TAG}_val.svg" --metric val_loss "$RUNS"/*/ > /dev/null 2>&1
-    "$WORK/lowbit" plot --out "$RUNS/${TAG}_loss.svg" --metric loss "$RUNS"/*/ > /dev/null 2>&1
+    "$LOWBIT_BIN" plot --out "$RUNS/${TAG}_val.svg" --metric val_loss "$RUNS"/*/ > /dev/null 2>&1
+    "$LOWBIT_BIN" plot --out "$RUNS/${TAG}_loss.svg" --metric loss "$RUNS"/*/ > /dev/null 2>&1
     (cd "$RUNS" && tar -czf "$OUT/$TAG.tar.gz.tmp" --exclude='checkpoints' --exclude='*.gguf' --exclude='hf' \
         --exclude='*.safetensors' . && mv "$OUT/$TAG.tar.gz.tmp" "$OUT/$TAG.tar.gz")
 }
@@ -54,7 +52,7 @@ for p in $PRECISIONS; do
     resume=(); [ -d "$dir/checkpoints" ] && resume=(--resume)
     echo "=== $p: ${resume[*]:-new run}, time limit $((left - 20)) s"
     t0=$SECONDS
-    "$WORK/lowbit" train --config "$CONFIG" --data "$WORK/shards" --device cuda --precision "$p" "${STEP_ARGS[@]}" \
+    "$LOWBIT_BIN" train --config "$CONFIG" --data "$SHARDS" --device cuda --precision "$p" "${STEP_ARGS[@]}" \
         --val-every "$VAL_EVERY" --val-windows "$VAL_WINDOWS" --log-every 50 --peak-tflops 989 --no-progress \
         --time-limit "$((left - 20))" "${resume[@]}" "${EXTRA_ARGS[@]}" --out "$dir" >> "$RUNS/$p.log" 2>&1
     echo "rc $? after $((SECONDS - t0)) s"; tail -n 3 "$RUNS/$p.log"
