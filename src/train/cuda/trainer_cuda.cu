@@ -19,6 +19,9 @@
 // copies are weights, not activations, and are not in either figure.
 // Determinism: every kernel reduces in a fixed order and cuBLAS is reproducible, so a step is a function of
 // the state and the batch — the basis of bit-exact resume.
+// probe_slot_errors (`--probe-every`) runs one more forward and backward with probe_ set: every projection slot
+// is also computed in BF16 and under each MXFP4 strategy (slot_relative_errors), with all inputs kept in BF16
+// and no detector labels recorded; the state, the saved-operand figures and the peak stay as they were.
 #include <algorithm>
 #include <array>
 #include <cmath>
