@@ -1100,6 +1100,60 @@ TEST(Grids, SearchesNeverWorseThanMinMax) {
 
 // The GGUF blocks of a solved layer decode (ggml's decoders) to dequantize() bit for bit: RTN, GPTQ and
 // F3b-refined scales, for every non-K GGUF grid lowbit decodes.
+// Wide int groups (per channel; ≥ 128 columns) score their 200 candidates with stacked FP32 products: the
+// grid they pick is, in a double-precision Δ·H_g·Δᵀ over the same candidates enumerated here from the spec's
+// formulas (turboboa.md §1.3), the best one up to FP32 rounding of the scores.
+TEST(Grids, StackedHessianSearchPicksTheBestCandidate) {
+    const Synthetic s = make_synthetic(24, 256, 0, 141);
+    for (const char* name : {"int2", "int3", "int4"})
+        for (bool sym : {false, true})
+            for (int64_t group : {0, 128}) {
+                const GridSpec g = parse_grid(name, group, sym, GridSearch::hessian);
+                const int64_t gs = g.group_size(s.cols), per_row = s.cols / gs;
+                const SpanGrids sg = fit_span_grids(g, s.w.data(), s.cols, s.rows, s.cols, s.h_in.data(), s.cols);
+                ASSERT_EQ(sg.grids.size(), size_t(s.rows * per_row));
+                const double maxq = double(g.max_code());
+                for (int64_t r = 0; r < s.rows; ++r)
+                    for (int64_t j = 0; j < per_row; ++j) {
+                        const float* x = s.w.data() + r * s.cols + j * gs;
+                        const float* h = s.h_in.data() + j * gs * s.cols + j * gs;
+                        const auto score = [&](const GroupGrid& gg) {
+                            std::vector<double> d(static_cast<size_t>(gs));
+                            for (int64_t t = 0; t < gs; ++t)
+                                d[size_t(t)] = double(grid_value(g, gg, grid_nearest(g, gg, x[t]))) - double(x[t]);
+                            double q = 0.0;
+                            for (int64_t t = 0; t < gs; ++t)
+                                for (int64_t k = 0; k < gs; ++k) q += d[size_t(t)] * double(h[t * s.cols + k]) * d[size_t(k)];
+                            return q;
+                        };
+                        float lo = 0.0f, hi = 0.0f;
+                        for (int64_t t = 0; t < gs; ++t) {
+                            lo = std::min(lo, x[t]);
+                            hi = std::max(hi, x[t]);
+                        }
+                        if (sym) {
+                            hi = std::max(-lo, hi);
+                            lo = -hi;
+                        }
+                        double best = INFINITY;
+                        for (int i = 0; i < 100; ++i) {
+                            const float p = 1.0f - float(i) / 100.0f;
+                            const float scale = (p * hi - p * lo) / float(maxq);
+                            const float scale16 = decode_element(element_spec(ElementType::fp16),
+                                                                 encode_element(element_spec(ElementType::fp16), scale,
+                                                                                Rounding::nearest_even, Overflow::saturate));
+                            const float z = -(p * lo) / scale;
+                            for (float zero : sym ? std::vector<float>{float((maxq + 1) / 2)}
+                                                  : std::vector<float>{std::floor(z), std::ceil(z)})
+                                best = std::min(best, score(GroupGrid{scale16, zero, 0.0f}));
+                        }
+                        const double got = score(sg.grids[size_t(r * per_row + j)]);
+                        EXPECT_LE(got, best * (1 + 1e-5)) << g.describe() << " row " << r << " group " << j;
+                        EXPECT_GE(got, best * (1 - 1e-12)) << g.describe() << " row " << r << " group " << j;
+                    }
+            }
+}
+
 TEST(Grids, GgufBytesDecodeToDequantize) {
     const Synthetic s = make_synthetic(8, 128, 4, 150);
     for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4"}) {

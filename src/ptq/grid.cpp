@@ -167,39 +167,112 @@ Range range_of(const float* w, int64_t n) {
     return r;
 }
 
+// An int grid's range before shrinking (turboboa.md §1.1): it contains 0, is symmetric for sym grids, and
+// [−1, 1] for an all-zero group.
+struct IntRange {
+    float lo, hi;
+};
+IntRange int_range(const GridSpec& g, const Range& r) {
+    float lo = std::min(r.lo, 0.0f), hi = std::max(r.hi, 0.0f);
+    if (g.sym) {
+        hi = std::max(-lo, hi);
+        if (lo < 0.0f) lo = -hi;
+    }
+    if (lo == 0.0f && hi == 0.0f) {
+        lo = -1.0f;
+        hi = 1.0f;
+    }
+    return {lo, hi};
+}
+
+// §1.3: 100 shrink factors p, each with the floor and the ceil zero (asym) or the middle zero (sym).
+constexpr int kIntShrinks = 100;
+int int_shrink_candidates(const GridSpec& g, const IntRange& ir, float p, GroupGrid* c) {
+    const float maxq = float(g.max_code());
+    const float lo = p * ir.lo, hi = p * ir.hi;
+    const float scale = (hi - lo) / maxq;
+    if (!(scale > 0.0f)) return 0;
+    if (g.sym) {
+        c[0] = {round_fp16(scale), (maxq + 1.0f) * 0.5f, 0.0f};
+        return 1;
+    }
+    const float z = -lo / scale;
+    c[0] = {round_fp16(scale), std::floor(z), 0.0f};
+    c[1] = {round_fp16(scale), std::ceil(z), 0.0f};
+    return 2;
+}
+
+// The Hessian-scored int grids of `rows` rows over one group of n ≥ kStackedScoreMinGroup columns (per channel:
+// the whole row): every row's 200 candidates are scored at once as Σ (D·H_g) ⊙ D, D the stacked candidate
+// errors, by one FP32 product per chunk of rows (dot products in double) — the same rows·200·n² multiply-adds
+// as a quadratic form per candidate, through OpenBLAS instead of a scalar loop (per channel on an 8B shape's
+// ffn_down: hours → seconds). Ties keep the earlier candidate, as best_of_shrinks does.
+constexpr int64_t kStackedScoreMinGroup = 128;
+void fit_int_groups_stacked(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
+                            int64_t ldh, GroupGrid* out, int64_t out_stride) {
+    const int per_shrink = g.sym ? 1 : 2, per_row = kIntShrinks * per_shrink;
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(1) << 23) / (int64_t(per_row) * n)));
+    std::vector<GroupGrid> cand;
+    std::vector<uint8_t> valid;
+    std::vector<float> d, t;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t nr = std::min(chunk, rows - r0), m = nr * per_row;
+        cand.assign(size_t(m), GroupGrid{});
+        valid.assign(size_t(m), 0);
+        d.assign(size_t(m * n), 0.0f);
+        t.resize(size_t(m * n));
+        parallel_for(nr, 1, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                const float* wr = w + (r0 + i) * ldw;
+                const IntRange ir = int_range(g, range_of(wr, n));
+                for (int s = 0; s < kIntShrinks; ++s) {
+                    GroupGrid c[2];
+                    const int nc = int_shrink_candidates(g, ir, 1.0f - float(s) / 100.0f, c);
+                    for (int k = 0; k < nc; ++k) {
+                        const int64_t at = i * per_row + s * per_shrink + k;
+                        cand[size_t(at)] = c[k];
+                        valid[size_t(at)] = 1;
+                        float* dr = d.data() + at * n;
+                        for (int64_t j = 0; j < n; ++j) dr[j] = grid_value(g, c[k], grid_nearest(g, c[k], wr[j])) - wr[j];
+                    }
+                }
+            }
+        });
+        gemm_f32(ConstMatF(d.data(), m, n), Trans::no, ConstMatF(h, n, n, ldh), Trans::no, MatF(t.data(), m, n));
+        parallel_for(nr, 1, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                double best = INFINITY;
+                GroupGrid pick{};
+                for (int k = 0; k < per_row; ++k) {
+                    const int64_t at = i * per_row + k;
+                    if (!valid[size_t(at)]) continue;
+                    const float* dr = d.data() + at * n;
+                    const float* tr = t.data() + at * n;
+                    double s = 0.0;
+                    for (int64_t j = 0; j < n; ++j) s += double(dr[j]) * double(tr[j]);
+                    if (s < best) {
+                        best = s;
+                        pick = cand[size_t(at)];
+                    }
+                }
+                out[(r0 + i) * out_stride] = pick;
+            }
+        });
+    }
+}
+
 // One group of a single-map format (everything except the K-quants).
 GroupGrid fit_group(const GridSpec& g, const float* w, int64_t n, const Scorer& score, std::vector<float>& delta) {
     const Range r = range_of(w, n);
     const bool search = g.search != GridSearch::minmax;
     switch (g.format) {
         case GridFormat::int_grid: {
-            // turboboa.md §1.1/§1.3: 100 shrinks, floor and ceil zeros (asym).
-            const float maxq = float(g.max_code());
-            float lo = std::min(r.lo, 0.0f), hi = std::max(r.hi, 0.0f);
-            if (g.sym) {
-                hi = std::max(-lo, hi);
-                if (lo < 0.0f) lo = -hi;
-            }
-            if (lo == 0.0f && hi == 0.0f) {
-                lo = -1.0f;
-                hi = 1.0f;
-            }
+            const IntRange ir = int_range(g, r);
             // Scales are rounded to FP16 (what GPTQ checkpoints store), so that an export is lossless.
-            const IntGridParams base = int_grid_params(lo, hi, g.bits, g.sym);
+            const IntGridParams base = int_grid_params(ir.lo, ir.hi, g.bits, g.sym);
             if (!search) return {round_fp16(base.scale), base.zero, 0.0f};
-            return best_of_shrinks(g, w, n, score, 100, [&](float p, GroupGrid* c) {
-                const float lo2 = p * lo, hi2 = p * hi;
-                const float scale = (hi2 - lo2) / maxq;
-                if (!(scale > 0.0f)) return 0;
-                if (g.sym) {
-                    c[0] = {round_fp16(scale), (maxq + 1.0f) * 0.5f, 0.0f};
-                    return 1;
-                }
-                const float z = -lo2 / scale;
-                c[0] = {round_fp16(scale), std::floor(z), 0.0f};
-                c[1] = {round_fp16(scale), std::ceil(z), 0.0f};
-                return 2;
-            }, delta);
+            return best_of_shrinks(g, w, n, score, kIntShrinks,
+                                   [&](float p, GroupGrid* c) { return int_shrink_candidates(g, ir, p, c); }, delta);
         }
         case GridFormat::q4_0:
         case GridFormat::q5_0: {
@@ -435,6 +508,12 @@ SpanGrids fit_span_grids(const GridSpec& g, const float* w, int64_t ldw, int64_t
     LOWBIT_CHECK(n % group == 0, ErrorKind::runtime, "grid: span {} not a multiple of group {}", n, group);
     const int64_t per_row = n / group;
     out.grids.resize(size_t(rows * per_row));
+    if (g.format == GridFormat::int_grid && g.search == GridSearch::hessian && h && group >= kStackedScoreMinGroup) {
+        for (int64_t j = 0; j < per_row; ++j)
+            fit_int_groups_stacked(g, w + j * group, ldw, rows, group, h + j * group * ldh + j * group, ldh,
+                                   out.grids.data() + j, per_row);
+        return out;
+    }
     parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
         std::vector<float> delta(static_cast<size_t>(group));
         for (int64_t r = r0; r < r1; ++r)
