@@ -202,25 +202,32 @@ int int_shrink_candidates(const GridSpec& g, const IntRange& ir, float p, GroupG
     return 2;
 }
 
-// The Hessian-scored int grids of `rows` rows over one group of n ≥ kStackedScoreMinGroup columns (per channel:
-// the whole row): every row's 200 candidates are scored at once as Σ (D·H_g) ⊙ D, D the stacked candidate
-// errors, by one FP32 product per chunk of rows (dot products in double) — the same rows·200·n² multiply-adds
-// as a quadratic form per candidate, through OpenBLAS instead of a scalar loop (per channel on an 8B shape's
-// ffn_down: hours → seconds). Ties keep the earlier candidate, as best_of_shrinks does.
+// The Hessian-scored int grids of `rows` rows over one group of n columns (per channel: the whole row):
+// every row's 200 candidates are scored at once as Σ (D·H_g) ⊙ D, D the stacked candidate errors. On the CPU
+// (groups ≥ kStackedScoreMinGroup) by one FP32 product per chunk of rows (dot products in double) — the same
+// rows·200·n² multiply-adds as a quadratic form per candidate, through OpenBLAS instead of a scalar loop (per
+// channel on an 8B shape's ffn_down: hours → seconds); with a scorer, there. Ties keep the earlier candidate,
+// as best_of_shrinks does.
 constexpr int64_t kStackedScoreMinGroup = 128;
 void fit_int_groups_stacked(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
-                            int64_t ldh, GroupGrid* out, int64_t out_stride) {
+                            int64_t ldh, const GridScorer* scorer, uint64_t h_id, GroupGrid* out, int64_t out_stride) {
     const int per_shrink = g.sym ? 1 : 2, per_row = kIntShrinks * per_shrink;
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(1) << 23) / (int64_t(per_row) * n)));
+    // The scorer takes every row at once (it chunks its own memory); the CPU ~32 MiB of D at a time.
+    const int64_t chunk = scorer ? rows
+                                 : std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(1) << 23) / (int64_t(per_row) * n)));
     std::vector<GroupGrid> cand;
     std::vector<uint8_t> valid;
+    std::vector<double> scores;
     std::vector<float> d, t;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t nr = std::min(chunk, rows - r0), m = nr * per_row;
         cand.assign(size_t(m), GroupGrid{});
         valid.assign(size_t(m), 0);
-        d.assign(size_t(m * n), 0.0f);
-        t.resize(size_t(m * n));
+        scores.assign(size_t(m), 0.0);
+        if (!scorer) {
+            d.assign(size_t(m * n), 0.0f);
+            t.resize(size_t(m * n));
+        }
         parallel_for(nr, 1, [&](int64_t i0, int64_t i1) {
             for (int64_t i = i0; i < i1; ++i) {
                 const float* wr = w + (r0 + i) * ldw;
@@ -232,32 +239,39 @@ void fit_int_groups_stacked(const GridSpec& g, const float* w, int64_t ldw, int6
                         const int64_t at = i * per_row + s * per_shrink + k;
                         cand[size_t(at)] = c[k];
                         valid[size_t(at)] = 1;
+                        if (scorer) continue;
                         float* dr = d.data() + at * n;
                         for (int64_t j = 0; j < n; ++j) dr[j] = grid_value(g, c[k], grid_nearest(g, c[k], wr[j])) - wr[j];
                     }
                 }
             }
         });
-        gemm_f32(ConstMatF(d.data(), m, n), Trans::no, ConstMatF(h, n, n, ldh), Trans::no, MatF(t.data(), m, n));
-        parallel_for(nr, 1, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-                double best = INFINITY;
-                GroupGrid pick{};
-                for (int k = 0; k < per_row; ++k) {
-                    const int64_t at = i * per_row + k;
-                    if (!valid[size_t(at)]) continue;
-                    const float* dr = d.data() + at * n;
-                    const float* tr = t.data() + at * n;
+        if (scorer) {
+            scorer->score_int_candidates(g, w + r0 * ldw, ldw, nr, n, h, ldh, h_id, cand.data(), per_row, scores.data());
+        } else {
+            gemm_f32(ConstMatF(d.data(), m, n), Trans::no, ConstMatF(h, n, n, ldh), Trans::no, MatF(t.data(), m, n));
+            parallel_for(m, 64, [&](int64_t a0, int64_t a1) {
+                for (int64_t a = a0; a < a1; ++a) {
+                    const float* dr = d.data() + a * n;
+                    const float* tr = t.data() + a * n;
                     double s = 0.0;
                     for (int64_t j = 0; j < n; ++j) s += double(dr[j]) * double(tr[j]);
-                    if (s < best) {
-                        best = s;
-                        pick = cand[size_t(at)];
-                    }
+                    scores[size_t(a)] = s;
                 }
-                out[(r0 + i) * out_stride] = pick;
+            });
+        }
+        for (int64_t i = 0; i < nr; ++i) {
+            double best = INFINITY;
+            GroupGrid pick{};
+            for (int k = 0; k < per_row; ++k) {
+                const int64_t at = i * per_row + k;
+                if (valid[size_t(at)] && scores[size_t(at)] < best) {
+                    best = scores[size_t(at)];
+                    pick = cand[size_t(at)];
+                }
             }
-        });
+            out[(r0 + i) * out_stride] = pick;
+        }
     }
 }
 
@@ -479,7 +493,7 @@ uint32_t grid_nearest(const GridSpec& g, const GroupGrid& p, float w) {
 // --- fitting ---
 
 SpanGrids fit_span_grids(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
-                         int64_t ldh) {
+                         int64_t ldh, const GridScorer* scorer, uint64_t h_id) {
     SpanGrids out;
     if (is_kquant_format(g.format)) {
         LOWBIT_CHECK(n == kQK_K, ErrorKind::runtime, "grid: K-quant span of {} columns", n);
@@ -508,10 +522,11 @@ SpanGrids fit_span_grids(const GridSpec& g, const float* w, int64_t ldw, int64_t
     LOWBIT_CHECK(n % group == 0, ErrorKind::runtime, "grid: span {} not a multiple of group {}", n, group);
     const int64_t per_row = n / group;
     out.grids.resize(size_t(rows * per_row));
-    if (g.format == GridFormat::int_grid && g.search == GridSearch::hessian && h && group >= kStackedScoreMinGroup) {
+    if (g.format == GridFormat::int_grid && g.search == GridSearch::hessian && h &&
+        (scorer || group >= kStackedScoreMinGroup)) {
         for (int64_t j = 0; j < per_row; ++j)
-            fit_int_groups_stacked(g, w + j * group, ldw, rows, group, h + j * group * ldh + j * group, ldh,
-                                   out.grids.data() + j, per_row);
+            fit_int_groups_stacked(g, w + j * group, ldw, rows, group, h + j * group * ldh + j * group, ldh, scorer,
+                                   h_id, out.grids.data() + j, per_row);
         return out;
     }
     parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
@@ -694,7 +709,8 @@ std::vector<uint8_t> QuantizedWeight::gguf_bytes() const {
     return out;
 }
 
-QuantizedWeight quantize_rtn(const GridSpec& g, const float* w, int64_t rows, int64_t cols, const float* h) {
+QuantizedWeight quantize_rtn(const GridSpec& g, const float* w, int64_t rows, int64_t cols, const float* h,
+                             const GridScorer* scorer) {
     g.check_cols(cols, "quantize");
     QuantizedWeight qw;
     qw.spec = g;
@@ -707,7 +723,7 @@ QuantizedWeight quantize_rtn(const GridSpec& g, const float* w, int64_t rows, in
     const bool kq = is_kquant_format(g.format);
     if (kq) qw.kscales.resize(size_t(rows * (cols / span)));
     for (int64_t s0 = 0; s0 < cols; s0 += span) {
-        SpanGrids sg = fit_span_grids(g, w + s0, cols, rows, span, h ? h + s0 * cols + s0 : nullptr, cols);
+        SpanGrids sg = fit_span_grids(g, w + s0, cols, rows, span, h ? h + s0 * cols + s0 : nullptr, cols, scorer);
         for (int64_t r = 0; r < rows; ++r) {
             std::copy_n(sg.grids.begin() + r * per_span, per_span, qw.grids.begin() + r * per_row + s0 / group);
             if (kq) qw.kscales[size_t(r * (cols / span) + s0 / span)] = sg.kscales[size_t(r)];

@@ -73,8 +73,25 @@ struct SpanGrids {
     std::vector<GroupGrid> grids;
     std::vector<KQuantScales> kscales;
 };
+
+// Scores the stacked candidate grids of one group of an int grid on an accelerator (ptq/solver.h's
+// SolverDevice is one): for `rows` rows of w (n columns, leading dimension ldw) and k candidates per row,
+// scores[r·k + c] = Δ·H_g·Δᵀ (summed in double), Δ = value(nearest(w_r)) − w_r on grid cand[r·k + c], H_g the
+// n × n block h (leading dimension ldh). h_id ≠ 0 names h's contents for as long as they stay unchanged, so
+// an implementation may keep the block it holds instead of copying it again (0: no such promise).
+class GridScorer {
+public:
+    virtual ~GridScorer() = default;
+    virtual void score_int_candidates(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n,
+                                      const float* h, int64_t ldh, uint64_t h_id, const GroupGrid* cand, int64_t k,
+                                      double* scores) const = 0;
+};
+
+// With a scorer, the Hessian-weighted search of int grids scores its candidates there (every group size);
+// without, on the CPU. The scorer's FP32 products sum in another order than the CPU's, so a near-tie between
+// two candidates may go the other way.
 SpanGrids fit_span_grids(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
-                         int64_t ldh);
+                         int64_t ldh, const GridScorer* scorer = nullptr, uint64_t h_id = 0);
 
 // Grids that differ from p only in the scale, as near `target` as the format's scale encoding allows:
 // int grids and FP16 scales: the FP16 neighbours of target (int grid scales are FP16, as GPTQ stores them); E8M0 / UE4M3: the neighbouring codes;
@@ -105,6 +122,7 @@ struct QuantizedWeight {
 };
 
 // Round to nearest on the grid, each span fitted from w itself with the Hessian h (cols × cols, or null).
-QuantizedWeight quantize_rtn(const GridSpec& g, const float* w, int64_t rows, int64_t cols, const float* h);
+QuantizedWeight quantize_rtn(const GridSpec& g, const float* w, int64_t rows, int64_t cols, const float* h,
+                             const GridScorer* scorer = nullptr);
 
 }  // namespace lowbit

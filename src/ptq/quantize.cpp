@@ -298,7 +298,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             SolveStats ss;
             QuantizedWeight q;
             switch (o.method) {
-                case PtqMethod::rtn: q = solve_rtn(pb, g, &ss); break;
+                case PtqMethod::rtn: q = solve_rtn(pb, g, &ss, o.solver_device); break;
                 case PtqMethod::gptq: q = solve_gptq(pb, so, &ss); break;
                 case PtqMethod::boa:
                     so.row_block = 1;

@@ -114,13 +114,14 @@ QuantizedWeight empty_result(const GridSpec& g, int64_t rows, int64_t cols) {
 }
 
 // Fits the grids of rows [row0, row0 + n) of `out` for the span starting at column s0 from w (n rows of
-// leading dimension ldw, w pointing at column s0) and the Hessian block at (s0, s0) of h (ldh).
+// leading dimension ldw, w pointing at column s0) and the Hessian block at (s0, s0) of h (ldh; h_id names
+// h for the device's cache, 0: none). `device` (null: the CPU) scores the grid search's candidates.
 void fit_rows_span(QuantizedWeight& out, int64_t row0, int64_t n, int64_t s0, const float* w, int64_t ldw,
-                   const float* h, int64_t ldh) {
+                   const float* h, int64_t ldh, const SolverDevice* device, uint64_t h_id) {
     const GridSpec& g = out.spec;
     const int64_t span = g.fit_span(out.cols), group = g.group_size(out.cols);
     const int64_t per_row = out.cols / group, per_span = span / group;
-    SpanGrids sg = fit_span_grids(g, w, ldw, n, span, h, ldh);
+    SpanGrids sg = fit_span_grids(g, w, ldw, n, span, h, ldh, device ? device->grid_scorer() : nullptr, h_id);
     for (int64_t r = 0; r < n; ++r) {
         std::copy_n(sg.grids.begin() + r * per_span, per_span, out.grids.begin() + (row0 + r) * per_row + s0 / group);
         if (!sg.kscales.empty()) out.kscales[size_t((row0 + r) * (out.cols / span) + s0 / span)] = sg.kscales[size_t(r)];
@@ -143,7 +144,7 @@ double sweep_rows(float* w, int64_t n, int64_t cols, const float* u, const float
     // Spans that start in [i1, i2), from the current values (all updates so far).
     const auto fit_block = [&](int64_t i1, int64_t i2) {
         for (int64_t s0 = (i1 + span - 1) / span * span; s0 < i2; s0 += span)
-            fit_rows_span(out, row0, n, s0, w + s0, cols, h + s0 * cols + s0, cols);
+            fit_rows_span(out, row0, n, s0, w + s0, cols, h + s0 * cols + s0, cols, device, input_id);
     };
     if (device) {
         SweepCall call;
@@ -295,10 +296,11 @@ std::vector<float> rows_in_order(const float* w, int64_t r0, int64_t n, int64_t 
 }
 
 // Fits every span of rows [r0, r0 + n) from w (original order) — static groups / fixed grids.
-void fit_rows_up_front(QuantizedWeight& out, const float* w, int64_t r0, int64_t n, const float* h) {
+void fit_rows_up_front(QuantizedWeight& out, const float* w, int64_t r0, int64_t n, const float* h,
+                       const SolverDevice* device, uint64_t h_id) {
     const int64_t cols = out.cols, span = out.spec.fit_span(cols);
     for (int64_t s0 = 0; s0 < cols; s0 += span)
-        fit_rows_span(out, r0, n, s0, w + r0 * cols + s0, cols, h ? h + s0 * cols + s0 : nullptr, cols);
+        fit_rows_span(out, r0, n, s0, w + r0 * cols + s0, cols, h ? h + s0 * cols + s0 : nullptr, cols, device, h_id);
 }
 
 // How a sweep gets its grids: fitted when the sweep reaches each span (GPTQ), all fitted from the sweep's
@@ -309,7 +311,7 @@ enum class GridFit { at_group, from_input, given };
 double solve_rows_one_sided(const float* w, int64_t r0, int64_t n, const InputSide& in, const SolverOptions& o,
                             GridFit fit, QuantizedWeight& out) {
     const int64_t cols = out.cols;
-    if (fit == GridFit::from_input) fit_rows_up_front(out, w, r0, n, in.h);
+    if (fit == GridFit::from_input) fit_rows_up_front(out, w, r0, n, in.h, o.device, in.id);
     std::vector<float> work = rows_in_order(w, r0, n, cols, in.order);
     return sweep_rows(work.data(), n, cols, in.u.data(), in.p.empty() ? nullptr : in.p.data(), in.id, in.order,
                       fit == GridFit::at_group, in.h, o.sweep.lazy_block, out, r0, o.device);
@@ -509,10 +511,11 @@ void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeigh
 
 }  // namespace
 
-QuantizedWeight solve_rtn(const LayerProblem& p, const GridSpec& g, SolveStats* stats) {
+QuantizedWeight solve_rtn(const LayerProblem& p, const GridSpec& g, SolveStats* stats, const SolverDevice* device) {
     check_problem(p, false);
     g.check_cols(p.cols, p.name);
-    QuantizedWeight q = quantize_rtn(g, p.w, p.rows, p.cols, g.search == GridSearch::hessian ? p.h_in : nullptr);
+    QuantizedWeight q = quantize_rtn(g, p.w, p.rows, p.cols, g.search == GridSearch::hessian ? p.h_in : nullptr,
+                                     device ? device->grid_scorer() : nullptr);
     if (stats) *stats = SolveStats{};
     return q;
 }
@@ -586,7 +589,7 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
     for (int64_t c = 0; c < cols; ++c)
         if (in.chol.dead[size_t(c)])
             for (int64_t r = 0; r < rows; ++r) wu[size_t(r * cols + c)] = 0.0f;
-    if (!o.adaptive_grid) fit_rows_up_front(q, wu.data(), 0, rows, p.h_in);  // fixed grids from the original W
+    if (!o.adaptive_grid) fit_rows_up_front(q, wu.data(), 0, rows, p.h_in, o.device, in.id);  // fixed grids from the original W
     for (int64_t head = 0; head < heads; ++head) {
         const InverseCholesky out_side =
             inverse_cholesky(p.h_out + head * hd * hd, hd, o.damping, o.dead_value, p.name + " (H_out)", nullptr, false);
@@ -595,7 +598,7 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
         for (int64_t r1 = 0; r1 < hd; r1 += nblk) {
             const int64_t r2 = std::min(hd, r1 + nblk), nb = r2 - r1, row0 = head * hd + r1, rest = hd - r2;
             const std::vector<float> before(wu.begin() + row0 * cols, wu.begin() + (row0 + nb) * cols);
-            if (o.adaptive_grid) fit_rows_up_front(q, wu.data(), row0, nb, p.h_in);  // F3a: from the compensated rows
+            if (o.adaptive_grid) fit_rows_up_front(q, wu.data(), row0, nb, p.h_in, o.device, in.id);  // F3a: from the compensated rows
             st.loss += solve_rows_one_sided(wu.data(), row0, nb, in, so, GridFit::given, q);
             if (rest == 0) continue;
             // E = (W_B − Q_B) [+ W_B·D·H⁻¹], W_B the rows before their own sweep (Prop. 3.1/3.2).

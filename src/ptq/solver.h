@@ -112,6 +112,8 @@ public:
     virtual void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const = 0;
     // sweep_rows' contract; returns the sweep's loss.
     virtual double sweep(const SweepCall& call) const = 0;
+    // Where the Hessian-weighted grid search scores its candidates (its largest product); null: the CPU.
+    virtual const GridScorer* grid_scorer() const { return nullptr; }
     virtual std::string name() const = 0;
 };
 
@@ -131,7 +133,8 @@ struct SolverOptions {
     int refine_iters = 1;
 };
 
-QuantizedWeight solve_rtn(const LayerProblem& p, const GridSpec& g, SolveStats* stats = nullptr);
+QuantizedWeight solve_rtn(const LayerProblem& p, const GridSpec& g, SolveStats* stats = nullptr,
+                          const SolverDevice* device = nullptr);
 // GPTQ (one-sided; with p.d: GPTAQ's column term, TurboBoA's F2 on one-sided layers).
 QuantizedWeight solve_gptq(const LayerProblem& p, const SolverOptions& o, SolveStats* stats = nullptr);
 // BoA / TurboBoA: two-sided when p.h_out is set (row blocks of o.row_block), one-sided otherwise; F2 when

@@ -1,5 +1,6 @@
 // test_ptq_cuda.cu — the GPU post-training-quantization path against the CPU one:
-//   CudaSolverDevice  inverse Cholesky (cuSOLVER FP64) vs LAPACK; products vs OpenBLAS; GPTQ / GPTAQ /
+//   CudaSolverDevice  inverse Cholesky (cuSOLVER FP64) vs LAPACK; products vs OpenBLAS; the grid search's
+//                     candidate scores vs a double quadratic form and its fits vs the CPU's; GPTQ / GPTAQ /
 //                     TurboBoA sweeps bit-identical to the CPU's when the factorization is shared and a sweep
 //                     fits in one lazy block (every grid kind: int with groups fitted at the group, per channel,
 //                     level tables, offsets), and equal in objective across lazy blocks (cuBLAS vs OpenBLAS
@@ -179,6 +180,61 @@ TEST(PtqCuda, GemmMatchesCpu) {
     EXPECT_LT(diff, 1e-4);
     for (int64_t r = 0; r < m; ++r)
         for (int64_t j = n; j < n + 5; ++j) EXPECT_EQ(c0[size_t(r * (n + 5) + j)], c1[size_t(r * (n + 5) + j)]);  // untouched
+}
+
+// The grid search's candidate scores on the GPU: each candidate's Δ·H·Δᵀ equals a double-precision quadratic
+// form to FP32 product accuracy, and the grids fitted with the GPU scorer are (nearly always) the CPU's — where
+// a pick differs, its exact score is within FP32 summation noise of the CPU pick's.
+TEST(PtqCuda, GridCandidateScoresMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    const CudaSolverDevice dev;
+    const int64_t rows = 40, cols = 256;
+    std::vector<float> w = random_normal(size_t(rows * cols), 21);
+    for (float& v : w) v *= 0.05f;
+    const std::vector<float> h = random_hessian(cols, 22);
+    for (const GridSpec& g : {parse_grid("int2", 0, false), parse_grid("int3", 64, true), parse_grid("int4", 0, false),
+                              parse_grid("int4", 32, false)}) {
+        const int64_t gs = g.group_size(cols), per_row = cols / gs;
+        const auto exact = [&](int64_t r, int64_t j, const GroupGrid& gg) {
+            const float* x = w.data() + r * cols + j * gs;
+            const float* hb = h.data() + j * gs * cols + j * gs;
+            std::vector<double> d(static_cast<size_t>(gs));
+            for (int64_t t = 0; t < gs; ++t) d[size_t(t)] = double(grid_value(g, gg, grid_nearest(g, gg, x[t]))) - double(x[t]);
+            double q = 0.0;
+            for (int64_t t = 0; t < gs; ++t)
+                for (int64_t k = 0; k < gs; ++k) q += d[size_t(t)] * double(hb[t * cols + k]) * d[size_t(k)];
+            return q;
+        };
+        // The raw scores of a few candidates per row (group 0), against the double quadratic form.
+        const int64_t k = 3;
+        std::vector<GroupGrid> cand(size_t(rows * k));
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < k; ++c) cand[size_t(r * k + c)] = {0.004f * float(c + 1) * float(g.bits), float(c), 0.0f};
+        std::vector<double> scores(size_t(rows * k));
+        dev.score_int_candidates(g, w.data(), cols, rows, gs, h.data(), cols, 0, cand.data(), k, scores.data());
+        for (int64_t a = 0; a < rows * k; ++a) {
+            const double want = exact(a / k, 0, cand[size_t(a)]);
+            EXPECT_NEAR(scores[size_t(a)], want, 1e-5 * std::fabs(want) + 1e-12) << g.describe() << " candidate " << a;
+        }
+        // Whole fits: the CPU's search (stacked for groups ≥ 128, scalar below) vs the GPU scorer's.
+        const SpanGrids cpu = fit_span_grids(g, w.data(), cols, rows, cols, h.data(), cols);
+        const SpanGrids gpu = fit_span_grids(g, w.data(), cols, rows, cols, h.data(), cols, dev.grid_scorer(), 5);
+        const SpanGrids again = fit_span_grids(g, w.data(), cols, rows, cols, h.data(), cols, dev.grid_scorer(), 5);  // cached H
+        ASSERT_EQ(gpu.grids.size(), cpu.grids.size());
+        int64_t same = 0;
+        for (int64_t i = 0; i < int64_t(cpu.grids.size()); ++i) {
+            const GroupGrid &a = cpu.grids[size_t(i)], &b = gpu.grids[size_t(i)];
+            EXPECT_TRUE(b.scale == again.grids[size_t(i)].scale && b.zero == again.grids[size_t(i)].zero);
+            if (a.scale == b.scale && a.zero == b.zero) {
+                ++same;
+                continue;
+            }
+            const double sa = exact(i / per_row, i % per_row, a), sb = exact(i / per_row, i % per_row, b);
+            EXPECT_NEAR(sb, sa, 1e-5 * sa) << g.describe() << " group " << i;
+        }
+        std::printf("  %s: %lld of %zu grids identical\n", g.describe().c_str(), (long long)same, cpu.grids.size());
+        EXPECT_GE(double(same), 0.9 * double(cpu.grids.size())) << g.describe();
+    }
 }
 
 // Every grid kind, one lazy block (cols ≤ 128): the GPU sweep is the CPU sweep, bit for bit.

@@ -136,6 +136,29 @@ __global__ void sweep_block_kernel(float* w, int64_t cols, int n, int64_t i1, in
     if (lane == 0) loss[row] += row_loss;
 }
 
+// D[a][j] = value(nearest(w[a / k][j])) − w[a / k][j] on candidate grid a (grid_value/grid_nearest's
+// arithmetic), for candidates [a0, a0 + m) of rows holding k each; D is m × n, w has leading dimension ldw.
+__global__ void candidate_error_kernel(const float* w, int64_t ldw, int64_t n, const float* cand, int64_t k, int64_t a0,
+                                       int64_t m, SweepGrid g, float* d) {
+    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= m * n) return;
+    const int64_t a = a0 + idx / n, j = idx % n;
+    const float* c = cand + a * 3;
+    const float x = w[(a / k) * ldw + j];
+    d[idx] = grid_value_dev(g, c[0], c[1], c[2], grid_nearest_dev(g, c[0], c[1], c[2], x)) - x;
+}
+
+// scores[a] = Σ_j d[a][j]·t[a][j] in double, one warp per candidate.
+__global__ void row_dot_kernel(const float* d, const float* t, int64_t m, int64_t n, double* scores) {
+    const int64_t a = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (a >= m) return;
+    double s = 0.0;
+    for (int64_t j = lane; j < n; j += 32) s += double(d[a * n + j]) * double(t[a * n + j]);
+    for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
+    if (lane == 0) scores[a] = s;
+}
+
 template <typename T>
 T* grown(DeviceBuffer<T>& b, size_t n) {
     return b.grow(std::max<size_t>(n, 1));
@@ -166,6 +189,12 @@ struct CudaSolverDevice::State {
     DeviceBuffer<int32_t> sorder;
     DeviceBuffer<uint8_t> scodes;
     DeviceBuffer<double> sloss;
+    // grid candidate scoring: the Hessian block held (named by h_id, its address and shape), w, candidates, D, D·H
+    uint64_t score_h_id = 0;
+    const float* score_h_ptr = nullptr;
+    int64_t score_h_n = 0, score_h_ld = 0;
+    DeviceBuffer<float> score_h, score_w, score_cand, score_d, score_t;
+    DeviceBuffer<double> score_out;
 };
 
 CudaSolverDevice::CudaSolverDevice() : s_(std::make_unique<State>()) {
@@ -342,6 +371,52 @@ double CudaSolverDevice::sweep(const SweepCall& call) const {
     CUDA_CHECK(cudaMemcpyAsync(loss.data(), dloss, size_t(n) * sizeof(double), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     return std::accumulate(loss.begin(), loss.end(), 0.0);
+}
+
+void CudaSolverDevice::score_int_candidates(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n,
+                                            const float* h, int64_t ldh, uint64_t h_id, const GroupGrid* cand, int64_t k,
+                                            double* scores) const {
+    if (rows == 0 || n == 0) return;
+    State& s = *s_;
+    const cudaStream_t st = s.blas.stream();
+    if (h_id == 0 || s.score_h_id != h_id || s.score_h_ptr != h || s.score_h_n != n || s.score_h_ld != ldh) {
+        s.score_h_id = 0;
+        float* dh = grown(s.score_h, size_t(n * n));
+        CUDA_CHECK(cudaMemcpy2DAsync(dh, size_t(n) * 4, h, size_t(ldh) * 4, size_t(n) * 4, size_t(n), cudaMemcpyHostToDevice, st));
+        s.score_h_id = h_id;
+        s.score_h_ptr = h;
+        s.score_h_n = n;
+        s.score_h_ld = ldh;
+    }
+    float* dw = grown(s.score_w, size_t(rows * n));
+    CUDA_CHECK(cudaMemcpy2DAsync(dw, size_t(n) * 4, w, size_t(ldw) * 4, size_t(n) * 4, size_t(rows), cudaMemcpyHostToDevice, st));
+    const int64_t m = rows * k;
+    float* dcand = grown(s.score_cand, size_t(m * 3));
+    CUDA_CHECK(cudaMemcpyAsync(dcand, cand, size_t(m) * sizeof(GroupGrid), cudaMemcpyHostToDevice, st));
+    double* dscores = grown(s.score_out, size_t(m));
+    SweepGrid sg{};
+    sg.has_levels = 0;
+    sg.has_offset = grid_has_offset(g);
+    sg.maxq = g.max_code();
+    // D and D·H in chunks of whole rows' candidates, at most 2^26 floats (256 MiB) each.
+    const int64_t chunk = std::max<int64_t>(k, std::min<int64_t>(m, ((int64_t(1) << 26) / n) / k * k));
+    float* dd = grown(s.score_d, size_t(chunk * n));
+    float* dt = grown(s.score_t, size_t(chunk * n));
+    ptq_sample_device_memory();
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t a0 = 0; a0 < m; a0 += chunk) {
+        const int64_t mc = std::min(chunk, m - a0);
+        candidate_error_kernel<<<unsigned((mc * n + 255) / 256), 256, 0, st>>>(dw, n, n, dcand, k, a0, mc, sg, dd);
+        CUDA_CHECK(cudaGetLastError());
+        // Row-major T = D·H is column-major Tᵀ = Hᵀ·Dᵀ over the same storage (H is symmetric; either way).
+        cublas_check(cublasSgemm(s.blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(mc), int(n), &one, s.score_h.data(),
+                                 int(n), dd, int(n), &zero, dt, int(n)),
+                     "cublasSgemm (grid candidates)");
+        row_dot_kernel<<<unsigned((mc * 32 + 255) / 256), 256, 0, st>>>(dd, dt, mc, n, dscores + a0);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    CUDA_CHECK(cudaMemcpyAsync(scores, dscores, size_t(m) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
 }  // namespace lowbit

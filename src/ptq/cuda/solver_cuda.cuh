@@ -2,7 +2,8 @@
 // Cholesky with cuSOLVER (potrf → potri → potrf, as the CPU does with LAPACK; the damped FP64 matrix is built on
 // the device from the FP32 Hessian and the factor goes back in FP32, half the bytes), FP32 products with cuBLAS
 // (no TF32), and GPTQ's column sweep as a kernel (one warp per row, the lazy block's chol_U(H⁻¹) and GPTAQ P
-// blocks in shared memory) with the lazy updates between blocks as cuBLAS GEMMs.
+// blocks in shared memory) with the lazy updates between blocks as cuBLAS GEMMs, and the grid search's
+// candidate scores (a kernel builds the candidates' errors D, cuBLAS forms D·H_g, a kernel the row dots).
 //
 // Exactness: the sweep kernel does the CPU sweep's arithmetic in the CPU's order (nearest code, (x − q)/U_cc,
 // the row updates w_j −= e·U_cj [− x·P_cj], built with --fmad=false), so a sweep that fits in one lazy block
@@ -20,7 +21,7 @@
 
 namespace lowbit {
 
-class CudaSolverDevice final : public SolverDevice {
+class CudaSolverDevice final : public SolverDevice, public GridScorer {
 public:
     CudaSolverDevice();
     ~CudaSolverDevice() override;
@@ -31,6 +32,9 @@ public:
                                 double damp, std::vector<float>& u, std::vector<double>* h_inv) const override;
     void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override;
     double sweep(const SweepCall& call) const override;
+    void score_int_candidates(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
+                              int64_t ldh, uint64_t h_id, const GroupGrid* cand, int64_t k, double* scores) const override;
+    const GridScorer* grid_scorer() const override { return this; }
     std::string name() const override { return "cuda"; }
 
 private:
