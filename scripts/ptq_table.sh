@@ -4,8 +4,7 @@
 # of 512).
 #   scripts/ptq_table.sh --format F [--model M] [--out DIR] [--methods "rtn gptq turboboa"] [--chunks N]
 #                        [--eval-device cpu|cuda] [extra quantize args, e.g. --group 128 --device cuda...]
-# GGUF formats are written as .gguf; int grids as GPTQ-packed safetensors directories, NVFP4 (which lowbit cannot
-# read back from GGUF yet) as a fake-quantized one.
+# GGUF formats (NVFP4 included) are written as .gguf; int grids as GPTQ-packed safetensors directories.
 # Needs a built ./build/lowbit (or LOWBIT=path) and the fetched model (scripts/run.sh does both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +27,7 @@ mkdir -p "$out"
 eval_args=(--corpus sotu-test --ctx 512 --chunks "$chunks" --device "$eval_device" --no-progress --json)
 # int grids have no GGUF type: they go to a GPTQ-packed safetensors directory, read back with the model's tokenizer.
 suffix=.gguf; tok_arg=()
-case "$format" in int*|nvfp4) suffix=""; tok_arg=(--tokenizer "$model") ;; esac
+case "$format" in int*) suffix=""; tok_arg=(--tokenizer "$model") ;; esac
 echo "ptq_table: reference logits of the unquantized model"
 "$lowbit" eval --model "$model" "${eval_args[@]}" --save-logits "$out/base.kld" > "$out/eval_base.json"
 for m in $methods; do

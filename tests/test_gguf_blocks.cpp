@@ -92,6 +92,57 @@ TEST(GgufBlocks, Mxfp4GoldenBytes) {
     EXPECT_EQ(y[16], -0.5f);
 }
 
+// NVFP4's UE4M3 scale byte: every code decodes to (1 + m/8)·2^(e−7)/2 (e = 0: m·2^-9/2), bit 7 ignored, 0x00
+// and 0x7F to 0 (0xFF is 240, as in ggml's CPU decoder and gguf-py); the encoder inverts every code it can emit (not 0x78..0x7D: exponent 15 saturates
+// to 0x7E), rounds half up, and clamps.
+TEST(GgufBlocks, Ue4m3ScaleByte) {
+    for (int code = 0; code < 256; ++code) {
+        const int e = (code >> 3) & 0xF, m = code & 7;
+        const double raw = e == 0 ? m / 512.0 : (1.0 + m / 8.0) * std::pow(2.0, e - 7);
+        const double want = code == 0 || code == 0x7F ? 0.0 : raw / 2.0;
+        EXPECT_EQ(double(gguf_ue4m3_half(uint8_t(code))), want) << code;
+        if (code >= 1 && code < 0x78) {
+            EXPECT_EQ(gguf_ue4m3_from_float(float(2.0 * want)), code) << code;
+        }
+    }
+    EXPECT_EQ(gguf_ue4m3_from_float(1.0625f), 0x39);  // half-way between 1 (0x38) and 1.125: up
+    EXPECT_EQ(gguf_ue4m3_from_float(1.06f), 0x38);
+    EXPECT_EQ(gguf_ue4m3_from_float(300.0f), 0x7E);  // exponent 15 saturates
+    EXPECT_EQ(gguf_ue4m3_from_float(1e9f), 0x7E);
+    EXPECT_EQ(gguf_ue4m3_from_float(0.0f), 0);
+    EXPECT_EQ(gguf_ue4m3_from_float(-1.0f), 0);
+    EXPECT_EQ(gguf_ue4m3_from_float(std::numeric_limits<float>::quiet_NaN()), 0);
+    EXPECT_EQ(gguf_ue4m3_from_float(3.0f / 512.0f), 3);   // subnormal m·2^-9
+    EXPECT_EQ(gguf_ue4m3_from_float(0.5f / 512.0f), 1);   // ⌊0.5 + 0.5⌋
+    EXPECT_EQ(gguf_ue4m3_from_float(0.4f / 512.0f), 0);
+}
+
+TEST(GgufBlocks, Nvfp4GoldenBytes) {
+    // Sub-block 0: amax 6 → amax/6 = 1 → code 0x38, half scale 0.5: 6 = 12·0.5 → code 7; sub-block 1 (x[16..31]):
+    // amax 3 → 0.5 → code 0x30, half scale 0.25: −3 = −12·0.25 → code 15, 0.25 = 1·0.25 → code 1;
+    // sub-blocks 2, 3 zero → code 0, all codes 0.
+    std::vector<float> x(64, 0.0f);
+    x[0] = 6.0f;
+    x[9] = 0.25f;   // tie between 0 and 0.5 at half scale 0.5: the first entry (0) wins
+    x[16] = -3.0f;
+    x[16 + 8] = 0.25f;
+    auto b = gguf_quantize_matrix(GgufType::NVFP4, x.data(), 1, 64);
+    ASSERT_EQ(b.size(), 36u);
+    EXPECT_EQ(b[0], 0x38);
+    EXPECT_EQ(b[1], 0x30);
+    EXPECT_EQ(b[2], 0x00);
+    EXPECT_EQ(b[3], 0x00);
+    EXPECT_EQ(b[4 + 0], 0x07);       // element 0 low, element 8 high
+    EXPECT_EQ(b[4 + 1], 0x00);       // element 1 low, element 9 high (the tie)
+    EXPECT_EQ(b[4 + 8 + 0], 0x1F);   // element 16 low (code 15), element 24 high (code 1)
+    std::vector<float> y(64);
+    gguf_dequantize_matrix(GgufType::NVFP4, b.data(), 1, 64, y.data());
+    EXPECT_EQ(y[0], 6.0f);
+    EXPECT_EQ(y[9], 0.0f);
+    EXPECT_EQ(y[16], -3.0f);
+    EXPECT_EQ(y[24], 0.25f);
+}
+
 TEST(GgufBlocks, MatrixRoundTripError) {
     const int64_t rows = 8, cols = 128;
     std::vector<float> x(size_t(rows * cols)), y(x.size());

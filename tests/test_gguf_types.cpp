@@ -33,6 +33,7 @@ static_assert(block_is(GgufType::Q5_1, 32, sizeof(BlockQ5_1)));
 static_assert(block_is(GgufType::Q8_0, 32, sizeof(BlockQ8_0)));
 static_assert(block_is(GgufType::Q6_K, 256, sizeof(BlockQ6_K)));
 static_assert(block_is(GgufType::MXFP4, 32, sizeof(BlockMxfp4)));
+static_assert(block_is(GgufType::NVFP4, 64, sizeof(BlockNvfp4)));
 static_assert(block_is(GgufType::F32, 1, sizeof(float)));
 static_assert(block_is(GgufType::F16, 1, sizeof(uint16_t)) && block_is(GgufType::BF16, 1, sizeof(uint16_t)));
 

@@ -20,10 +20,13 @@ namespace lowbit {
 namespace {
 
 // A tiny model whose widths are multiples of 32 (the GGUF block formats' block).
-LlamaModel ptq_model(uint64_t seed = 3) {
+// hidden = 64 (head_dim 16) for the grids of 64-column blocks (NVFP4).
+LlamaModel ptq_model(uint64_t seed = 3, int64_t hidden = 32) {
     LlamaModel m;
     m.config = tiny_llama_config(false, true);
     m.config.ffn_size = 64;
+    m.config.hidden_size = hidden;
+    m.config.head_dim = hidden / m.config.n_heads;
     m.config.rope_pairing = RopePairing::adjacent;  // what a GGUF of arch llama holds
     m.weights = random_llama_weights(m.config, seed, 0.3f);
     return m;
@@ -206,10 +209,10 @@ TEST(PtqPipeline, SolversLowerTheProxyLossBelowRtnOnTheSameStatistics) {
 }
 
 TEST(PtqExport, GgufReadsBackBitForBitWithMetadata) {
-    const LlamaModel m = ptq_model();
-    const std::string src = ptq_gguf(m, "ptq_export_src.gguf");
-    const auto reader = ModelReader::open(src);
-    for (const std::string format : {"q4_0", "q4_1", "q5_0", "q8_0", "mxfp4"}) {
+    for (const std::string format : {"q4_0", "q4_1", "q5_0", "q8_0", "mxfp4", "nvfp4"}) {
+        const LlamaModel m = ptq_model(3, format == "nvfp4" ? 64 : 32);
+        const std::string src = ptq_gguf(m, "ptq_export_src_" + format + ".gguf");
+        const auto reader = ModelReader::open(src);
         PtqOptions o = tiny_options(PtqMethod::gptq, format);
         const QuantizedModel q = quantize_model(*reader, tiny_windows(m.config, o), o, nullptr);
         const std::string out = test::temp_path("ptq_export_" + format + ".gguf");

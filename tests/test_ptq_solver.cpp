@@ -1156,7 +1156,7 @@ TEST(Grids, StackedHessianSearchPicksTheBestCandidate) {
 
 TEST(Grids, GgufBytesDecodeToDequantize) {
     const Synthetic s = make_synthetic(8, 128, 4, 150);
-    for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4"}) {
+    for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "nvfp4"}) {
         const GridSpec g = parse_grid(name);
         SolverOptions o = options(g);
         o.refine_scales = true;

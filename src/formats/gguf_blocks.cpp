@@ -38,10 +38,10 @@ uint32_t load_u32_le(const uint8_t* p) {
 }
 
 // Runs `codec(src_block, dst_block)` over n consecutive blocks of the packed type Block.
-template <typename Block, typename Codec>
+template <typename Block, int kElements = kQk, typename Codec>
 void each_encoded_block(const float* x, int64_t n_blocks, uint8_t* out, Codec codec) {
     for (int64_t b = 0; b < n_blocks; ++b)
-        codec(x + b * kQk, reinterpret_cast<Block*>(out + b * int64_t(sizeof(Block))));
+        codec(x + b * kElements, reinterpret_cast<Block*>(out + b * int64_t(sizeof(Block))));
 }
 template <typename Block, int kElements = kQk, typename Codec>
 void each_decoded_block(const uint8_t* blocks, int64_t n_blocks, float* out, Codec codec) {
@@ -97,6 +97,20 @@ void quantize_q8_0(const float* x, BlockQ8_0* y) {
     for (int j = 0; j < kQk; ++j) y->qs[j] = int8_t(trunc_to_int(std::round(x[j] * id)));  // half away from zero
 }
 
+// The nearest entry of the doubled E2M1 table times d (ggml's best_index_mxfp4: ties keep the first).
+uint8_t nearest_e2m1_doubled(float x, float d) {
+    int best = 0;
+    float best_err = std::fabs(d * float(kMxfp4Doubled[0]) - x);
+    for (int k = 1; k < 16; ++k) {
+        const float err = std::fabs(d * float(kMxfp4Doubled[k]) - x);
+        if (err < best_err) {
+            best_err = err;
+            best = k;
+        }
+    }
+    return uint8_t(best);
+}
+
 void quantize_mxfp4(const float* x, BlockMxfp4* y) {
     float amax = 0.0f;
     for (int j = 0; j < kQk; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -108,19 +122,22 @@ void quantize_mxfp4(const float* x, BlockMxfp4* y) {
     const float d = e8m0_half(e);
     y->e = e;
     uint8_t q[kQk];
-    for (int j = 0; j < kQk; ++j) {
-        int best = 0;
-        float best_err = std::fabs(d * float(kMxfp4Doubled[0]) - x[j]);
-        for (int k = 1; k < 16; ++k) {  // nearest table entry; ties keep the first
-            const float err = std::fabs(d * float(kMxfp4Doubled[k]) - x[j]);
-            if (err < best_err) {
-                best_err = err;
-                best = k;
-            }
-        }
-        q[j] = uint8_t(best);
-    }
+    for (int j = 0; j < kQk; ++j) q[j] = nearest_e2m1_doubled(x[j], d);
     gguf_pack_nibbles32(q, y->qs);
+}
+
+// ggml's quantize_row_nvfp4_ref: per 16-element sub-block, the UE4M3 code of amax/6, then nearest codes.
+void quantize_nvfp4(const float* x, BlockNvfp4* y) {
+    for (int s = 0; s < 4; ++s) {
+        const float* xb = x + 16 * s;
+        float amax = 0.0f;
+        for (int j = 0; j < 16; ++j)
+            if (amax < std::fabs(xb[j])) amax = std::fabs(xb[j]);
+        y->d[s] = gguf_ue4m3_from_float(amax / 6.0f);
+        const float d = gguf_ue4m3_half(y->d[s]);
+        for (int j = 0; j < 8; ++j)
+            y->qs[8 * s + j] = uint8_t(nearest_e2m1_doubled(xb[j], d) | nearest_e2m1_doubled(xb[8 + j], d) << 4);
+    }
 }
 
 void quantize_q5_0(const float* x, BlockQ5_0* y) {
@@ -207,6 +224,31 @@ uint16_t gguf_fp16_from_float(float x) {
 }
 float gguf_fp16_to_float(uint16_t h) { return decode_element(element_spec(ElementType::fp16), h); }
 
+float gguf_ue4m3_half(uint8_t code) {
+    if (code == 0 || code == 0x7F) return 0.0f;
+    const int exp = (code >> 3) & 0xF, man = code & 0x7;
+    const float raw = exp == 0 ? std::ldexp(float(man), -9) : std::ldexp(1.0f + float(man) / 8.0f, exp - 7);
+    return raw * 0.5f;
+}
+
+uint8_t gguf_ue4m3_from_float(float x) {
+    if (!(x > 0.0f)) return 0;
+    x = std::min(x, 448.0f);
+    const uint32_t bits = float_bits(x);
+    const int exp = int((bits >> 23) & 0xFF) - 127 + 7;
+    if (exp <= 0) {  // subnormal: m·2^-9, m = ⌊x·512 + 0.5⌋ in 1..7
+        const int man = std::min(7, int(x * 512.0f + 0.5f));
+        return man < 1 ? 0 : uint8_t(man);
+    }
+    if (exp >= 15) return 0x7E;
+    int e = exp, man = int((bits >> 20) & 0x7) + int((bits >> 19) & 1);
+    if (man > 7) {
+        man = 0;
+        if (++e >= 15) return 0x7E;
+    }
+    return uint8_t(e << 3 | man);
+}
+
 void gguf_pack_nibbles32(const uint8_t* q, uint8_t* qs) {
     for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 0xF) | (q[j + 16] & 0xF) << 4);
 }
@@ -278,6 +320,9 @@ void gguf_encode_q5_1(const float* x, int64_t n_blocks, uint8_t* out) {
 void gguf_encode_mxfp4(const float* x, int64_t n_blocks, uint8_t* out) {
     each_encoded_block<BlockMxfp4>(x, n_blocks, out, quantize_mxfp4);
 }
+void gguf_encode_nvfp4(const float* x, int64_t n_blocks, uint8_t* out) {
+    each_encoded_block<BlockNvfp4, 64>(x, n_blocks, out, quantize_nvfp4);
+}
 void gguf_encode_iq4_nl(const float* x, int64_t n_blocks, uint8_t* out) {
     each_encoded_block<BlockIq4Nl>(x, n_blocks, out, quantize_iq4_nl);
 }
@@ -334,6 +379,18 @@ void gguf_decode_mxfp4(const uint8_t* blocks, int64_t n_blocks, float* out) {
         for (int j = 0; j < 16; ++j) {
             y[j] = float(kMxfp4Doubled[b.qs[j] & 0xF]) * d;
             y[j + 16] = float(kMxfp4Doubled[b.qs[j] >> 4]) * d;
+        }
+    });
+}
+
+void gguf_decode_nvfp4(const uint8_t* blocks, int64_t n_blocks, float* out) {
+    each_decoded_block<BlockNvfp4, 64>(blocks, n_blocks, out, [](const BlockNvfp4& b, float* y) {
+        for (int s = 0; s < 4; ++s) {
+            const float d = gguf_ue4m3_half(b.d[s]);
+            for (int j = 0; j < 8; ++j) {
+                y[16 * s + j] = float(kMxfp4Doubled[b.qs[8 * s + j] & 0xF]) * d;
+                y[16 * s + 8 + j] = float(kMxfp4Doubled[b.qs[8 * s + j] >> 4]) * d;
+            }
         }
     });
 }

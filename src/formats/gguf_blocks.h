@@ -80,9 +80,14 @@ struct BlockMxfp4 {
     uint8_t e;        // E8M0 scale
     uint8_t qs[16];   // E2M1 codes, value kvalues[q]·2^(e−128) (doubled table, halved scale)
 };
+struct BlockNvfp4 {   // 64 elements: four sub-blocks of 16
+    uint8_t d[4];     // UE4M3 sub-block scales; value kvalues[q]·gguf_ue4m3_half(d[s])
+    uint8_t qs[32];   // sub-block s: byte 8s + j holds element 16s + j (low nibble) and 16s + 8 + j (high)
+};
 #pragma pack(pop)
 
 static_assert(sizeof(BlockIq4Nl) == 18);
+static_assert(sizeof(BlockNvfp4) == 36 && offsetof(BlockNvfp4, qs) == 4);
 static_assert(sizeof(BlockQ2_K) == 84 && offsetof(BlockQ2_K, qs) == 16 && offsetof(BlockQ2_K, d) == 80 &&
               offsetof(BlockQ2_K, dmin) == 82);
 static_assert(sizeof(BlockQ3_K) == 110 && offsetof(BlockQ3_K, qs) == 32 && offsetof(BlockQ3_K, scales) == 96 &&
@@ -109,6 +114,13 @@ void gguf_pack_q5_codes(const uint8_t* q, uint8_t* qh, uint8_t* qs);
 uint16_t gguf_fp16_from_float(float x);
 float gguf_fp16_to_float(uint16_t h);
 
+// ggml's UE4M3 scale byte of NVFP4 (ggml_ue4m3_to_fp32 / ggml_fp32_to_ue4m3): decoding ignores bit 7, reads
+// exponent (bias 7, 0 = subnormal m·2^-9) and 3 mantissa bits and halves the value (the doubled E2M1 table);
+// 0x00 and 0x7F decode to 0. Encoding: ≤ 0 or NaN → 0, clamp to 448, round half up on the 4th mantissa bit
+// (subnormals: ⌊x·512 + 0.5⌋), exponents ≥ 15 saturate to 0x7E.
+float gguf_ue4m3_half(uint8_t code);
+uint8_t gguf_ue4m3_from_float(float x);
+
 // Block codecs: `n_blocks` consecutive blocks ↔ n_blocks·(block elements) floats. Encoders exist for the
 // types lowbit writes; a type it only reads has a decoder alone.
 void gguf_encode_q4_0(const float* x, int64_t n_blocks, uint8_t* out);
@@ -117,6 +129,7 @@ void gguf_encode_q8_0(const float* x, int64_t n_blocks, uint8_t* out);
 void gguf_encode_q5_0(const float* x, int64_t n_blocks, uint8_t* out);
 void gguf_encode_q5_1(const float* x, int64_t n_blocks, uint8_t* out);
 void gguf_encode_mxfp4(const float* x, int64_t n_blocks, uint8_t* out);
+void gguf_encode_nvfp4(const float* x, int64_t n_blocks, uint8_t* out);  // ggml's quantize_row_nvfp4_ref
 void gguf_encode_iq4_nl(const float* x, int64_t n_blocks, uint8_t* out);  // llama-quantize's search (iq4nl.h)
 void gguf_decode_q4_0(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_q4_1(const uint8_t* blocks, int64_t n_blocks, float* out);
@@ -124,6 +137,7 @@ void gguf_decode_q5_0(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_q5_1(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_q8_0(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_mxfp4(const uint8_t* blocks, int64_t n_blocks, float* out);
+void gguf_decode_nvfp4(const uint8_t* blocks, int64_t n_blocks, float* out);
 void gguf_decode_iq4_nl(const uint8_t* blocks, int64_t n_blocks, float* out);
 // K-quants (defined in kquants.cpp): encoders = kquant_fit without weights (ggml's quantize_row_q*_K_ref).
 void gguf_encode_q2_k(const float* x, int64_t n_blocks, uint8_t* out);

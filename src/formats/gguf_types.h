@@ -86,7 +86,8 @@ inline constexpr GgufTypeInfo kGgufTypes[] = {
     {GgufType::TQ2_0, "TQ2_0", 256, 66, nullptr, nullptr, nullptr, nullptr},
     {GgufType::MXFP4, "MXFP4", 32, 17, gguf_decode_mxfp4, gguf_encode_mxfp4, "gguf_mxfp4",
      "GGUF MXFP4 block (ggml reference: floor rule, nearest)"},
-    {GgufType::NVFP4, "NVFP4", 64, 36, nullptr, nullptr, nullptr, nullptr},
+    {GgufType::NVFP4, "NVFP4", 64, 36, gguf_decode_nvfp4, gguf_encode_nvfp4, "gguf_nvfp4",
+     "GGUF NVFP4 block: four 16-element E2M1 sub-blocks with UE4M3 scales (ggml reference: amax/6, nearest)"},
     {GgufType::Q1_0, "Q1_0", 128, 18, nullptr, nullptr, nullptr, nullptr},
 };
 

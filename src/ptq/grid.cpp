@@ -82,14 +82,11 @@ float mxfp4_half_scale(int e) {
 }
 int mxfp4_exponent_of(float half_scale) { return int((float_bits(half_scale) >> 23) & 0xFF) + 1; }
 
-// ggml NVFP4: UE4M3 sub-block scale (positive E4M3 codes; 0x7F decodes to 0), value = kvalues·(ue4m3/2).
-uint8_t nvfp4_ue4m3(float target) {
-    if (!(target > 0.0f)) return 0;
-    return uint8_t(encode_element(element_spec(ElementType::e4m3), target, Rounding::nearest_even, Overflow::saturate));
-}
-float nvfp4_half_scale(uint8_t code) {
-    if (code == 0 || code == 0x7F) return 0.0f;
-    return decode_element(element_spec(ElementType::e4m3), code) * 0.5f;
+// ggml NVFP4: UE4M3 sub-block scales with ggml's own encoder (so that RTN's min–max grid is ggml's reference
+// quantizer), value = kvalues·(ue4m3/2). The codes the encoder gives back from their own value (not
+// 0x78..0x7D, which it saturates to 0x7E) are the ones a grid may use: the packer re-encodes scales.
+bool nvfp4_code_round_trips(int k) {
+    return k >= 1 && k <= 0x7E && gguf_ue4m3_from_float(2.0f * gguf_ue4m3_half(uint8_t(k))) == k;
 }
 
 // Δ·H·Δᵀ for one vector Δ of n values (h with leading dimension ldh), in double.
@@ -346,7 +343,7 @@ GroupGrid fit_group(const GridSpec& g, const float* w, int64_t n, const Scorer& 
         }
         case GridFormat::nvfp4: {
             const auto make = [&](float p, GroupGrid* c) {
-                c[0] = {nvfp4_half_scale(nvfp4_ue4m3(p * r.amax / 6.0f)), 0.0f, 0.0f};
+                c[0] = {gguf_ue4m3_half(gguf_ue4m3_from_float(p * r.amax / 6.0f)), 0.0f, 0.0f};
                 return 1;
             };
             GroupGrid c[2];
@@ -593,9 +590,9 @@ std::vector<ScaleCandidate> scale_candidates(const GridSpec& g, const GroupGrid&
             break;
         }
         case GridFormat::nvfp4: {
-            const uint8_t c = nvfp4_ue4m3(target * 2.0f);
+            const uint8_t c = gguf_ue4m3_from_float(target * 2.0f);
             for (int k : {int(c) - 1, int(c), int(c) + 1})
-                if (k >= 1 && k <= 0x7E) with_scale(nvfp4_half_scale(uint8_t(k)));
+                if (nvfp4_code_round_trips(k)) with_scale(gguf_ue4m3_half(uint8_t(k)));
             break;
         }
         default: {  // K-quants: scale = d·(code − bias)
@@ -692,7 +689,7 @@ std::vector<uint8_t> QuantizedWeight::gguf_bytes() const {
                     case GridFormat::nvfp4:
                         for (int s = 0; s < 4; ++s) {
                             const GroupGrid& ps = grids[size_t(r * per_row + b * 4 + s)];
-                            dst[s] = nvfp4_ue4m3(ps.scale * 2.0f);
+                            dst[s] = gguf_ue4m3_from_float(ps.scale * 2.0f);
                             for (int j = 0; j < 8; ++j)
                                 dst[4 + 8 * s + j] = uint8_t((q[16 * s + j] & 0xF) | (q[16 * s + j + 8] & 0xF) << 4);
                         }

@@ -1,8 +1,9 @@
 """check_gguf.py — lowbit's GGUF blocks against the PyPI package `gguf` (llama.cpp's own NumPy code),
 bit for bit: packed bytes and dequantized values of the types gguf-py can quantize (Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0, MXFP4); for the types it can only dequantize (Q2_K … Q6_K, IQ4_NL) our decoder against gguf-py's, on
-the bytes our encoder writes and on random blocks (through a GGUF file and tool_gguf_dump). Our K-quant and
-IQ4_NL encoders against ggml itself: tests/peer/check_kquants_ggml.py."""
+Q8_0, MXFP4); for the types it can only dequantize (Q2_K … Q6_K, IQ4_NL, NVFP4) our decoder against gguf-py's, on
+the bytes our encoder writes and on random blocks (through a GGUF file and tool_gguf_dump). NVFP4's encoder
+against ggml's reference rule rebuilt here on gguf-py's UE4M3 codec. Our K-quant and IQ4_NL encoders against
+ggml itself: tests/peer/check_kquants_ggml.py."""
 import os
 import subprocess
 
@@ -19,9 +20,11 @@ rng = np.random.default_rng(7)
 TOOL = os.path.join(os.path.dirname(os.path.abspath(c.args.lowbit)), "tool_gguf_dump")
 
 FORMATS = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1, "q8_0": T.Q8_0, "gguf_mxfp4": T.MXFP4}
-DECODE_ONLY = {"q2_k": T.Q2_K, "q3_k": T.Q3_K, "q4_k": T.Q4_K, "q5_k": T.Q5_K, "q6_k": T.Q6_K, "iq4_nl": T.IQ4_NL}
+DECODE_ONLY = {"q2_k": T.Q2_K, "q3_k": T.Q3_K, "q4_k": T.Q4_K, "q5_k": T.Q5_K, "q6_k": T.Q6_K, "iq4_nl": T.IQ4_NL,
+               "gguf_nvfp4": T.NVFP4}
 # Byte offsets of the fp16 scales in each block (ggml-common.h), set to sane values in the random blocks.
-FP16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ4_NL: (0,)}
+FP16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ4_NL: (0,),
+               T.NVFP4: ()}
 
 
 def inputs():
@@ -115,5 +118,27 @@ for label, x in inputs_by_label.items():
         ref = quants.dequantize(ours.reshape(x.shape[0], -1), qt).astype(np.float32)
         ok, why = same_bits(np.load(deq), ref)
         c.check(f"{name} dequantized on {label}", ok, why)
+
+
+def nvfp4_reference(x):
+    """ggml's quantize_row_nvfp4_ref: per 16 elements the UE4M3 code of amax/6, then the nearest entry of the
+    doubled E2M1 table (first on ties); sub-block s byte j holds elements j (low) and j + 8 (high)."""
+    sub = x.reshape(-1, 16).astype(np.float32)
+    ue = quants.NVFP4.fp32_to_ue4m3((np.abs(sub).max(axis=1) / np.float32(6)).astype(np.float32))
+    d = quants.NVFP4.ue4m3_to_fp32(ue).astype(np.float32)
+    kv = np.array(quants.NVFP4.kvalues, dtype=np.float32)
+    err = np.abs(kv[None, None, :] * d[:, None, None] - sub[:, :, None])
+    q = np.argmin(err, axis=2).astype(np.uint8)  # first minimum, as ggml's strict <
+    qs = (q[:, :8] | (q[:, 8:] << 4)).reshape(-1, 4, 8)
+    return np.concatenate([ue.reshape(-1, 4), qs.reshape(-1, 32)], axis=1).reshape(-1)
+
+
+for label, x in inputs_by_label.items():
+    if not np.isfinite(x).all():
+        continue
+    inp, packed = c.path("g_in.npy"), c.path("g_out.bin")
+    np.save(inp, x)
+    c.lowbit("formats", "pack", "--format", "gguf_nvfp4", inp, packed)
+    compare_bytes("gguf_nvfp4 (ggml's reference rule)", label, np.fromfile(packed, dtype=np.uint8), nvfp4_reference(x))
 
 c.finish()

@@ -7,7 +7,7 @@ byte for byte:
      for the K-quants, the type traits' quantize_row_*_ref, through tests/peer/ggml_quantize_ref.c (compiled
      here against the build's libggml-base.a); with an importance matrix `formats pack --imatrix W.npy`
      against ggml_quantize_chunk(..., imatrix) — for Q2_K … Q6_K, IQ4_NL (and the 32-element types without
-     one: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4);
+     one: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, NVFP4);
   2. decoders: `lowbit formats roundtrip` against ggml's to_float on the same bytes;
   3. mixes: small random F32 GGUFs with the tensor names and row lengths of SmolLM2-135M, a 16-layer
      Llama and an 80-layer GQA Llama ("70B"), quantized by `llama-quantize` to every mix of
@@ -38,9 +38,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "tests", "crosscheck"))
 from crosscheck_common import same_bits  # noqa: E402
 
-ENCODERS = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "gguf_mxfp4"]
+ENCODERS = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "gguf_mxfp4", "gguf_nvfp4"]
 WEIGHTED = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl"]
-GGML_NAME = {"gguf_mxfp4": "mxfp4"}
+GGML_NAME = {"gguf_mxfp4": "mxfp4", "gguf_nvfp4": "nvfp4"}
 MIXES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M",
          "Q5_K_S", "Q5_K_M", "Q6_K"]
 BYTE_CHECKED_MIXES = ["Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K"]
