@@ -2,8 +2,7 @@
 // device and calibration paths) on random-weight models shaped like SmolLM2-135M, Llama-3.2-1B, Llama-3-8B
 // and Llama-3.1-70B: weights generated block by block from a seed in host memory (never on disk), random
 // calibration tokens. `--layers K` builds only K blocks of the shape and extrapolates the whole model as
-// (time − the K blocks) + K_full/K · (the K blocks' time), said so in the output. The same run also times
-// the CPU solver on one layer of the shape's largest input (h_down) as the baseline.
+// (time − the K blocks) + K_full/K · (the K blocks' time), said so in the output.
 //
 //   bench_ptq --shape smollm2|llama-1b|llama-8b|llama-70b [--layers K] [--method gptq|turboboa|boa|rtn]
 //             [--features f1,f2,f3] [--format int4] [--group G] [--grid-search minmax|mse|hessian]
