@@ -1107,7 +1107,7 @@ TEST(Grids, StackedHessianSearchPicksTheBestCandidate) {
     const Synthetic s = make_synthetic(24, 256, 0, 141);
     for (const char* name : {"int2", "int3", "int4"})
         for (bool sym : {false, true})
-            for (int64_t group : {0, 128}) {
+            for (int64_t group : {0, 128, 32}) {
                 const GridSpec g = parse_grid(name, group, sym, GridSearch::hessian);
                 const int64_t gs = g.group_size(s.cols), per_row = s.cols / gs;
                 const SpanGrids sg = fit_span_grids(g, s.w.data(), s.cols, s.rows, s.cols, s.h_in.data(), s.cols);

@@ -201,21 +201,32 @@ int int_shrink_candidates(const GridSpec& g, const IntRange& ir, float p, GroupG
 
 // The Hessian-scored int grids of `rows` rows over one group of n columns (per channel: the whole row):
 // every row's 200 candidates are scored at once as Σ (D·H_g) ⊙ D, D the stacked candidate errors. On the CPU
-// (groups ≥ kStackedScoreMinGroup) by one FP32 product per chunk of rows (dot products in double) — the same
-// rows·200·n² multiply-adds as a quadratic form per candidate, through OpenBLAS instead of a scalar loop (per
-// channel on an 8B shape's ffn_down: hours → seconds); with a scorer, there. Ties keep the earlier candidate,
-// as best_of_shrinks does.
-constexpr int64_t kStackedScoreMinGroup = 128;
+// by one FP32 product per chunk of rows (dot products in double) — the same rows·200·n² multiply-adds as a
+// quadratic form per candidate, through OpenBLAS instead of a scalar loop (per channel on an 8B shape's
+// ffn_down: hours → seconds; SmolLM2 GPTQ INT2 g64 on 2 cores: the sweep phase 458 s → 155 s);
+// with a scorer, there. Ties keep the earlier candidate, as best_of_shrinks does.
+struct Buffers {
+    std::vector<GroupGrid> cand;
+    std::vector<uint8_t> valid;
+    std::vector<double> scores;
+    std::vector<float> d, t;
+};
+
 void fit_int_groups_stacked(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
                             int64_t ldh, const GridScorer* scorer, uint64_t h_id, GroupGrid* out, int64_t out_stride) {
     const int per_shrink = g.sym ? 1 : 2, per_row = kIntShrinks * per_shrink;
     // The scorer takes every row at once (it chunks its own memory); the CPU ~32 MiB of D at a time.
     const int64_t chunk = scorer ? rows
                                  : std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(1) << 23) / (int64_t(per_row) * n)));
-    std::vector<GroupGrid> cand;
-    std::vector<uint8_t> valid;
-    std::vector<double> scores;
-    std::vector<float> d, t;
+    // Kept across calls (GPTQ fits every span of every layer here): re-allocating D and D·H (tens of MB) per call
+    // costs more in page faults than the product. The worker threads below use the calling thread's buffers
+    // (through these references; a thread_local named inside a lambda would be the worker's own).
+    thread_local Buffers tl;
+    std::vector<GroupGrid>& cand = tl.cand;
+    std::vector<uint8_t>& valid = tl.valid;
+    std::vector<double>& scores = tl.scores;
+    std::vector<float>& d = tl.d;
+    std::vector<float>& t = tl.t;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t nr = std::min(chunk, rows - r0), m = nr * per_row;
         cand.assign(size_t(m), GroupGrid{});
@@ -238,7 +249,15 @@ void fit_int_groups_stacked(const GridSpec& g, const float* w, int64_t ldw, int6
                         valid[size_t(at)] = 1;
                         if (scorer) continue;
                         float* dr = d.data() + at * n;
-                        for (int64_t j = 0; j < n; ++j) dr[j] = grid_value(g, c[k], grid_nearest(g, c[k], wr[j])) - wr[j];
+                        const float sc = c[k].scale, z = c[k].zero, maxq = float(g.max_code());
+                        if (sc != 0.0f && !is_nan_or_inf(sc)) {  // grid_nearest and grid_value of an int grid, inlined
+                            for (int64_t j = 0; j < n; ++j) {
+                                const float q = std::clamp(std::rint(std::clamp(wr[j] / sc, -4096.0f, 4096.0f)) + z, 0.0f, maxq);
+                                dr[j] = sc * (float(uint32_t(q)) - z) - wr[j];
+                            }
+                        } else {
+                            for (int64_t j = 0; j < n; ++j) dr[j] = grid_value(g, c[k], grid_nearest(g, c[k], wr[j])) - wr[j];
+                        }
                     }
                 }
             }
@@ -519,8 +538,7 @@ SpanGrids fit_span_grids(const GridSpec& g, const float* w, int64_t ldw, int64_t
     LOWBIT_CHECK(n % group == 0, ErrorKind::runtime, "grid: span {} not a multiple of group {}", n, group);
     const int64_t per_row = n / group;
     out.grids.resize(size_t(rows * per_row));
-    if (g.format == GridFormat::int_grid && g.search == GridSearch::hessian && h &&
-        (scorer || group >= kStackedScoreMinGroup)) {
+    if (g.format == GridFormat::int_grid && g.search == GridSearch::hessian && h) {
         for (int64_t j = 0; j < per_row; ++j)
             fit_int_groups_stacked(g, w + j * group, ldw, rows, group, h + j * group * ldh + j * group, ldh, scorer,
                                    h_id, out.grids.data() + j, per_row);

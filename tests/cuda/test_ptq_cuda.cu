@@ -216,7 +216,7 @@ TEST(PtqCuda, GridCandidateScoresMatchCpu) {
             const double want = exact(a / k, 0, cand[size_t(a)]);
             EXPECT_NEAR(scores[size_t(a)], want, 1e-5 * std::fabs(want) + 1e-12) << g.describe() << " candidate " << a;
         }
-        // Whole fits: the CPU's search (stacked for groups ≥ 128, scalar below) vs the GPU scorer's.
+        // Whole fits: the CPU's stacked search vs the GPU scorer's.
         const SpanGrids cpu = fit_span_grids(g, w.data(), cols, rows, cols, h.data(), cols);
         const SpanGrids gpu = fit_span_grids(g, w.data(), cols, rows, cols, h.data(), cols, dev.grid_scorer(), 5);
         const SpanGrids again = fit_span_grids(g, w.data(), cols, rows, cols, h.data(), cols, dev.grid_scorer(), 5);  // cached H
