@@ -21,7 +21,7 @@
 #include "core/cuda_blas.h"
 #include "core/random_fill.h"
 #include "cuda_event_timing.h"
-#include "train/cuda/flash_attention_cuda.cuh"
+#include "model/cuda/flash_attention_cuda.cuh"
 
 using namespace lowbit;
 

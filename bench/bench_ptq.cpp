@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/counter_rng.h"
+#include "core/host_memory.h"
 #include "core/thread_pool.h"
 #include "io/npy.h"
 #include "ptq/cuda/calibration_cuda.cuh"
@@ -120,6 +121,7 @@ double peak_rss_gib() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    keep_freed_host_memory();  // as the lowbit binary
     std::string shape = "smollm2", method = "gptq", features = "f1,f2,f3", format = "int4", search = "minmax";
     std::string calib_precision = "bf16", json_path, commit = "unknown";
     int64_t layers = 0, group = 0, samples = 128, length = 2048, batch = 4;
@@ -182,9 +184,12 @@ int main(int argc, char** argv) {
         const double total = seconds_since(t0);
         double solve = 0;
         for (const LayerReport& l : rep.layers) solve += l.seconds;
-        // The per-block part of the run: everything inside quantize_model's loop (calibration passes and solves).
-        const double per_block = (rep.calibration_seconds + solve) / double(c.n_layers);
-        const double outside = total - rep.calibration_seconds - solve;  // load, embed, export-free overhead
+        // The per-block part of the run: everything inside quantize_model's loop (statistics, solves, propagation);
+        // outside it: loading, the embedding of the windows, the export-free rest.
+        double in_blocks = 0;
+        for (double b : rep.block_seconds) in_blocks += b;
+        const double per_block = in_blocks / double(c.n_layers);
+        const double outside = total - in_blocks;
         const double estimate = outside + per_block * double(full_layers);
         const double peak_gpu = double(ptq_peak_device_bytes()) / 1073741824.0;
         const int64_t d = c.hidden_size, f = c.ffn_size, qd = c.q_dim(), kvd = c.kv_dim(), T = samples * length;
@@ -204,6 +209,13 @@ int main(int argc, char** argv) {
             refine += l.refine_seconds;
             objective += l.objective_seconds;
         }
+        const CalibrationPhases& cp = rep.calibration_phases;
+        std::printf("  calibration: forwards %.1f s, statistics products %.1f s, statistics to the host %.1f s, rest %.1f s "
+                    "(the embedding, weight uploads); blocks:",
+                    cp.forwards, cp.products, cp.transfers,
+                    rep.calibration_seconds - cp.forwards - cp.products - cp.transfers);
+        for (double b : rep.block_seconds) std::printf(" %.2f", b);
+        std::printf(" s (the rest of each block: the device's copies of the statistics)\n");
         std::printf("  solves: factorizations %.1f s, sweeps %.1f s, F3b %.1f s, report objectives %.1f s, rest %.1f s\n",
                     factor, sweep, refine, objective, solve - factor - sweep - refine - objective);
         std::printf("  per block %.2f s → whole model (%lld blocks) %s %.1f s = %.2f min\n", per_block,
@@ -228,6 +240,8 @@ int main(int argc, char** argv) {
             j["calibration"] = {{"samples", samples}, {"length", length}, {"precision", calib_precision}};
             j["seconds"] = total;
             j["calibration_seconds"] = rep.calibration_seconds;
+            j["calibration_parts_seconds"] = {{"forwards", cp.forwards}, {"products", cp.products},
+                                              {"transfers", cp.transfers}};
             j["solve_seconds"] = solve;
             j["solve_parts_seconds"] = {{"factorizations", factor}, {"sweeps", sweep}, {"refine", refine},
                                         {"objectives", objective}};
@@ -236,6 +250,7 @@ int main(int argc, char** argv) {
                                        {"sweep", l.sweep_seconds}, {"refine", l.refine_seconds},
                                        {"objectives", l.objective_seconds}});
             j["per_block_seconds"] = per_block;
+            j["block_seconds"] = rep.block_seconds;
             j["whole_model_seconds"] = estimate;
             j["extrapolated"] = c.n_layers < full_layers;
             j["peak_gpu_bytes"] = ptq_peak_device_bytes();

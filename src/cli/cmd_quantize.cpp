@@ -225,6 +225,10 @@ void run_quantize(const QuantizeArgs& a) {
         j["activations"] = q.record.activations;
         j["seconds"] = rep.seconds;
         j["calibration_seconds"] = rep.calibration_seconds;
+        if (rep.calibration_phases.forwards > 0)
+            j["calibration_parts_seconds"] = {{"forwards", rep.calibration_phases.forwards},
+                                              {"products", rep.calibration_phases.products},
+                                              {"transfers", rep.calibration_phases.transfers}};
         j["calibration_tokens"] = rep.calibration_tokens;
         j["peak_rss_bytes"] = rep.peak_rss_bytes;
         j["device"] = rep.device;

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace {
 
@@ -25,6 +26,7 @@ void shorten_openblas_spin(char** argv) {
 
 int main(int argc, char** argv) {
     shorten_openblas_spin(argv);
+    lowbit::keep_freed_host_memory();
     CLI::App app{"lowbit — low-precision LLM toolkit: number formats, Hadamard transforms, AdaHOP, TurboBoA"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "lowbit 0.1.0");

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "core/gemm_cpu.h"
 #include "io/corpus.h"
 
@@ -37,7 +38,9 @@ void add_cross(std::vector<float>& dst, const float* a, const float* b, int64_t 
 }
 
 void scale(std::vector<float>& v, double f) {
-    for (float& x : v) x = float(double(x) * f);
+    parallel_for(int64_t(v.size()), int64_t(1) << 18, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) v[size_t(i)] = float(double(v[size_t(i)]) * f);
+    });
 }
 
 }  // namespace

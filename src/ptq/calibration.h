@@ -76,6 +76,13 @@ BlockStatistics finish_block_statistics(const LlamaConfig& c, const BlockStatsOp
 // The two calibration paths of the block loop (turboboa.md §4.6) — Xq through the quantized blocks and, for
 // F2, Xfp through the full-precision ones — and what is measured on them. The CPU implementation holds the
 // activations in host memory and runs block_forward; ptq/cuda/calibration_cuda.cuh keeps them on the GPU.
+// Where a device's calibration time went (seconds, summed over the run); zeros where a device does not time.
+struct CalibrationPhases {
+    double forwards = 0;    // block forwards (both paths, statistics and propagation)
+    double products = 0;    // the statistics' products (Hessians, covariances, block_v, F2)
+    double transfers = 0;   // statistics to the host and their finishing (scaling, RoPE averaging)
+};
+
 class CalibrationPaths {
 public:
     virtual ~CalibrationPaths() = default;
@@ -94,6 +101,7 @@ public:
     // The per-token quantization of the quantized path's linear inputs (W·A quantization, `--act-bits`);
     // none unless the paths were made with one.
     virtual QuantSpec activations() const { return {}; }
+    virtual CalibrationPhases phases() const { return {}; }
 };
 
 // block_forward on the CPU over `batch` windows at a time. With `activations` (W·A quantization) the quantized

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "core/progress.h"
 #include "io/npy.h"
 #include "model/linear.h"
@@ -234,6 +235,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     ProgressLine progress("quantize " + std::string(ptq_method_name(o.method)), c.n_layers, "blocks");
     progress.update(first_block);
     for (int64_t l = first_block; l < c.n_layers; ++l) {
+        const Clock::time_point t_block = Clock::now();
         BlockWeights& bw = m.weights.blocks[size_t(l)];
         const BlockWeights fpw = bw;  // the full-precision block
         BlockStatistics st;
@@ -244,8 +246,10 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         }
         // The seven solves.
         const auto alpha_scaled = [&](const std::vector<float>& v) {
-            std::vector<float> s(v);
-            for (float& x : s) x *= float(o.alpha);
+            std::vector<float> s(v.size());
+            parallel_for(int64_t(v.size()), int64_t(1) << 18, [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) s[size_t(i)] = v[size_t(i)] * float(o.alpha);
+            });
             return s;
         };
         std::vector<float> d_attn, d_o, d_ffn, d_down, d_v;
@@ -255,6 +259,21 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             d_ffn = alpha_scaled(st.d_ffn);
             d_down = alpha_scaled(st.d_down);
             if (block_v) d_v = alpha_scaled(st.d_v);
+        }
+        // The device keeps copies of the block's statistics while the seven solves read them (released at the
+        // end of the block, also when a solve throws).
+        struct HeldInputs {
+            const SolverDevice* device;
+            ~HeldInputs() {
+                if (device) device->hold_inputs({});
+            }
+        } held{calibrated ? o.solver_device : nullptr};
+        if (held.device) {
+            std::vector<ConstMatF> mats;
+            for (const std::vector<float>* v : {&st.h_attn, &st.h_o, &st.h_ffn, &st.h_down, &st.h_v, &d_attn, &d_o, &d_ffn,
+                                                &d_down, &d_v})
+                if (!v->empty()) mats.emplace_back(v->data(), 1, int64_t(v->size()));
+            held.device->hold_inputs(mats);
         }
         std::string block_bin;
         FactorCache factors;  // q/k/v and gate/up share their H_in's factorization
@@ -351,10 +370,12 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             put_vec(state, xfp);
             write_file_atomic(state_path, state.data(), state.size());
         }
+        rep.block_seconds.push_back(seconds_since(t_block));
         progress.update(l + 1);
         if (o.on_block_done) o.on_block_done(l);
     }
     progress.finish();
+    if (paths) rep.calibration_phases = paths->phases();
     // Flag layers whose relative loss is far above the median of their projection, or that needed more damping.
     for (Projection p : kProjections) {
         std::vector<double> losses;

@@ -80,6 +80,8 @@ struct PtqReport {
     std::vector<LayerReport> layers;
     std::string device = "cpu";
     double seconds = 0, calibration_seconds = 0;
+    CalibrationPhases calibration_phases;  // the parts of calibration_seconds a GPU device timed
+    std::vector<double> block_seconds;     // wall clock of each block quantized in this run (statistics to checkpoint)
     int64_t calibration_tokens = 0;
     uint64_t peak_rss_bytes = 0;
     int64_t resumed_from_block = 0;

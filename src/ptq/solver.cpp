@@ -46,12 +46,22 @@ void solver_gemm(const SolverDevice* device, ConstMatF a, Trans ta, ConstMatF b,
 }
 
 InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what,
-                                 const SolverDevice* device, bool want_h_inv) {
+                                 const SolverDevice* device, bool want_h_inv, uint64_t factor_id) {
     InverseCholesky out;
     out.dead.assign(size_t(n), 0);
-    for (int64_t i = 0; i < n * n; ++i)
-        LOWBIT_CHECK(std::isfinite(h[i]), ErrorKind::input, "{}: the Hessian holds NaN/Inf (element {}, {}); the "
-                     "calibration activations overflowed", what, i / n, i % n);
+    std::atomic<int64_t> first_bad{n * n};  // the scan of a large H runs on our threads
+    parallel_for(n, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t i = r0 * n; i < r1 * n; ++i)
+            if (!std::isfinite(h[i])) {
+                int64_t prev = first_bad.load();
+                while (i < prev && !first_bad.compare_exchange_weak(prev, i)) {
+                }
+                return;
+            }
+    });
+    const int64_t bad = first_bad.load();
+    LOWBIT_CHECK(bad == n * n, ErrorKind::input, "{}: the Hessian holds NaN/Inf (element {}, {}); the "
+                 "calibration activations overflowed", what, bad / n, bad % n);
     double mean_diag = 0.0;
     for (int64_t j = 0; j < n; ++j) {
         const double djj = h[j * n + j] == 0.0f ? double(dead_value) : double(h[j * n + j]);
@@ -64,7 +74,8 @@ InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, floa
     for (int attempt = 0; attempt <= 50; ++attempt) {
         const double damp = damping * double(attempt + 1) * mean_diag;
         if (device) {
-            if (!device->inverse_cholesky_upper(h, n, out.dead, dead_value, damp, out.u, want_h_inv ? &out.h_inv : nullptr))
+            if (!device->inverse_cholesky_upper(h, n, out.dead, dead_value, damp, out.u, want_h_inv ? &out.h_inv : nullptr,
+                                                factor_id))
                 continue;
             out.damping = damping * double(attempt + 1);
             out.retries = attempt;
@@ -249,7 +260,7 @@ InputSide prepare_input_uncached(const float* h, const float* d, int64_t n, cons
                          [&](int64_t a, int64_t b) { return h[a * n + a] > h[b * n + b]; });
     const bool permuted = o.sweep.act_order;
     const std::vector<float> hp = permuted ? permute_square(h, n, s.order) : std::vector<float>();
-    s.chol = inverse_cholesky(permuted ? hp.data() : h, n, o.damping, o.dead_value, what, o.device, d && need_rh);
+    s.chol = inverse_cholesky(permuted ? hp.data() : h, n, o.damping, o.dead_value, what, o.device, d && need_rh, s.id);
     s.u = std::move(s.chol.u);  // chol.u is not read again
     if (d) {
         // D in sweep order with dead columns zeroed; P = triu₁(D·Uᵀ)·U.
@@ -640,6 +651,8 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
 }
 
 LayerObjective layer_objective_and_scale(const LayerProblem& p, const std::vector<float>& q, const SolverDevice* device) {
+    LayerObjective on_device;
+    if (device && device->layer_objective(p, q.data(), &on_device.objective, &on_device.scale)) return on_device;
     const int64_t rows = p.rows, cols = p.cols;
     const int64_t hd = p.h_out ? p.head_rows : 1;
     const int64_t hin_rows = p.h_in_heads ? p.head_rows : rows;  // rows sharing one H_in (and D)

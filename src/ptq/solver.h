@@ -47,8 +47,9 @@ struct InverseCholesky {
     int retries = 0;
 };
 // `device` (null: LAPACK on the CPU) runs the factorizations; without `want_h_inv` h_inv stays empty.
+// `factor_id` is passed on to the device (SolverDevice::inverse_cholesky_upper).
 InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what,
-                                 const SolverDevice* device = nullptr, bool want_h_inv = true);
+                                 const SolverDevice* device = nullptr, bool want_h_inv = true, uint64_t factor_id = 0);
 
 struct SweepOptions {
     int64_t lazy_block = 128;
@@ -106,14 +107,26 @@ public:
     // For the damped H = h (row-major n × n FP32, the diagonal of `dead` inputs replaced by dead_value) + damp·I,
     // factored in FP64: true and u = chol_U(H⁻¹) rounded to FP32 (upper, zeros below) and, when h_inv is not
     // null, *h_inv = H⁻¹; false when H or H⁻¹ is not numerically positive definite.
+    // `factor_id` (0: none) names the factor for later sweeps: a device may keep u for a sweep whose
+    // input_id equals it instead of receiving it again.
     virtual bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
-                                        double damp, std::vector<float>& u, std::vector<double>* h_inv) const = 0;
+                                        double damp, std::vector<float>& u, std::vector<double>* h_inv,
+                                        uint64_t factor_id) const = 0;
     // gemm_f32's contract.
     virtual void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const = 0;
     // sweep_rows' contract; returns the sweep's loss.
     virtual double sweep(const SweepCall& call) const = 0;
     // Where the Hessian-weighted grid search scores its candidates (its largest product); null: the CPU.
     virtual const GridScorer* grid_scorer() const { return nullptr; }
+    // Host matrices (contiguous) that stay unchanged until the next call — quantize_model passes a block's
+    // statistics: a device may copy them once and read its copies whenever a later call passes a pointer into
+    // one of them. An empty list releases them; the caller calls again before any of them changes or dies.
+    virtual void hold_inputs(const std::vector<ConstMatF>& mats) const { (void)mats; }
+    // layer_objective_and_scale's two sums computed here; false: this device leaves them to the CPU.
+    virtual bool layer_objective(const LayerProblem& p, const float* q, double* objective, double* scale) const {
+        (void)p, (void)q, (void)objective, (void)scale;
+        return false;
+    }
     virtual std::string name() const = 0;
 };
 

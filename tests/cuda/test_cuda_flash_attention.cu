@@ -20,7 +20,7 @@
 // |Δ| ≤ 1e-4·max(1, |lse|).
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
-#include "train/cuda/flash_attention_cuda.cuh"
+#include "model/cuda/flash_attention_cuda.cuh"
 
 #include <gtest/gtest.h>
 

@@ -11,6 +11,7 @@
 #include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "core/gemm_cpu.h"
@@ -38,7 +39,7 @@ using testing_util::have_gpu;
 class CpuFactorGpuSweep final : public SolverDevice {
 public:
     bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value, double damp,
-                                std::vector<float>& u, std::vector<double>* h_inv) const override {
+                                std::vector<float>& u, std::vector<double>* h_inv, uint64_t) const override {
         std::vector<double> a(size_t(n * n));  // the damped H, as inverse_cholesky builds it for LAPACK
         for (int64_t i = 0; i < n * n; ++i) a[size_t(i)] = double(h[i]);
         for (int64_t j = 0; j < n; ++j) a[size_t(j * n + j)] = (dead[size_t(j)] ? double(dead_value) : double(h[j * n + j])) + damp;
@@ -180,6 +181,46 @@ TEST(PtqCuda, GemmMatchesCpu) {
     EXPECT_LT(diff, 1e-4);
     for (int64_t r = 0; r < m; ++r)
         for (int64_t j = n; j < n + 5; ++j) EXPECT_EQ(c0[size_t(r * (n + 5) + j)], c1[size_t(r * (n + 5) + j)]);  // untouched
+}
+
+// The layer objective on the GPU (held statistics read in place, or uploaded per call) equals the CPU's up
+// to FP32 summation order: one-sided with F2's D, two-sided (H_out per head), per-head H_in (v with block_v).
+TEST(PtqCuda, LayerObjectiveMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    const CudaSolverDevice dev;
+    const int64_t rows = 24, cols = 96, hd = 8, heads = rows / hd;
+    Problem pr = make_problem(rows, cols, 41, true);
+    std::vector<float> q = pr.w;
+    std::vector<float> noise = random_normal(q.size(), 42);
+    for (size_t i = 0; i < q.size(); ++i) q[i] += 0.01f * noise[i];
+    std::vector<float> h_out(size_t(heads * hd * hd)), h_heads(size_t(heads) * size_t(cols * cols)), d_heads = h_heads;
+    for (int64_t h = 0; h < heads; ++h) {
+        const std::vector<float> ho = random_hessian(hd, 50 + uint64_t(h), false), hi = random_hessian(cols, 60 + uint64_t(h));
+        std::copy(ho.begin(), ho.end(), h_out.begin() + h * hd * hd);
+        std::copy(hi.begin(), hi.end(), h_heads.begin() + h * cols * cols);
+        for (int64_t i = 0; i < cols * cols; ++i) d_heads[size_t(h * cols * cols + i)] = 0.5f * pr.d[size_t(i)];
+    }
+    LayerProblem one = pr.p, two = pr.p, per_head = pr.p;
+    two.h_out = h_out.data();
+    two.head_rows = hd;
+    per_head.h_in = nullptr;
+    per_head.h_in_heads = h_heads.data();
+    per_head.d = d_heads.data();
+    per_head.head_rows = hd;
+    for (const bool held : {false, true}) {
+        if (held)
+            dev.hold_inputs({ConstMatF(pr.h.data(), cols, cols), ConstMatF(pr.d.data(), cols, cols),
+                             ConstMatF(h_heads.data(), 1, int64_t(h_heads.size())),
+                             ConstMatF(d_heads.data(), 1, int64_t(d_heads.size()))});
+        for (const LayerProblem* lp : {&one, &two, &per_head}) {
+            const LayerObjective c = layer_objective_and_scale(*lp, q, nullptr);
+            const LayerObjective g = layer_objective_and_scale(*lp, q, &dev);
+            EXPECT_NEAR(g.objective, c.objective, 1e-4 * std::fabs(c.objective)) << (held ? "held" : "uploaded");
+            EXPECT_NEAR(g.scale, c.scale, 1e-5 * std::fabs(c.scale)) << (held ? "held" : "uploaded");
+            EXPECT_GT(c.objective, 0.0);
+        }
+    }
+    dev.hold_inputs({});
 }
 
 // The grid search's candidate scores on the GPU: each candidate's Δ·H·Δᵀ equals a double-precision quadratic
@@ -361,6 +402,32 @@ TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
         EXPECT_LT(max_rel(xq1, xq0), 1e-5);
         EXPECT_LT(max_rel(xfp1, xfp0), 1e-5);
     }
+}
+
+// BF16 calibration: the input Hessians are sums of the BF16 GEMM inputs on the tensor cores, so they equal
+// the FP32 statistics only to BF16 accuracy (8 significant bits per input, compounded through the block).
+TEST(PtqCuda, CalibrationStatisticsBf16NearCpu) {
+    SKIP_WITHOUT_GPU();
+    const LlamaModel m = ptq_model();
+    const LlamaConfig& c = m.config;
+    const int64_t S = 3, L = 24;
+    const std::vector<int32_t> windows = test::random_tokens(S * L, c.vocab_size, 5);
+    std::unique_ptr<CalibrationPaths> cpu = cpu_calibration_paths(c, 2), gpu = cuda_calibration_paths(c, 2, CudaPrecision::bf16);
+    cpu->embed(m, windows, S, L, false);
+    gpu->embed(m, windows, S, L, false);
+    const BlockStatistics a = cpu->statistics(m.weights.blocks[0], 0, BlockStatsOptions{});
+    const BlockStatistics b = gpu->statistics(m.weights.blocks[0], 0, BlockStatsOptions{});
+    for (const auto& [name, pa, pb] : {std::tuple{"h_attn", &a.h_attn, &b.h_attn}, std::tuple{"h_o", &a.h_o, &b.h_o},
+                                       std::tuple{"h_ffn", &a.h_ffn, &b.h_ffn}, std::tuple{"h_down", &a.h_down, &b.h_down}}) {
+        const double rel = max_rel(*pb, *pa);
+        std::printf("  bf16 %s: max relative difference %.2e\n", name, rel);
+        EXPECT_LT(rel, 3e-2) << name;
+        const int64_t n = int64_t(std::lround(std::sqrt(double(pb->size()))));
+        for (int64_t i = 0; i < n; ++i)  // exactly symmetric after the full GEMM
+            for (int64_t j = 0; j < i; ++j) ASSERT_EQ((*pb)[size_t(i * n + j)], (*pb)[size_t(j * n + i)]) << name;
+    }
+    EXPECT_GT(gpu->phases().forwards, 0.0);
+    EXPECT_GT(gpu->phases().products, 0.0);
 }
 
 TEST(PtqCuda, QuantizeModelMatchesCpu) {

@@ -19,6 +19,7 @@
 
 #include "core/thread_pool.h"
 #include "model/cuda/attention_cuda.cuh"
+#include "model/cuda/flash_attention_cuda.cuh"
 #include "model/cuda/model_ops_cuda.cuh"
 #include "model/cuda/token_nll_cuda.cuh"
 
@@ -141,7 +142,20 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
     }
     apply_rope_cuda(q, shape, c.n_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
     apply_rope_cuda(k, shape, c.n_kv_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
-    attention_causal_cuda(q, k, v, shape, c.n_heads, c.n_kv_heads, c.head_dim, ctx, ctx_b, st);
+    if (s.tensor_core_attention && b.precision == CudaPrecision::bf16 && flash_attention_head_dim_supported(c.head_dim)) {
+        __nv_bfloat16* qb = s.q_bf16.grow(rows * qd);
+        __nv_bfloat16* kb = s.k_bf16.grow(rows * kvd);
+        __nv_bfloat16* vb = s.v_bf16.grow(rows * kvd);
+        __nv_bfloat16* cb = ctx_b ? ctx_b : s.ctx_bf16_own.grow(rows * qd);
+        cast_to_bf16_cuda(q, rows * qd, qb, st);
+        cast_to_bf16_cuda(k, rows * kvd, kb, st);
+        cast_to_bf16_cuda(v, rows * kvd, vb, st);
+        flash_attention_forward_cuda(qb, kb, vb, shape, c.n_heads, c.n_kv_heads, c.head_dim, cb,
+                                     s.lse.grow(shape.n_seq * c.n_heads * shape.n_tok), st);
+        cast_from_bf16_cuda(cb, rows * qd, ctx, st);
+    } else {
+        attention_causal_cuda(q, k, v, shape, c.n_heads, c.n_kv_heads, c.head_dim, ctx, ctx_b, st);
+    }
     lin[Projection::o].forward(blas, {ctx, ctx_b, rows}, d_hidden, 1.0f);  // residual add in the GEMM (beta = 1)
 
     // SwiGLU MLP.

@@ -109,6 +109,13 @@ struct CudaBlockScratch {
     DeviceBuffer<float> head_in;   // final-norm output [n_rows, d]
     DeviceBuffer<__nv_bfloat16> head_in_bf16;
     DeviceBuffer<int32_t> tokens;  // the last batch's token ids
+    // Attention on the BF16 tensor cores (flash_attention_cuda.cuh: q, k, v after RoPE rounded to BF16, FP32
+    // softmax and accumulation, the context rounded to BF16 — attn_ctx holds that BF16 value) instead of the
+    // FP32 kernel, for bf16 precision and the head sizes it supports. Off by default: evaluation keeps the
+    // contract above; PTQ's BF16 calibration turns it on (10× less attention time at 2048 tokens).
+    bool tensor_core_attention = false;
+    DeviceBuffer<__nv_bfloat16> q_bf16, k_bf16, v_bf16, ctx_bf16_own;
+    DeviceBuffer<float> lse;
     DeviceBuffer<float> rope_cos, rope_sin;  // [n_tok, head_dim/2] from rope_tables()
     int64_t rope_n_tok = -1;
     int64_t rows = 0;              // rows of the last batch through cuda_block_forward

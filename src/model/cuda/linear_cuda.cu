@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_host_copy.h"
 #include "core/thread_pool.h"
 #include "model/cuda/model_ops_cuda.cuh"
 
@@ -40,7 +41,7 @@ void CudaMatrix::upload(const float* host, int64_t r, int64_t c, CudaPrecision p
     precision = p;
     if (p == CudaPrecision::fp32) {
         bf16.release();
-        f32.assign_async(host, n, stream);
+        copy_host_to_device(f32.fit(n), host, n * sizeof(float), stream);
         return;
     }
     f32.release();
@@ -48,7 +49,7 @@ void CudaMatrix::upload(const float* host, int64_t r, int64_t c, CudaPrecision p
     parallel_for(int64_t(n), 1 << 16, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) tmp[size_t(i)] = __float2bfloat16_rn(host[i]);
     });
-    bf16.assign_async(tmp.data(), n, stream);  // `tmp` may go once this returns (staged)
+    copy_host_to_device(bf16.fit(n), tmp.data(), n * sizeof(__nv_bfloat16), stream);
 }
 
 void cuda_matrix_product(const CudaBlas& blas, const CudaMatrix& w, const float* x_f32, const __nv_bfloat16* x_bf16,

@@ -98,6 +98,11 @@ __global__ void embed_rows_kernel(const T* __restrict__ table, const int32_t* __
     }
 }
 
+__global__ void cast_from_bf16_kernel(const __nv_bfloat16* __restrict__ x, int64_t n, float* __restrict__ y) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __bfloat162float(x[i]);
+}
+
 __global__ void cast_to_bf16_kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ y) {
     for (int64_t i = global_index(); i < n; i += global_stride()) y[i] = __float2bfloat16_rn(x[i]);
 }
@@ -151,6 +156,12 @@ void embed_rows_cuda(const __nv_bfloat16* table, const int32_t* tokens, int64_t 
                      cudaStream_t stream) {
     if (rows <= 0 || d <= 0) return;
     embed_rows_kernel<__nv_bfloat16><<<grid_for(rows * d), kThreads, 0, stream>>>(table, tokens, rows, d, out);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void cast_from_bf16_cuda(const __nv_bfloat16* x, int64_t n, float* y, cudaStream_t stream) {
+    if (n <= 0) return;
+    cast_from_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, y);
     CUDA_CHECK(cudaGetLastError());
 }
 

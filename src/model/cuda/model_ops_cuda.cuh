@@ -53,4 +53,7 @@ void embed_rows_cuda(const __nv_bfloat16* table, const int32_t* tokens, int64_t 
 // y = bf16(x), round to nearest even, n elements.
 void cast_to_bf16_cuda(const float* x, int64_t n, __nv_bfloat16* y, cudaStream_t stream = 0);
 
+// y = float(x), exact, n elements.
+void cast_from_bf16_cuda(const __nv_bfloat16* x, int64_t n, float* y, cudaStream_t stream = 0);
+
 }  // namespace lowbit

@@ -1,9 +1,12 @@
 // calibration_cuda.cu — CudaCalibrationPaths: device-resident calibration activations and statistics.
 #include "ptq/cuda/calibration_cuda.cuh"
 
+#include "core/cuda_host_copy.h"
+#include "core/cuda_phase_clock.h"
 #include "model/cuda/forward_cuda.cuh"
 #include "ptq/cuda/solver_cuda.cuh"
 
+#include <chrono>
 #include <cmath>
 
 namespace lowbit {
@@ -57,7 +60,10 @@ unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) 
 class CudaCalibrationPaths final : public CalibrationPaths {
 public:
     CudaCalibrationPaths(const LlamaConfig& c, int64_t batch, CudaPrecision p)
-        : c_(c), batch_(std::max<int64_t>(1, batch)), precision_(p) {}
+        : c_(c), batch_(std::max<int64_t>(1, batch)), precision_(p) {
+        clock_.enable(true);
+        sq_.tensor_core_attention = sfp_.tensor_core_attention = p == CudaPrecision::bf16;
+    }
 
     void embed(const LlamaModel& m, const std::vector<int32_t>& windows, int64_t samples, int64_t length,
                bool cross) override {
@@ -92,6 +98,7 @@ public:
             if (o.block_v) d_v = zeroed(d_v_, nkv * d * d);
         }
         int64_t tokens = 0;
+        clock_.mark(st, "upload");
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_) {
             const BatchShape shape{std::min(batch_, samples_ - s0), L};
             const int64_t rows = shape.rows();
@@ -100,10 +107,11 @@ public:
             float* tmp = tmp_.grow(size_t(rows * d));
             CUDA_CHECK(cudaMemcpyAsync(tmp, xq_.data() + s0 * L * d, size_t(rows * d) * 4, cudaMemcpyDeviceToDevice, st));
             cuda_block_forward(c_, weights_, layer, tmp, shape, sq_, blas_);
-            syrk(h_attn, sq_.attn_in.data(), rows, d, d);
-            syrk(h_o, sq_.attn_ctx.data(), rows, qd, qd);
-            syrk(h_ffn, sq_.ffn_in.data(), rows, d, d);
-            syrk(h_down, sq_.ffn_act.data(), rows, f, f);
+            clock_.mark(st, "forwards");
+            input_hessian(h_attn, sq_.attn_in.data(), sq_.attn_in_bf16.data(), Projection::q, rows, d);
+            input_hessian(h_o, sq_.attn_ctx.data(), sq_.attn_ctx_bf16.data(), Projection::o, rows, qd);
+            input_hessian(h_ffn, sq_.ffn_in.data(), sq_.ffn_in_bf16.data(), Projection::gate, rows, d);
+            input_hessian(h_down, sq_.ffn_act.data(), sq_.ffn_act_bf16.data(), Projection::down, rows, f);
             if (o.cross) {
                 cross(d_attn, sfp_.attn_in.data(), sq_.attn_in.data(), rows, d);
                 cross(d_o, sfp_.attn_ctx.data(), sq_.attn_ctx.data(), rows, qd);
@@ -115,9 +123,13 @@ public:
                 for (int64_t h = 0; h < c_.n_heads; ++h) syrk(c_q + h * hd * hd, sq_.q.data() + h * hd, rows, hd, qd);
             }
             if (o.block_v) value_hessians(h_v, d_v, shape);
+            clock_.mark(st, "products");
             ptq_sample_device_memory();
         }
-        // Finish: symmetrise the SSYRK sums, copy them to the host.
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        clock_.collect();
+        const auto t_fetch = std::chrono::steady_clock::now();
+        // Finish: symmetrise the sums, copy them to the host.
         BlockStatistics raw;
         raw.tokens = tokens;
         const auto fetch = [&](float* dptr, int64_t count, int64_t n, bool symmetric, std::vector<float>& dst) {
@@ -127,7 +139,7 @@ public:
                     symmetrize_kernel<<<blocks_for(n * n, 256), 256, 0, st>>>(dptr + i * n * n, n);
             CUDA_CHECK(cudaGetLastError());
             dst.resize(size_t(count));
-            CUDA_CHECK(cudaMemcpyAsync(dst.data(), dptr, size_t(count) * 4, cudaMemcpyDeviceToHost, st));
+            copy_device_to_host(dst.data(), dptr, size_t(count) * 4, st);
         };
         std::vector<float> ck, cq;
         fetch(h_attn, d * d, d, true, raw.h_attn);
@@ -143,26 +155,31 @@ public:
         fetch(d_down, f * f, f, false, raw.d_down);
         fetch(d_v, nkv * d * d, d, false, raw.d_v);
         CUDA_CHECK(cudaStreamSynchronize(st));
-        return finish_block_statistics(c_, o, std::move(raw), std::move(ck), std::move(cq), L);
+        BlockStatistics done = finish_block_statistics(c_, o, std::move(raw), std::move(ck), std::move(cq), L);
+        transfer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fetch).count();
+        return done;
     }
 
     void propagate(const BlockWeights& q, int64_t layer) override {
         const int64_t d = c_.hidden_size, L = length_;
         weights_.upload(c_, q, layer, precision_, blas_.stream());
+        clock_.mark(blas_.stream(), "upload");
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_)
             cuda_block_forward(c_, weights_, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L},
                                sq_, blas_);
+        clock_.mark(blas_.stream(), "forwards");
         blas_.synchronize();
+        clock_.collect();
     }
 
     void save(std::vector<float>& xq, std::vector<float>& xfp) const override {
         const size_t n = size_t(samples_ * length_ * c_.hidden_size);
         xq.resize(n);
-        xq_.download(xq.data(), n);
+        copy_device_to_host(xq.data(), xq_.data(), n * sizeof(float), blas_.stream());
         xfp.clear();
         if (!xfp_empty_) {
             xfp.resize(n);
-            xfp_.download(xfp.data(), n);
+            copy_device_to_host(xfp.data(), xfp_.data(), n * sizeof(float), blas_.stream());
         }
     }
 
@@ -173,19 +190,39 @@ public:
         LOWBIT_CHECK(xq.size() == n && (xfp.empty() || xfp.size() == n), ErrorKind::input,
                      "calibration: activations of {} floats for {} windows of {} (a checkpoint of another model?)",
                      xq.size(), samples, length);
-        xq_.resize(n);
-        xq_.upload(xq.data(), n);
+        copy_host_to_device(xq_.fit(n), xq.data(), n * sizeof(float), blas_.stream());
         xfp_empty_ = xfp.empty();
-        if (!xfp_empty_) {
-            xfp_.resize(n);
-            xfp_.upload(xfp.data(), n);
-        }
+        if (!xfp_empty_) copy_host_to_device(xfp_.fit(n), xfp.data(), n * sizeof(float), blas_.stream());
         ptq_sample_device_memory();
     }
 
     std::string device() const override { return std::string("cuda ") + cuda_precision_name(precision_); }
 
+    CalibrationPhases phases() const override {
+        const auto total = [&](const char* phase) {
+            const auto it = clock_.totals().find(phase);
+            return it == clock_.totals().end() ? 0.0 : it->second;
+        };
+        return CalibrationPhases{total("forwards"), total("products"), transfer_seconds_};
+    }
+
 private:
+    // An input Hessian's sum: dst (n × n) += xᵀx of the input of projection `reader` (and of the projections
+    // sharing its input). In BF16 precision the layer multiplies the BF16 copy xb of its input, so the sum is
+    // taken of that copy on the BF16 tensor cores (exact products, FP32 accumulation; a full GEMM, both
+    // triangles); in FP32, SSYRK of x (the upper triangle, row-major).
+    void input_hessian(float* dst, const float* x, const __nv_bfloat16* xb, Projection reader, int64_t rows, int64_t n) {
+        if (!weights_.linears[reader].wants_bf16_input()) {
+            syrk(dst, x, rows, n, n);
+            return;
+        }
+        const float one = 1.0f;
+        // Column-major C (n × n) += Xᵀᵀ·Xᵀ over row-major X (rows × n): C = X_cm · X_cmᵀ with X_cm = the n × rows view.
+        cublas_check(cublasGemmEx(blas_.handle(), CUBLAS_OP_N, CUBLAS_OP_T, int(n), int(n), int(rows), &one, xb, CUDA_R_16BF,
+                                  int(n), xb, CUDA_R_16BF, int(n), &one, dst, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx (BF16 Hessian)");
+    }
     // dst (n × n, column-major lower = row-major upper) += xᵀx, x row-major rows × n with leading dimension ld.
     void syrk(float* dst, const float* x, int64_t rows, int64_t n, int64_t ld) {
         const float one = 1.0f;
@@ -256,6 +293,8 @@ private:
     bool xfp_empty_ = true;
     DeviceBuffer<float> h_attn_, h_o_, h_ffn_, h_down_, c_k_, c_q_, h_v_, d_attn_, d_o_, d_ffn_, d_down_, d_v_;
     DeviceBuffer<float> diff_, probs_, ax_, ax_fp_;
+    PhaseClock clock_;
+    double transfer_seconds_ = 0;
 };
 
 }  // namespace

@@ -1,15 +1,20 @@
 // calibration_cuda.cuh — the calibration paths of post-training quantization on the GPU (ptq/calibration.h's
 // CalibrationPaths): Xq and Xfp stay in device memory for the whole run; each block is uploaded once
 // (CudaBlockWeights, FP32 or BF16 per CudaPrecision), run by cuda_block_forward over batches of windows,
-// and its statistics are accumulated on the device from the forward's scratch:
-//   H_in (four inputs)       cuBLAS SSYRK, FP32 sums (symmetrised at the end)
+// and its statistics are accumulated on the device from the forward's scratch (in BF16 precision with the
+// forward's tensor-core attention, CudaBlockScratch::tensor_core_attention):
+//   H_in (four inputs)       cuBLAS SSYRK, FP32 sums (symmetrised at the end); in BF16 precision of the BF16
+//                             copies the layers multiply, on the BF16 tensor cores (cublasGemmEx: exact
+//                             products, FP32 accumulation) — 10× the FP32 rate on the largest product
+//                             (the others stay FP32, of the FP32 activations)
 //   post-RoPE q/k covariances SSYRK per head (strided views of q, k)
 //   block_v                   per (window, query head): S = Q_h·K_gᵀ (SGEMM), the causal softmax of
 //                             attention_probabilities (a kernel, FP32 exp, FP64 row sums), A·X (SGEMM), SSYRK
 //   F2's D terms              (x̃ − x)ᵀx by SGEMM
 // then copied to the host once per block and finished by finish_block_statistics (2/T scaling, RoPE
 // averaging, GQA folding) — the CPU path's code. The only host↔device traffic per block is the block's
-// weights and its statistics (plus the activations at checkpoints).
+// weights and its statistics (plus the activations at checkpoints). phases() says where the time went
+// (CUDA events around the forwards and the products, host clocks around the transfers).
 //
 // Agreement with the CPU paths (tests/cuda/test_ptq_cuda.cu): FP32 statistics equal BlockStatsAccumulator's
 // within FP32 summation order (relative 1e-4 of the largest entry on tiny random models); BF16 is faster

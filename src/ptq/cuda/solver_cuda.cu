@@ -2,6 +2,7 @@
 #include "ptq/cuda/solver_cuda.cuh"
 
 #include "core/cuda_blas.h"
+#include "core/cuda_host_copy.h"
 
 #include <cusolverDn.h>
 
@@ -159,6 +160,41 @@ __global__ void row_dot_kernel(const float* d, const float* t, int64_t m, int64_
     if (lane == 0) scores[a] = s;
 }
 
+// dw = q − w over n elements.
+__global__ void weight_error_kernel(const float* q, const float* w, float* dw, int64_t n) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) dw[i] = q[i] - w[i];
+}
+
+// layer_objective_and_scale's pair terms, one warp per pair (head, j, k) of `heads` heads of hd rows (hd = 1
+// and no h_out: one pair per row): obj = h_jk·Σ_c (m_k − 2·nd_k)·dw_j and scl = h_jk·Σ_c mw_k·w_j in double
+// (h_jk = 1 without h_out; pairs with h_jk = 0 give 0, as the CPU skips them). nd may be null (no F2).
+__global__ void objective_pairs_kernel(const float* m, const float* nd, const float* mw, const float* dw, const float* w,
+                                       const float* h_out, int64_t heads, int64_t hd, int64_t cols, double* obj,
+                                       double* scl) {
+    const int64_t pair = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (pair >= heads * hd * hd) return;
+    const int64_t head = pair / (hd * hd), j = pair / hd % hd, k = pair % hd;
+    const double hjk = h_out ? double(h_out[pair]) : 1.0;
+    double s = 0.0, t = 0.0;
+    if (hjk != 0.0) {
+        const int64_t rj = (head * hd + j) * cols, rk = (head * hd + k) * cols;
+        for (int64_t c = lane; c < cols; c += 32) {
+            s += (double(m[rk + c]) - (nd ? 2.0 * double(nd[rk + c]) : 0.0)) * double(dw[rj + c]);
+            t += double(mw[rk + c]) * double(w[rj + c]);
+        }
+    }
+    for (int off = 16; off > 0; off /= 2) {
+        s += __shfl_down_sync(0xffffffffu, s, off);
+        t += __shfl_down_sync(0xffffffffu, t, off);
+    }
+    if (lane == 0) {
+        obj[pair] = hjk * s;
+        scl[pair] = hjk * t;
+    }
+}
+
 template <typename T>
 T* grown(DeviceBuffer<T>& b, size_t n) {
     return b.grow(std::max<size_t>(n, 1));
@@ -184,7 +220,7 @@ struct CudaSolverDevice::State {
     DeviceBuffer<int> chol_info;
     DeviceBuffer<uint8_t> chol_dead;
     DeviceBuffer<float> ga, gb, gc;                       // gemm operands
-    uint64_t input_id = 0;                                // the (u, p) held in su / sp
+    uint64_t su_id = 0, sp_id = 0;                        // the input_id of the u in su / the p in sp (0: none)
     DeviceBuffer<float> su, sp, sw, serr, spre, sgrids;
     DeviceBuffer<int32_t> sorder;
     DeviceBuffer<uint8_t> scodes;
@@ -195,6 +231,35 @@ struct CudaSolverDevice::State {
     int64_t score_h_n = 0, score_h_ld = 0;
     DeviceBuffer<float> score_h, score_w, score_cand, score_d, score_t;
     DeviceBuffer<double> score_out;
+    // hold_inputs' copies: the first held_count entries (the rest are buffers kept for the next block)
+    struct Held {
+        const float* host = nullptr;
+        int64_t count = 0;
+        DeviceBuffer<float> dev;
+    };
+    std::vector<Held> held;
+    size_t held_count = 0;
+    // layer objectives: W, ΔW, M = ΔW·H, MW = W·H, N = W·D, H and D when not held, H_out, the pair sums
+    DeviceBuffer<float> ow, odw, om, omw, ond, oh, od, ohout;
+    DeviceBuffer<double> oobj, oscl;
+
+    // The device copy of host elements [p, p + count) when a held matrix contains them, else null.
+    const float* held_copy(const float* p, int64_t count) const {
+        const auto addr = reinterpret_cast<uintptr_t>(p);
+        for (size_t i = 0; i < held_count; ++i) {
+            const auto base = reinterpret_cast<uintptr_t>(held[i].host);
+            if (addr >= base && addr + uintptr_t(count) * sizeof(float) <= base + uintptr_t(held[i].count) * sizeof(float))
+                return held[i].dev.data() + (addr - base) / sizeof(float);
+        }
+        return nullptr;
+    }
+    // `count` host elements at p on the device: the held copy, or uploaded into `scratch`.
+    const float* on_device(const float* p, int64_t count, DeviceBuffer<float>& scratch) {
+        if (const float* d = held_copy(p, count)) return d;
+        float* d = grown(scratch, size_t(count));
+        copy_host_to_device(d, p, size_t(count) * sizeof(float), blas.stream());
+        return d;
+    }
 };
 
 CudaSolverDevice::CudaSolverDevice() : s_(std::make_unique<State>()) {
@@ -209,13 +274,13 @@ CudaSolverDevice::~CudaSolverDevice() {
 }
 
 bool CudaSolverDevice::inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
-                                              double damp, std::vector<float>& u, std::vector<double>* h_inv) const {
+                                              double damp, std::vector<float>& u, std::vector<double>* h_inv,
+                                              uint64_t factor_id) const {
     State& s = *s_;
     const cudaStream_t st = s.blas.stream();
     double* da = grown(s.chol_a, size_t(n * n));
-    float* dh = grown(s.ga, size_t(n * n));  // FP32 in and out: half the bytes of FP64 over the bus
+    const float* dh = s.on_device(h, n * n, s.ga);  // FP32 in and out: half the bytes of FP64 over the bus
     uint8_t* ddead = grown(s.chol_dead, size_t(n));
-    CUDA_CHECK(cudaMemcpyAsync(dh, h, size_t(n * n) * sizeof(float), cudaMemcpyHostToDevice, st));
     CUDA_CHECK(cudaMemcpyAsync(ddead, dead.data(), size_t(n), cudaMemcpyHostToDevice, st));
     damped_hessian_kernel<<<unsigned((n * n + 255) / 256), 256, 0, st>>>(dh, ddead, dead_value, damp, da, n);
     CUDA_CHECK(cudaGetLastError());
@@ -243,16 +308,101 @@ bool CudaSolverDevice::inverse_cholesky_upper(const float* h, int64_t n, const s
     CUDA_CHECK(cudaGetLastError());
     if (h_inv) {
         h_inv->resize(size_t(n * n));
-        CUDA_CHECK(cudaMemcpyAsync(h_inv->data(), da, size_t(n * n) * sizeof(double), cudaMemcpyDeviceToHost, st));
+        copy_device_to_host(h_inv->data(), da, size_t(n * n) * sizeof(double), st);
     }
     cusolver_check(cusolverDnDpotrf(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork, info), "cusolverDnDpotrf");
     if (!ok()) return false;
     fill_lower_kernel<<<blocks, threads, 0, st>>>(da, n, false);
-    to_float_kernel<<<blocks, threads, 0, st>>>(da, dh, n * n);
+    float* du = grown(s.su, size_t(n * n));  // kept for the sweeps of factor_id
+    to_float_kernel<<<blocks, threads, 0, st>>>(da, du, n * n);
     CUDA_CHECK(cudaGetLastError());
+    s.su_id = factor_id;
     u.resize(size_t(n * n));
-    CUDA_CHECK(cudaMemcpyAsync(u.data(), dh, size_t(n * n) * sizeof(float), cudaMemcpyDeviceToHost, st));
+    copy_device_to_host(u.data(), du, size_t(n * n) * sizeof(float), st);
+    return true;
+}
+
+void CudaSolverDevice::hold_inputs(const std::vector<ConstMatF>& mats) const {
+    State& s = *s_;
+    CUDA_CHECK(cudaStreamSynchronize(s.blas.stream()));  // nothing queued still reads the copies being replaced
+    s.held_count = 0;
+    if (s.held.size() < mats.size()) s.held.resize(mats.size());
+    for (const ConstMatF& m : mats) {
+        LOWBIT_CHECK(m.dense(), ErrorKind::usage, "hold_inputs: a matrix with a row stride");
+        State::Held& h = s.held[s.held_count];
+        h.host = m.data;
+        h.count = m.size();
+        h.dev.grow(size_t(std::max<int64_t>(h.count, 1)));
+        copy_host_to_device(h.dev.data(), m.data, size_t(h.count) * sizeof(float), s.blas.stream());
+        ++s.held_count;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s.blas.stream()));
+    ptq_sample_device_memory();
+}
+
+bool CudaSolverDevice::layer_objective(const LayerProblem& p, const float* q, double* objective, double* scale) const {
+    State& s = *s_;
+    const cudaStream_t st = s.blas.stream();
+    const int64_t rows = p.rows, cols = p.cols, n = rows * cols;
+    const int64_t hd = p.h_out ? p.head_rows : 1;
+    const int64_t hin_rows = p.h_in_heads ? p.head_rows : rows;  // rows sharing one H_in (and D)
+    if (n == 0) return false;
+    float* dw = grown(s.ow, size_t(n));
+    float* ddw = grown(s.odw, size_t(n));
+    float* dm = grown(s.om, size_t(n));
+    float* dmw = grown(s.omw, size_t(n));
+    float* dnd = p.d ? grown(s.ond, size_t(n)) : nullptr;
+    copy_host_to_device(dw, p.w, size_t(n) * sizeof(float), st);
+    copy_host_to_device(ddw, q, size_t(n) * sizeof(float), st);
+    weight_error_kernel<<<unsigned((n + 255) / 256), 256, 0, st>>>(ddw, dw, ddw, n);
+    CUDA_CHECK(cudaGetLastError());
+    const float one = 1.0f, zero = 0.0f;
+    // Row-major C (r × cols) = A (r × cols) · B (cols × cols) is column-major Cᵀ = Bᵀ·Aᵀ over the same storage.
+    const auto product = [&](const float* a, const float* b, float* c, int64_t r) {
+        cublas_check(cublasSgemm(s.blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(cols), int(r), int(cols), &one, b, int(cols),
+                                 a, int(cols), &zero, c, int(cols)),
+                     "cublasSgemm (layer objective)");
+    };
+    for (int64_t r0 = 0; r0 < rows; r0 += hin_rows) {
+        const float* hin = p.h_in_heads ? p.h_in_heads + (r0 / p.head_rows) * cols * cols : p.h_in;
+        const float* dh = s.on_device(hin, cols * cols, s.oh);
+        ptq_sample_device_memory();
+        product(ddw + r0 * cols, dh, dm + r0 * cols, hin_rows);
+        product(dw + r0 * cols, dh, dmw + r0 * cols, hin_rows);
+        if (p.d) {
+            const float* dd = s.on_device(p.h_in_heads ? p.d + (r0 / p.head_rows) * cols * cols : p.d, cols * cols, s.od);
+            product(dw + r0 * cols, dd, dnd + r0 * cols, hin_rows);
+        }
+    }
+    const int64_t heads = rows / hd, pairs = heads * hd * hd;
+    const float* dhout = nullptr;
+    if (p.h_out) {
+        float* b = grown(s.ohout, size_t(pairs));
+        CUDA_CHECK(cudaMemcpyAsync(b, p.h_out, size_t(pairs) * sizeof(float), cudaMemcpyHostToDevice, st));
+        dhout = b;
+    }
+    double* dobj = grown(s.oobj, size_t(pairs));
+    double* dscl = grown(s.oscl, size_t(pairs));
+    objective_pairs_kernel<<<unsigned((pairs * 32 + 255) / 256), 256, 0, st>>>(dm, dnd, dmw, ddw, dw, dhout, heads, hd, cols,
+                                                                                dobj, dscl);
+    CUDA_CHECK(cudaGetLastError());
+    std::vector<double> obj(static_cast<size_t>(pairs)), scl(static_cast<size_t>(pairs));
+    CUDA_CHECK(cudaMemcpyAsync(obj.data(), dobj, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaMemcpyAsync(scl.data(), dscl, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
+    // The CPU's association: per head in (j, k) order, then over the heads.
+    double total_obj = 0.0, total_scl = 0.0;
+    for (int64_t head = 0; head < heads; ++head) {
+        double ho = 0.0, hs = 0.0;
+        for (int64_t i = head * hd * hd; i < (head + 1) * hd * hd; ++i) {
+            ho += obj[size_t(i)];
+            hs += scl[size_t(i)];
+        }
+        total_obj += ho;
+        total_scl += hs;
+    }
+    *objective = total_obj;
+    *scale = total_scl;
     return true;
 }
 
@@ -264,16 +414,24 @@ void CudaSolverDevice::gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c
     if (m == 0 || n == 0) return;
     State& s = *s_;
     const cudaStream_t st = s.blas.stream();
-    float* da = grown(s.ga, size_t(a.rows * a.cols));
-    float* db = grown(s.gb, size_t(b.rows * b.cols));
     float* dc = grown(s.gc, size_t(m * n));
-    const auto up = [&](float* dst, ConstMatF v) {
-        CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(v.cols) * 4, v.data, size_t(v.ld) * 4, size_t(v.cols) * 4, size_t(v.rows),
-                                     cudaMemcpyHostToDevice, st));
+    // An operand on the device: its held copy (dense operands), else uploaded into `scratch`.
+    const auto up = [&](DeviceBuffer<float>& scratch, ConstMatF v) -> const float* {
+        if (v.dense())
+            if (const float* held = s.held_copy(v.data, v.size())) return held;
+        float* dst = grown(scratch, size_t(v.rows * v.cols));
+        if (v.dense())
+            copy_host_to_device(dst, v.data, size_t(v.size()) * 4, st);
+        else
+            CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(v.cols) * 4, v.data, size_t(v.ld) * 4, size_t(v.cols) * 4,
+                                         size_t(v.rows), cudaMemcpyHostToDevice, st));
+        return dst;
     };
-    up(da, a);
-    up(db, b);
-    if (beta != 0.0f) up(dc, ConstMatF(c.data, c.rows, c.cols, c.ld));
+    const float* da = up(s.ga, a);
+    const float* db = up(s.gb, b);
+    if (beta != 0.0f)
+        CUDA_CHECK(cudaMemcpy2DAsync(dc, size_t(n) * 4, c.data, size_t(c.ld) * 4, size_t(n) * 4, size_t(m),
+                                     cudaMemcpyHostToDevice, st));
     ptq_sample_device_memory();
     const float one = 1.0f;
     // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same storage.
@@ -281,8 +439,11 @@ void CudaSolverDevice::gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c
                              ta == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k), &one, db, int(b.cols), da,
                              int(a.cols), &beta, dc, int(n)),
                  "cublasSgemm");
-    CUDA_CHECK(cudaMemcpy2DAsync(c.data, size_t(c.ld) * 4, dc, size_t(n) * 4, size_t(n) * 4, size_t(m),
-                                 cudaMemcpyDeviceToHost, st));
+    if (c.dense())
+        copy_device_to_host(c.data, dc, size_t(m * n) * 4, st);
+    else
+        CUDA_CHECK(cudaMemcpy2DAsync(c.data, size_t(c.ld) * 4, dc, size_t(n) * 4, size_t(n) * 4, size_t(m),
+                                     cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
@@ -294,18 +455,19 @@ double CudaSolverDevice::sweep(const SweepCall& call) const {
     const int64_t n = call.n, cols = call.cols, group = g.group_size(cols), per_row = cols / group;
     const int64_t span = g.fit_span(cols);
     if (n == 0) return 0.0;
-    if (s.input_id != call.input_id || call.input_id == 0) {
-        s.input_id = 0;
-        grown(s.su, size_t(cols * cols));
-        s.su.upload(call.u, size_t(cols * cols));
-        if (call.p) {
-            grown(s.sp, size_t(cols * cols));
-            s.sp.upload(call.p, size_t(cols * cols));
-        }
-        s.input_id = call.input_id;
+    // u (often already here: the factorization of this input_id left it) and p, unless held from an earlier call.
+    if (s.su_id != call.input_id || call.input_id == 0) {
+        s.su_id = 0;
+        copy_host_to_device(grown(s.su, size_t(cols * cols)), call.u, size_t(cols * cols) * sizeof(float), st);
+        s.su_id = call.input_id;
+    }
+    if (call.p && (s.sp_id != call.input_id || call.input_id == 0)) {
+        s.sp_id = 0;
+        copy_host_to_device(grown(s.sp, size_t(cols * cols)), call.p, size_t(cols * cols) * sizeof(float), st);
+        s.sp_id = call.input_id;
     }
     float* dw = grown(s.sw, size_t(n * cols));
-    CUDA_CHECK(cudaMemcpyAsync(dw, call.w, size_t(n * cols) * 4, cudaMemcpyHostToDevice, st));
+    copy_host_to_device(dw, call.w, size_t(n * cols) * 4, st);
     std::vector<int32_t> order32(call.order->begin(), call.order->end());
     int32_t* dorder = grown(s.sorder, size_t(cols));
     CUDA_CHECK(cudaMemcpyAsync(dorder, order32.data(), size_t(cols) * 4, cudaMemcpyHostToDevice, st));
@@ -365,8 +527,8 @@ double CudaSolverDevice::sweep(const SweepCall& call) const {
             }
         }
     }
-    CUDA_CHECK(cudaMemcpyAsync(call.w, dw, size_t(n * cols) * 4, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaMemcpyAsync(out.codes.data() + call.row0 * cols, dcodes, size_t(n * cols), cudaMemcpyDeviceToHost, st));
+    copy_device_to_host(call.w, dw, size_t(n * cols) * 4, st);
+    copy_device_to_host(out.codes.data() + call.row0 * cols, dcodes, size_t(n * cols), st);
     std::vector<double> loss(static_cast<size_t>(n));
     CUDA_CHECK(cudaMemcpyAsync(loss.data(), dloss, size_t(n) * sizeof(double), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -379,7 +541,9 @@ void CudaSolverDevice::score_int_candidates(const GridSpec& g, const float* w, i
     if (rows == 0 || n == 0) return;
     State& s = *s_;
     const cudaStream_t st = s.blas.stream();
-    if (h_id == 0 || s.score_h_id != h_id || s.score_h_ptr != h || s.score_h_n != n || s.score_h_ld != ldh) {
+    const float* dh = s.held_copy(h, (n - 1) * ldh + n);  // the block of a held H_in, read in place (ld = ldh)
+    int64_t dh_ld = ldh;
+    if (!dh && (h_id == 0 || s.score_h_id != h_id || s.score_h_ptr != h || s.score_h_n != n || s.score_h_ld != ldh)) {
         s.score_h_id = 0;
         float* dh = grown(s.score_h, size_t(n * n));
         CUDA_CHECK(cudaMemcpy2DAsync(dh, size_t(n) * 4, h, size_t(ldh) * 4, size_t(n) * 4, size_t(n), cudaMemcpyHostToDevice, st));
@@ -387,6 +551,10 @@ void CudaSolverDevice::score_int_candidates(const GridSpec& g, const float* w, i
         s.score_h_ptr = h;
         s.score_h_n = n;
         s.score_h_ld = ldh;
+    }
+    if (!dh) {
+        dh = s.score_h.data();
+        dh_ld = n;
     }
     float* dw = grown(s.score_w, size_t(rows * n));
     CUDA_CHECK(cudaMemcpy2DAsync(dw, size_t(n) * 4, w, size_t(ldw) * 4, size_t(n) * 4, size_t(rows), cudaMemcpyHostToDevice, st));
@@ -409,8 +577,8 @@ void CudaSolverDevice::score_int_candidates(const GridSpec& g, const float* w, i
         candidate_error_kernel<<<unsigned((mc * n + 255) / 256), 256, 0, st>>>(dw, n, n, dcand, k, a0, mc, sg, dd);
         CUDA_CHECK(cudaGetLastError());
         // Row-major T = D·H is column-major Tᵀ = Hᵀ·Dᵀ over the same storage (H is symmetric; either way).
-        cublas_check(cublasSgemm(s.blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(mc), int(n), &one, s.score_h.data(),
-                                 int(n), dd, int(n), &zero, dt, int(n)),
+        cublas_check(cublasSgemm(s.blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(mc), int(n), &one, dh, int(dh_ld), dd,
+                                 int(n), &zero, dt, int(n)),
                      "cublasSgemm (grid candidates)");
         row_dot_kernel<<<unsigned((mc * 32 + 255) / 256), 256, 0, st>>>(dd, dt, mc, n, dscores + a0);
         CUDA_CHECK(cudaGetLastError());

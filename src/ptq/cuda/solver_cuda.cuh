@@ -10,8 +10,13 @@
 // gives bit-identical codes, grids and values; across blocks the lazy GEMMs sum in cuBLAS's order instead of
 // OpenBLAS's (tests/cuda/test_ptq_cuda.cu states the observed differences).
 //
-// Memory: the inputs of a sweep (u, p) stay on the device between calls with the same SweepCall::input_id
-// (TurboBoA sweeps each row block against one factorization); every buffer grows and is reused.
+// Residency: a block's statistics are copied once (hold_inputs) and read in place by the factorizations,
+// products, grid scores and layer objectives that name them; the factor of a factorization stays for the
+// sweeps of its factor_id, and (u, p) stay between sweeps with the same SweepCall::input_id (TurboBoA sweeps
+// each row block against one factorization), so per layer only weights, codes and grids cross the bus (and
+// the factor once, for the host's own uses). Every buffer grows and is reused.
+// layer_objective: ΔW·H, W·H and W·D by cuBLAS SGEMM, the row-pair dots in double (one warp per pair), summed
+// on the host in the CPU's association — equal to the CPU's objective up to FP32 summation order.
 // peak_bytes() is the largest device memory in use seen at the points where this object holds the most.
 #pragma once
 
@@ -29,7 +34,10 @@ public:
     CudaSolverDevice& operator=(const CudaSolverDevice&) = delete;
 
     bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
-                                double damp, std::vector<float>& u, std::vector<double>* h_inv) const override;
+                                double damp, std::vector<float>& u, std::vector<double>* h_inv,
+                                uint64_t factor_id) const override;
+    void hold_inputs(const std::vector<ConstMatF>& mats) const override;
+    bool layer_objective(const LayerProblem& p, const float* q, double* objective, double* scale) const override;
     void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override;
     double sweep(const SweepCall& call) const override;
     void score_int_candidates(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,

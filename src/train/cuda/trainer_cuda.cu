@@ -32,8 +32,9 @@
 
 #include "adahop/cuda/outlier_stats.cuh"
 #include "core/cuda_device.h"
+#include "core/cuda_phase_clock.h"
 #include "model/cuda/model_ops_cuda.cuh"
-#include "train/cuda/flash_attention_cuda.cuh"
+#include "model/cuda/flash_attention_cuda.cuh"
 #include "train/cuda/train_linear_cuda.cuh"
 #include "train/cuda/train_ops_cuda.cuh"
 #include "train/optimizer.h"
@@ -65,49 +66,6 @@ struct BlockState {
 
 // Whether a strategy's backward operand is kept quantized from the forward (adahop.md §6).
 bool keeps_prepared(Strategy s) { return s == Strategy::plain || s == Strategy::iht || s == Strategy::iht_oe_right; }
-
-// CUDA events at phase boundaries on one stream: mark(p) charges the time since the previous mark to phase p;
-// collect() (after the stream synchronized) adds the intervals to the totals. Off: mark() returns at once.
-class PhaseClock {
-public:
-    ~PhaseClock() {
-        for (cudaEvent_t e : pool_) cudaEventDestroy(e);
-    }
-    void enable(bool on) { on_ = on; }
-    bool enabled() const { return on_; }
-    void mark(cudaStream_t stream, const char* phase) {
-        if (!on_) return;
-        if (used_ == pool_.size()) {
-            cudaEvent_t e = nullptr;
-            CUDA_CHECK(cudaEventCreate(&e));
-            pool_.push_back(e);
-        }
-        CUDA_CHECK(cudaEventRecord(pool_[used_], stream));
-        phases_.push_back(phase);
-        ++used_;
-    }
-    void collect() {
-        for (size_t i = 1; i < used_; ++i) {
-            float ms = 0;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, pool_[i - 1], pool_[i]));
-            totals_[phases_[i]] += 1e-3 * double(ms);
-        }
-        used_ = 0;
-        phases_.clear();
-    }
-    void drop() {  // forget the marks since the last collect (an evaluation forward)
-        used_ = 0;
-        phases_.clear();
-    }
-    const std::map<std::string, double>& totals() const { return totals_; }
-
-private:
-    bool on_ = false;
-    std::vector<cudaEvent_t> pool_;
-    std::vector<const char*> phases_;  // phases_[i]: the phase that ends at event i
-    size_t used_ = 0;
-    std::map<std::string, double> totals_;
-};
 
 std::string step_prefix(int64_t step) { return "step " + std::to_string(step) + ": "; }
 

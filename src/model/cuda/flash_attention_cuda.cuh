@@ -1,4 +1,5 @@
-// flash_attention_cuda.cuh — causal grouped-query attention for training, forward and backward, flash-style:
+// flash_attention_cuda.cuh — causal grouped-query attention on the BF16 tensor cores, forward and backward,
+// for training and for the forward's optional tensor-core attention (forward_cuda.cuh), flash-style:
 // tiles of queries against tiles of keys with an online softmax, no n_tok × n_tok matrix ever in memory;
 // the forward saves the per-row log-sum-exp and the backward recomputes the probabilities from it.
 // BF16 operands, FP32 scores/softmax/accumulation, BF16 outputs. CPU reference: attention_causal

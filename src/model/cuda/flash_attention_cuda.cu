@@ -37,7 +37,7 @@
 // compute-bound. Ceiling: mma.sync BF16 on the H200 reaches ~60–70 % of the 990 TFLOP/s dense peak.
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
-#include "train/cuda/flash_attention_cuda.cuh"
+#include "model/cuda/flash_attention_cuda.cuh"
 
 #include <cmath>
 #include <initializer_list>
