@@ -552,13 +552,16 @@ QuantizedWeight solve_gptq(const LayerProblem& p, const SolverOptions& o, SolveS
         for (int64_t c = 0; c < p.cols; ++c)
             if (in.chol.dead[size_t(c)])
                 for (int64_t r = 0; r < rows_per; ++r) w[size_t(r * p.cols + c)] = 0.0f;
-        QuantizedWeight part = empty_result(o.grid, rows_per, p.cols);
+        // One H_in for all rows: the sweep writes q itself; per head: a head's part, copied in below.
+        QuantizedWeight part = heads == 1 ? QuantizedWeight{} : empty_result(o.grid, rows_per, p.cols);
+        QuantizedWeight& dst = heads == 1 ? q : part;
         const Clock::time_point ts = Clock::now();
-        st.loss += solve_rows_one_sided(w.data(), 0, rows_per, in, o, up_front ? GridFit::from_input : GridFit::at_group, part);
+        st.loss += solve_rows_one_sided(w.data(), 0, rows_per, in, o, up_front ? GridFit::from_input : GridFit::at_group, dst);
         st.sweep_seconds += seconds_since(ts);
         st.damping = std::max(st.damping, in.chol.damping);
         st.retries = std::max(st.retries, in.chol.retries);
         st.dead += int64_t(std::count(in.chol.dead.begin(), in.chol.dead.end(), uint8_t(1)));
+        if (heads == 1) continue;
         const int64_t gpr = part.groups_per_row();
         std::copy(part.codes.begin(), part.codes.end(), q.codes.begin() + hh * rows_per * p.cols);
         std::copy(part.grids.begin(), part.grids.end(), q.grids.begin() + hh * rows_per * gpr);
