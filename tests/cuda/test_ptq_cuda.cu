@@ -149,14 +149,6 @@ TEST(PtqCuda, InverseCholeskyMatchesLapack) {
         EXPECT_EQ(gpu.dead, cpu.dead);
         EXPECT_EQ(gpu.retries, cpu.retries);
         for (int64_t i = 1; i < n; ++i) EXPECT_EQ(gpu.u[size_t(i * n)], 0.0f);  // lower triangle zero
-        // Without H⁻¹ the device takes J·chol_L(JHJ)⁻¹·J (one Cholesky, one triangular inverse): the same factor.
-        const InverseCholesky fast = inverse_cholesky(h.data(), n, 0.01, 1.0f, "t", &dev, false);
-        double df = 0;
-        for (size_t i = 0; i < cpu.u.size(); ++i) df = std::max(df, std::fabs(double(cpu.u[i]) - double(fast.u[i])));
-        EXPECT_LT(df / mu, 1e-6) << "n = " << n;
-        EXPECT_TRUE(fast.h_inv.empty());
-        for (int64_t r = 1; r < n; ++r)
-            for (int64_t c = 0; c < r; ++c) ASSERT_EQ(fast.u[size_t(r * n + c)], 0.0f);
     }
     // A rank-2 Hessian is factored with the default damping on both, and an all-zero one (every input
     // dead) gives the same U. (With a damping of 1e-12 LAPACK still factors a rank-2 16 × 16 H while cuSOLVER
@@ -168,7 +160,6 @@ TEST(PtqCuda, InverseCholeskyMatchesLapack) {
     const InverseCholesky cpu = inverse_cholesky(h.data(), n, 0.01, 1.0f, "t");
     const InverseCholesky gpu = inverse_cholesky(h.data(), n, 0.01, 1.0f, "t", &dev);
     EXPECT_EQ(gpu.retries, cpu.retries);
-    EXPECT_EQ(inverse_cholesky(h.data(), n, 0.01, 1.0f, "t", &dev, false).retries, cpu.retries);
     const std::vector<float> zero(size_t(n * n), 0.0f);
     EXPECT_EQ(inverse_cholesky(zero.data(), n, 0.01, 0.5f, "t", &dev).u, inverse_cholesky(zero.data(), n, 0.01, 0.5f, "t").u);
     // NaN is refused before any device work.

@@ -37,25 +37,6 @@ __global__ void damped_hessian_kernel(const float* h, const uint8_t* dead, float
     a[idx] = i == j ? (dead[i] ? double(dead_value) : double(h[idx])) + damp : double(h[idx]);
 }
 
-// a (FP64, column-major) = J·(damped H)·J, J the index reversal: element (i, j) = damped H[n−1−i][n−1−j].
-__global__ void reversed_damped_hessian_kernel(const float* h, const uint8_t* dead, float dead_value, double damp,
-                                               double* a, int64_t n) {
-    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= n * n) return;
-    const int64_t j = idx / n, i = idx % n;  // column j, row i of the column-major a
-    const int64_t hi = n - 1 - i, hj = n - 1 - j;
-    const float v = h[hi * n + hj];
-    a[idx] = hi == hj ? (dead[hi] ? double(dead_value) : double(v)) + damp : double(v);
-}
-
-// u (FP32, row-major upper) = J·L⁻¹·J from the column-major lower L⁻¹ in a: u[r][c] = L⁻¹[n−1−r][n−1−c].
-__global__ void reversed_inverse_kernel(const double* a, float* u, int64_t n) {
-    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= n * n) return;
-    const int64_t r = idx / n, c = idx % n;
-    u[idx] = c >= r ? float(a[(n - 1 - r) + (n - 1 - c) * n]) : 0.0f;
-}
-
 __global__ void to_float_kernel(const double* a, float* out, int64_t n) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) out[i] = float(a[i]);
@@ -301,6 +282,8 @@ bool CudaSolverDevice::inverse_cholesky_upper(const float* h, int64_t n, const s
     const float* dh = s.on_device(h, n * n, s.ga);  // FP32 in and out: half the bytes of FP64 over the bus
     uint8_t* ddead = grown(s.chol_dead, size_t(n));
     CUDA_CHECK(cudaMemcpyAsync(ddead, dead.data(), size_t(n), cudaMemcpyHostToDevice, st));
+    damped_hessian_kernel<<<unsigned((n * n + 255) / 256), 256, 0, st>>>(dh, ddead, dead_value, damp, da, n);
+    CUDA_CHECK(cudaGetLastError());
     const int nn = int(n);
     int lwork = 0, lwork2 = 0;
     // Row-major upper U (A = UᵀU) is LAPACK's column-major lower factor.
@@ -317,34 +300,6 @@ bool CudaSolverDevice::inverse_cholesky_upper(const float* h, int64_t n, const s
     };
     const int threads = 256;
     const unsigned blocks = unsigned((n * n + threads - 1) / threads);
-    if (!h_inv) {
-        // chol_U(H⁻¹) = J·chol_L(J·H·J)⁻¹·J: one Cholesky and one triangular inverse (2/3·n³) instead of
-        // potrf, potri and potrf again (4/3·n³). (JHJ = LLᵀ ⇒ H⁻¹ = (L⁻¹J)ᵀ(L⁻¹J), and J·L⁻¹·J is upper with
-        // a positive diagonal, so it is the unique upper factor.)
-        reversed_damped_hessian_kernel<<<blocks, threads, 0, st>>>(dh, ddead, dead_value, damp, da, n);
-        CUDA_CHECK(cudaGetLastError());
-        cusolver_check(cusolverDnDpotrf(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork, info), "cusolverDnDpotrf");
-        if (!ok()) return false;
-        size_t dev_bytes = 0, host_bytes = 0;
-        cusolver_check(cusolverDnXtrtri_bufferSize(s.solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, n, CUDA_R_64F, da,
-                                                   n, &dev_bytes, &host_bytes),
-                       "trtri_bufferSize");
-        double* dwork = grown(s.chol_work, std::max<size_t>(size_t(lwork), (dev_bytes + sizeof(double) - 1) / sizeof(double)));
-        std::vector<char> host_work(host_bytes);
-        cusolver_check(cusolverDnXtrtri(s.solver, CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_NON_UNIT, n, CUDA_R_64F, da, n, dwork,
-                                        dev_bytes, host_work.data(), host_bytes, info),
-                       "cusolverDnXtrtri");
-        if (!ok()) return false;
-        float* du = grown(s.su, size_t(n * n));  // kept for the sweeps of factor_id
-        reversed_inverse_kernel<<<blocks, threads, 0, st>>>(da, du, n);
-        CUDA_CHECK(cudaGetLastError());
-        s.su_id = factor_id;
-        u.resize(size_t(n * n));
-        copy_device_to_host(u.data(), du, size_t(n * n) * sizeof(float), st);
-        return true;
-    }
-    damped_hessian_kernel<<<blocks, threads, 0, st>>>(dh, ddead, dead_value, damp, da, n);
-    CUDA_CHECK(cudaGetLastError());
     cusolver_check(cusolverDnDpotrf(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork, info), "cusolverDnDpotrf");
     if (!ok()) return false;
     cusolver_check(cusolverDnDpotri(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork2, info), "cusolverDnDpotri");

@@ -1,6 +1,5 @@
 // solver_cuda.cuh — the GPU SolverDevice of post-training quantization (ptq/solver.h): FP64 inverse
-// Cholesky with cuSOLVER (potrf → potri → potrf, as the CPU does with LAPACK, when H⁻¹ is wanted too; else
-// J·chol_L(J·H·J)⁻¹·J with J the index reversal, potrf → trtri, half the FLOPs; the damped FP64 matrix is built on
+// Cholesky with cuSOLVER (potrf → potri → potrf, as the CPU does with LAPACK; the damped FP64 matrix is built on
 // the device from the FP32 Hessian and the factor goes back in FP32, half the bytes), FP32 products with cuBLAS
 // (no TF32), and GPTQ's column sweep as a kernel (one warp per row, the lazy block's chol_U(H⁻¹) and GPTAQ P
 // blocks in shared memory) with the lazy updates between blocks as cuBLAS GEMMs, and the grid search's
