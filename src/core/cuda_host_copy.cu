@@ -47,19 +47,28 @@ void host_copy(char* dst, const char* src, size_t n) {
     parallel_for(int64_t(n), kHostGrain, [&](int64_t a, int64_t b) { std::memcpy(dst + a, src + a, size_t(b - a)); });
 }
 
+// The pinned halves for a staged copy of `bytes`, taking the lock into `guard`; null when the copy went
+// straight (small, or no pinned memory): then it is done.
+char* staging_for(std::unique_lock<std::mutex>& guard, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                  cudaStream_t stream) {
+    Staging& s = staging();
+    guard = std::unique_lock<std::mutex>(s.lock);
+    char* pinned = bytes >= kStagedMin ? s.get() : nullptr;
+    if (pinned) return pinned;
+    guard.unlock();
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return nullptr;
+}
+
 }  // namespace
 
 void copy_host_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
     if (bytes == 0) return;
+    std::unique_lock<std::mutex> guard;
+    char* pinned = staging_for(guard, dst, src, bytes, cudaMemcpyHostToDevice, stream);
+    if (!pinned) return;
     Staging& s = staging();
-    std::unique_lock<std::mutex> guard(s.lock);
-    char* pinned = bytes >= kStagedMin ? s.get() : nullptr;
-    if (!pinned) {
-        guard.unlock();
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        return;
-    }
     char* d = static_cast<char*>(dst);
     const char* h = static_cast<const char*>(src);
     for (size_t off = 0, i = 0; off < bytes; off += kHalf, ++i) {
@@ -75,15 +84,10 @@ void copy_host_to_device(void* dst, const void* src, size_t bytes, cudaStream_t 
 
 void copy_device_to_host(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
     if (bytes == 0) return;
+    std::unique_lock<std::mutex> guard;
+    char* pinned = staging_for(guard, dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+    if (!pinned) return;
     Staging& s = staging();
-    std::unique_lock<std::mutex> guard(s.lock);
-    char* pinned = bytes >= kStagedMin ? s.get() : nullptr;
-    if (!pinned) {
-        guard.unlock();
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        return;
-    }
     char* h = static_cast<char*>(dst);
     const char* d = static_cast<const char*>(src);
     const size_t chunks = (bytes + kHalf - 1) / kHalf;

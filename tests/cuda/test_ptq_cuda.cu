@@ -367,15 +367,23 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
     return s > 0 ? m / s : m;
 }
 
+// The CPU's and the GPU's calibration paths over the same 3 windows of 24 tokens of m (Xfp too when `cross`).
+struct BothPaths {
+    std::unique_ptr<CalibrationPaths> cpu, gpu;
+};
+BothPaths both_paths(const LlamaModel& m, bool cross, CudaPrecision precision) {
+    const int64_t S = 3, L = 24;
+    const std::vector<int32_t> windows = test::random_tokens(S * L, m.config.vocab_size, 5);
+    BothPaths b{cpu_calibration_paths(m.config, 2), cuda_calibration_paths(m.config, 2, precision)};
+    b.cpu->embed(m, windows, S, L, cross);
+    b.gpu->embed(m, windows, S, L, cross);
+    return b;
+}
+
 TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
     SKIP_WITHOUT_GPU();
     const LlamaModel m = ptq_model();
-    const LlamaConfig& c = m.config;
-    const int64_t S = 3, L = 24;
-    const std::vector<int32_t> windows = test::random_tokens(S * L, c.vocab_size, 5);
-    std::unique_ptr<CalibrationPaths> cpu = cpu_calibration_paths(c, 2), gpu = cuda_calibration_paths(c, 2);
-    cpu->embed(m, windows, S, L, true);
-    gpu->embed(m, windows, S, L, true);
+    const auto [cpu, gpu] = both_paths(m, true, CudaPrecision::fp32);
     const BlockStatsOptions all{true, true, true};
     for (int64_t l = 0; l < 2; ++l) {
         const BlockStatistics a = cpu->statistics(m.weights.blocks[size_t(l)], l, all);
@@ -409,12 +417,7 @@ TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
 TEST(PtqCuda, CalibrationStatisticsBf16NearCpu) {
     SKIP_WITHOUT_GPU();
     const LlamaModel m = ptq_model();
-    const LlamaConfig& c = m.config;
-    const int64_t S = 3, L = 24;
-    const std::vector<int32_t> windows = test::random_tokens(S * L, c.vocab_size, 5);
-    std::unique_ptr<CalibrationPaths> cpu = cpu_calibration_paths(c, 2), gpu = cuda_calibration_paths(c, 2, CudaPrecision::bf16);
-    cpu->embed(m, windows, S, L, false);
-    gpu->embed(m, windows, S, L, false);
+    const auto [cpu, gpu] = both_paths(m, false, CudaPrecision::bf16);
     const BlockStatistics a = cpu->statistics(m.weights.blocks[0], 0, BlockStatsOptions{});
     const BlockStatistics b = gpu->statistics(m.weights.blocks[0], 0, BlockStatsOptions{});
     for (const auto& [name, pa, pb] : {std::tuple{"h_attn", &a.h_attn, &b.h_attn}, std::tuple{"h_o", &a.h_o, &b.h_o},
