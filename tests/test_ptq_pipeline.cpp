@@ -481,7 +481,7 @@ TEST(PtqActBits, ExportsRecordTheActivationsAndEvalReadsThemBack) {
 }
 
 TEST(PtqActBits, CalibrationPathsWithoutActivationQuantizationAreRefused) {
-    // A device's paths that do not quantize activations (as the CUDA ones) are not silently used for --act-bits.
+    // Calibration paths made without the activation format are not silently used for --act-bits.
     const LlamaModel m0 = ptq_model();
     const std::string src = ptq_gguf(m0, "ptq_act_bits_refuse.gguf");
     const auto reader = ModelReader::open(src);

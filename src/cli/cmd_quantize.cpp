@@ -49,9 +49,6 @@ void run_quantize(const QuantizeArgs& a) {
     LOWBIT_CHECK(a.device == "cuda" || a.calib_precision == "fp32", ErrorKind::usage,
                  "--calib-precision {} needs --device cuda (the CPU forward is FP32)", a.calib_precision);
     const QuantSpec activations = parse_activation_spec(a.act_bits);
-    LOWBIT_CHECK(!activations.format || a.device == "cpu", ErrorKind::usage,
-                 "--act-bits {} with --device cuda: the GPU calibration paths do not quantize activations yet; run the "
-                 "W·A calibration with --device cpu", a.act_bits);
 #if defined(LOWBIT_HAVE_CUDA)
     std::unique_ptr<CudaSolverDevice> solver_device;
     if (a.device == "cuda") {
@@ -115,8 +112,8 @@ void run_quantize(const QuantizeArgs& a) {
     if (solver_device) {
         o.solver_device = solver_device.get();
         const CudaPrecision precision = parse_cuda_precision(a.calib_precision);
-        o.calibration_paths = [precision](const LlamaConfig& c, int64_t batch) {
-            return cuda_calibration_paths(c, batch, precision);
+        o.calibration_paths = [precision, activations](const LlamaConfig& c, int64_t batch) {
+            return cuda_calibration_paths(c, batch, precision, activations);
         };
     }
 #endif

@@ -188,8 +188,8 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         o.calibration_paths ? o.calibration_paths(c, o.batch) : cpu_calibration_paths(c, o.batch, o.activations);
     rep.device = paths->device();
     LOWBIT_CHECK(!calibrated || paths->activations().describe() == o.activations.describe(), ErrorKind::usage,
-                 "quantize: the {} calibration paths quantize activations as '{}', not '{}' as asked; W·A calibration "
-                 "(--act-bits) runs on the CPU (--device cpu)",
+                 "quantize: the {} calibration paths quantize activations as '{}', not '{}' as asked (make them with "
+                 "the activation format, as cpu_calibration_paths/cuda_calibration_paths take it; or --device cpu)",
                  rep.device, paths->activations().describe(), o.activations.describe());
     std::vector<float> xq, xfp;
     int64_t first_block = 0;

@@ -371,10 +371,10 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
 struct BothPaths {
     std::unique_ptr<CalibrationPaths> cpu, gpu;
 };
-BothPaths both_paths(const LlamaModel& m, bool cross, CudaPrecision precision) {
+BothPaths both_paths(const LlamaModel& m, bool cross, CudaPrecision precision, const QuantSpec& activations = {}) {
     const int64_t S = 3, L = 24;
     const std::vector<int32_t> windows = test::random_tokens(S * L, m.config.vocab_size, 5);
-    BothPaths b{cpu_calibration_paths(m.config, 2), cuda_calibration_paths(m.config, 2, precision)};
+    BothPaths b{cpu_calibration_paths(m.config, 2, activations), cuda_calibration_paths(m.config, 2, precision, activations)};
     b.cpu->embed(m, windows, S, L, cross);
     b.gpu->embed(m, windows, S, L, cross);
     return b;
@@ -431,6 +431,37 @@ TEST(PtqCuda, CalibrationStatisticsBf16NearCpu) {
     }
     EXPECT_GT(gpu->phases().forwards, 0.0);
     EXPECT_GT(gpu->phases().products, 0.0);
+}
+
+// W·A calibration (--act-bits): the quantized path runs activation-quantized linears and its statistics are
+// of the quantized inputs, on both devices. A per-token INT8 grid rounds the two devices' FP32 activations
+// alike except where they straddle a rounding boundary, so the sums agree to a few 1e-3 of their largest entry.
+TEST(PtqCuda, ActivationQuantizedCalibrationMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    const LlamaModel m = ptq_model();
+    const QuantSpec acts = parse_activation_spec("8");
+    const auto [cpu, gpu] = both_paths(m, true, CudaPrecision::fp32, acts);
+    EXPECT_EQ(gpu->activations().describe(), acts.describe());
+    const BlockStatsOptions all{true, true, true};
+    for (int64_t l = 0; l < 2; ++l) {
+        const BlockStatistics a = cpu->statistics(m.weights.blocks[size_t(l)], l, all);
+        const BlockStatistics b = gpu->statistics(m.weights.blocks[size_t(l)], l, all);
+        for (const auto& [name, pa, pb] : {std::tuple{"h_attn", &a.h_attn, &b.h_attn}, std::tuple{"h_down", &a.h_down, &b.h_down},
+                                           std::tuple{"h_v", &a.h_v, &b.h_v}, std::tuple{"d_ffn", &a.d_ffn, &b.d_ffn}}) {
+            const double rel = max_rel(*pb, *pa);
+            std::printf("  int8 activations, block %lld %s: max relative difference %.2e\n", (long long)l, name, rel);
+            EXPECT_LT(rel, 1e-2) << name << " block " << l;
+        }
+        BlockWeights q = m.weights.blocks[size_t(l)];
+        for (float& v : q.wq) v *= 0.9f;
+        cpu->propagate(q, l);
+        gpu->propagate(q, l);
+        std::vector<float> xq0, xfp0, xq1, xfp1;
+        cpu->save(xq0, xfp0);
+        gpu->save(xq1, xfp1);
+        EXPECT_LT(max_rel(xq1, xq0), 1e-2);
+        EXPECT_LT(max_rel(xfp1, xfp0), 1e-5);  // the full-precision path is not quantized
+    }
 }
 
 TEST(PtqCuda, QuantizeModelMatchesCpu) {

@@ -3,6 +3,7 @@
 
 #include "core/cuda_host_copy.h"
 #include "core/cuda_phase_clock.h"
+#include "formats/cuda/format_roundtrip_cuda.cuh"
 #include "model/cuda/forward_cuda.cuh"
 #include "ptq/cuda/solver_cuda.cuh"
 
@@ -59,8 +60,12 @@ unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) 
 
 class CudaCalibrationPaths final : public CalibrationPaths {
 public:
-    CudaCalibrationPaths(const LlamaConfig& c, int64_t batch, CudaPrecision p)
-        : c_(c), batch_(std::max<int64_t>(1, batch)), precision_(p) {
+    CudaCalibrationPaths(const LlamaConfig& c, int64_t batch, CudaPrecision p, const QuantSpec& activations)
+        : c_(c), batch_(std::max<int64_t>(1, batch)), precision_(p), acts_(activations), acts_rows_(activations) {
+        acts_rows_.options.axis = 1;  // per token, as quantize_activations
+        if (acts_.format && !format_roundtrip_cuda_supported(*acts_.format))
+            cuda_usage_error(std::string("--act-bits: activation format ") + acts_.format->name +
+                             " has no CUDA quantizer; use an INT, MX or NVFP4 format on the GPU");
         clock_.enable(true);
         sq_.tensor_core_attention = sfp_.tensor_core_attention = p == CudaPrecision::bf16;
     }
@@ -76,7 +81,10 @@ public:
         const int64_t d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), f = c_.ffn_size, hd = c_.head_dim;
         const int64_t L = length_, nkv = c_.n_kv_heads;
         LOWBIT_CHECK(!o.cross || !xfp_empty_, ErrorKind::usage, "calibration: F2 statistics need the full-precision path");
-        weights_.upload(c_, fp, layer, precision_, st);
+        // The full-precision path runs the block as loaded; the quantized path with activation-quantized linears
+        // when --act-bits asks (the CPU's quantized_path_linears).
+        const CudaBlockWeights& wq = upload_quantized_path(fp, layer);  // weights_ itself without --act-bits
+        if (acts_.format && o.cross) weights_.upload(c_, fp, layer, precision_, st);
         const auto zeroed = [&](DeviceBuffer<float>& b, int64_t n) {
             b.grow(size_t(n));
             CUDA_CHECK(cudaMemsetAsync(b.data(), 0, size_t(n) * sizeof(float), st));
@@ -106,12 +114,13 @@ public:
             if (o.cross) cuda_block_forward(c_, weights_, layer, xfp_.data() + s0 * L * d, shape, sfp_, blas_);  // Xfp advances
             float* tmp = tmp_.grow(size_t(rows * d));
             CUDA_CHECK(cudaMemcpyAsync(tmp, xq_.data() + s0 * L * d, size_t(rows * d) * 4, cudaMemcpyDeviceToDevice, st));
-            cuda_block_forward(c_, weights_, layer, tmp, shape, sq_, blas_);
+            cuda_block_forward(c_, wq, layer, tmp, shape, sq_, blas_);
+            if (acts_.format) quantize_linear_inputs(rows);
             clock_.mark(st, "forwards");
-            input_hessian(h_attn, sq_.attn_in.data(), sq_.attn_in_bf16.data(), Projection::q, rows, d);
-            input_hessian(h_o, sq_.attn_ctx.data(), sq_.attn_ctx_bf16.data(), Projection::o, rows, qd);
-            input_hessian(h_ffn, sq_.ffn_in.data(), sq_.ffn_in_bf16.data(), Projection::gate, rows, d);
-            input_hessian(h_down, sq_.ffn_act.data(), sq_.ffn_act_bf16.data(), Projection::down, rows, f);
+            input_hessian(wq, h_attn, sq_.attn_in.data(), sq_.attn_in_bf16.data(), Projection::q, rows, d);
+            input_hessian(wq, h_o, sq_.attn_ctx.data(), sq_.attn_ctx_bf16.data(), Projection::o, rows, qd);
+            input_hessian(wq, h_ffn, sq_.ffn_in.data(), sq_.ffn_in_bf16.data(), Projection::gate, rows, d);
+            input_hessian(wq, h_down, sq_.ffn_act.data(), sq_.ffn_act_bf16.data(), Projection::down, rows, f);
             if (o.cross) {
                 cross(d_attn, sfp_.attn_in.data(), sq_.attn_in.data(), rows, d);
                 cross(d_o, sfp_.attn_ctx.data(), sq_.attn_ctx.data(), rows, qd);
@@ -162,10 +171,10 @@ public:
 
     void propagate(const BlockWeights& q, int64_t layer) override {
         const int64_t d = c_.hidden_size, L = length_;
-        weights_.upload(c_, q, layer, precision_, blas_.stream());
+        const CudaBlockWeights& wq = upload_quantized_path(q, layer);
         clock_.mark(blas_.stream(), "upload");
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_)
-            cuda_block_forward(c_, weights_, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L},
+            cuda_block_forward(c_, wq, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L},
                                sq_, blas_);
         clock_.mark(blas_.stream(), "forwards");
         blas_.synchronize();
@@ -197,6 +206,7 @@ public:
     }
 
     std::string device() const override { return std::string("cuda ") + cuda_precision_name(precision_); }
+    QuantSpec activations() const override { return acts_; }
 
     CalibrationPhases phases() const override {
         const auto total = [&](const char* phase) {
@@ -211,8 +221,9 @@ private:
     // sharing its input). In BF16 precision the layer multiplies the BF16 copy xb of its input, so the sum is
     // taken of that copy on the BF16 tensor cores (exact products, FP32 accumulation; a full GEMM, both
     // triangles); in FP32, SSYRK of x (the upper triangle, row-major).
-    void input_hessian(float* dst, const float* x, const __nv_bfloat16* xb, Projection reader, int64_t rows, int64_t n) {
-        if (!weights_.linears[reader].wants_bf16_input()) {
+    void input_hessian(const CudaBlockWeights& w, float* dst, const float* x, const __nv_bfloat16* xb, Projection reader,
+                       int64_t rows, int64_t n) {
+        if (!w.linears[reader].wants_bf16_input()) {
             syrk(dst, x, rows, n, n);
             return;
         }
@@ -222,6 +233,29 @@ private:
                                   int(n), xb, CUDA_R_16BF, int(n), &one, dst, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx (BF16 Hessian)");
+    }
+    // The quantized path's block: `b` with the activation-quantized linears of --act-bits, else dense.
+    const CudaBlockWeights& upload_quantized_path(const BlockWeights& b, int64_t layer) {
+        if (!acts_.format) {
+            weights_.upload(c_, b, layer, precision_, blas_.stream());
+            return weights_;
+        }
+        weights_q_.upload(c_, b, layer, precision_, blas_.stream(), cuda_fake_quant_linears(QuantSpec{}, acts_));
+        return weights_q_;
+    }
+    // The quantized path's linear inputs in the scratch replaced by what its linears multiplied, Qa(x) (the
+    // CPU's quantize_linear_inputs): the statistics are then taken of the quantized activations.
+    void quantize_linear_inputs(int64_t rows) {
+        for (DeviceBuffer<float>* x : {&sq_.attn_in, &sq_.attn_ctx, &sq_.ffn_in, &sq_.ffn_act}) {
+            const int64_t cols = x == &sq_.attn_in || x == &sq_.ffn_in ? c_.hidden_size
+                                 : x == &sq_.attn_ctx                   ? c_.q_dim()
+                                                                        : c_.ffn_size;
+            float* q = act_tmp_.grow(size_t(rows * cols));
+            format_roundtrip_cuda(*acts_rows_.format, acts_rows_.options, x->data(), rows, cols, q, act_scratch_,
+                                  blas_.stream());
+            CUDA_CHECK(cudaMemcpyAsync(x->data(), q, size_t(rows * cols) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       blas_.stream()));
+        }
     }
     // dst (n × n, column-major lower = row-major upper) += xᵀx, x row-major rows × n with leading dimension ld.
     void syrk(float* dst, const float* x, int64_t rows, int64_t n, int64_t ld) {
@@ -286,8 +320,11 @@ private:
     LlamaConfig c_;
     int64_t batch_ = 1, samples_ = 0, length_ = 0;
     CudaPrecision precision_;
+    QuantSpec acts_, acts_rows_;  // --act-bits as given / along each token's row
     CudaBlas blas_;
-    CudaBlockWeights weights_;
+    CudaBlockWeights weights_, weights_q_;  // the block as loaded; with activation-quantized linears
+    DeviceBuffer<float> act_tmp_;
+    FormatRoundtripScratch act_scratch_;
     CudaBlockScratch sq_, sfp_;
     DeviceBuffer<float> xq_, xfp_, tmp_;
     bool xfp_empty_ = true;
@@ -299,8 +336,9 @@ private:
 
 }  // namespace
 
-std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch, CudaPrecision precision) {
-    return std::make_unique<CudaCalibrationPaths>(c, batch, precision);
+std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch, CudaPrecision precision,
+                                                         const QuantSpec& activations) {
+    return std::make_unique<CudaCalibrationPaths>(c, batch, precision, activations);
 }
 
 }  // namespace lowbit

@@ -28,7 +28,11 @@
 
 namespace lowbit {
 
+// With `activations` (W·A calibration, --act-bits) the quantized path runs activation-quantized linears
+// (cuda_fake_quant_linears) and its statistics are taken of the quantized inputs, as cpu_calibration_paths
+// does; the full-precision path stays unquantized. The format needs a CUDA quantizer (format_roundtrip_cuda).
 std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch,
-                                                         CudaPrecision precision = CudaPrecision::fp32);
+                                                         CudaPrecision precision = CudaPrecision::fp32,
+                                                         const QuantSpec& activations = {});
 
 }  // namespace lowbit
