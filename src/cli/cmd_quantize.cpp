@@ -262,7 +262,7 @@ void register_quantize_command(CLI::App& app) {
     cq->add_option("--act-bits", a->act_bits,
                    "W·A quantization: 4 | 8 (int4 / int8) or an --acts format of `lowbit eval` (mxfp4, …): the "
                    "quantized path's projection inputs quantized per token during calibration, recorded in the output "
-                   "(`lowbit eval` applies it by default); CPU only");
+                   "(`lowbit eval` applies it by default); on the GPU an INT, MX or NVFP4 format");
     cq->add_option("--calib-corpus", a->calib_corpus, "calibration corpus (default sotu-train)");
     cq->add_option("--calib-text", a->calib_text, "calibration text file (instead of a corpus)");
     cq->add_option("--calib-samples", a->calib_samples, "calibration windows (default 16 on the CPU)");

@@ -435,7 +435,8 @@ TEST(PtqCuda, CalibrationStatisticsBf16NearCpu) {
 
 // W·A calibration (--act-bits): the quantized path runs activation-quantized linears and its statistics are
 // of the quantized inputs, on both devices. A per-token INT8 grid rounds the two devices' FP32 activations
-// alike except where they straddle a rounding boundary, so the sums agree to a few 1e-3 of their largest entry.
+// alike except where one straddles a rounding boundary (a flip moves one entry by a step, ≈ 1e-3 of the
+// sums here); observed on the H200: ≤ 1.7e-7 for H, ≤ 2.5e-5 for D, no flip.
 TEST(PtqCuda, ActivationQuantizedCalibrationMatchesCpu) {
     SKIP_WITHOUT_GPU();
     const LlamaModel m = ptq_model();
@@ -450,7 +451,7 @@ TEST(PtqCuda, ActivationQuantizedCalibrationMatchesCpu) {
                                            std::tuple{"h_v", &a.h_v, &b.h_v}, std::tuple{"d_ffn", &a.d_ffn, &b.d_ffn}}) {
             const double rel = max_rel(*pb, *pa);
             std::printf("  int8 activations, block %lld %s: max relative difference %.2e\n", (long long)l, name, rel);
-            EXPECT_LT(rel, 1e-2) << name << " block " << l;
+            EXPECT_LT(rel, 3e-3) << name << " block " << l;
         }
         BlockWeights q = m.weights.blocks[size_t(l)];
         for (float& v : q.wq) v *= 0.9f;
@@ -459,7 +460,7 @@ TEST(PtqCuda, ActivationQuantizedCalibrationMatchesCpu) {
         std::vector<float> xq0, xfp0, xq1, xfp1;
         cpu->save(xq0, xfp0);
         gpu->save(xq1, xfp1);
-        EXPECT_LT(max_rel(xq1, xq0), 1e-2);
+        EXPECT_LT(max_rel(xq1, xq0), 3e-3);
         EXPECT_LT(max_rel(xfp1, xfp0), 1e-5);  // the full-precision path is not quantized
     }
 }
