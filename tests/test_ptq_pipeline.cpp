@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/gemm_cpu.h"
@@ -252,6 +254,71 @@ TEST(PtqExport, RotatedModelExportsUntiedAndExact) {
     EXPECT_TRUE(back.config.tied_embeddings == false);
     const std::vector<int32_t> tok = test::random_tokens(12, m.config.vocab_size, 9);
     EXPECT_EQ(forward_logits(q.model, tok.data(), BatchShape{1, 12}), forward_logits(back, tok.data(), BatchShape{1, 12}));
+}
+
+std::string file_bytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Streaming the blocks (read and rotated one at a time, FP32 projections dropped once quantized) changes
+// nothing but the memory: the same codes, the same GGUF and safetensors files; the streamed model keeps only
+// its blocks' norms (and biases); a resumed streamed run equals the uninterrupted one.
+TEST(PtqPipeline, StreamedBlocksGiveTheSameModelAndFiles) {
+    const LlamaModel m = ptq_model();
+    const std::string src = ptq_gguf(m, "ptq_stream_src.gguf");
+    const auto reader = ModelReader::open(src);
+    PtqOptions o = tiny_options(PtqMethod::turboboa, "q4_0");
+    o.rotate = true;
+    const std::vector<int32_t> win = tiny_windows(m.config, o);
+    const QuantizedModel whole = quantize_model(*reader, win, o, nullptr);
+    o.stream_blocks = true;
+    const QuantizedModel streamed = quantize_model(*reader, win, o, nullptr);
+    ASSERT_EQ(streamed.linears.size(), whole.linears.size());
+    for (const auto& [name, qw] : whole.linears) EXPECT_EQ(streamed.linears.at(name).codes, qw.codes) << name;
+    for (int64_t l = 0; l < m.config.n_layers; ++l) {
+        const BlockWeights& b = streamed.model.weights.blocks[size_t(l)];
+        for (Projection p : kProjections) EXPECT_TRUE(projection_weight(b, p).empty()) << l;
+        EXPECT_EQ(b.attn_norm, whole.model.weights.blocks[size_t(l)].attn_norm);
+    }
+    EXPECT_EQ(streamed.model.weights.output, whole.model.weights.output);  // the rotated, untied head
+    const std::string g0 = test::temp_path("ptq_stream_whole.gguf"), g1 = test::temp_path("ptq_stream_streamed.gguf");
+    export_quantized_gguf(whole, src, g0, "q4_0");
+    export_quantized_gguf(streamed, src, g1, "q4_0");
+    EXPECT_EQ(file_bytes(g0), file_bytes(g1));
+    for (SafetensorsPacking packing : {SafetensorsPacking::fake_quant, SafetensorsPacking::gptq}) {
+        const std::string d0 = test::temp_path("ptq_stream_whole_st"), d1 = test::temp_path("ptq_stream_streamed_st");
+        std::filesystem::remove_all(d0);
+        std::filesystem::remove_all(d1);
+        if (packing == SafetensorsPacking::gptq) {  // GPTQ packing wants an int grid
+            PtqOptions oi = tiny_options(PtqMethod::gptq, "int4");
+            oi.grid = parse_grid("int4", 32, true);
+            const QuantizedModel w = quantize_model(*reader, win, oi, nullptr);
+            oi.stream_blocks = true;
+            const QuantizedModel s2 = quantize_model(*reader, win, oi, nullptr);
+            export_quantized_safetensors(w, d0, packing);
+            export_quantized_safetensors(s2, d1, packing);
+        } else {
+            export_quantized_safetensors(whole, d0, packing);
+            export_quantized_safetensors(streamed, d1, packing);
+        }
+        for (const auto& e : std::filesystem::directory_iterator(d0))
+            EXPECT_EQ(file_bytes(e.path().string()), file_bytes((std::filesystem::path(d1) / e.path().filename()).string()))
+                << safetensors_packing_name(packing) << " " << e.path().filename();
+    }
+    // Interrupted after block 1 and resumed, still streaming: the same codes.
+    o.checkpoint_dir = test::temp_path("ptq_stream_resume.partial");
+    std::filesystem::remove_all(o.checkpoint_dir);
+    o.on_block_done = [](int64_t block) {
+        if (block == 1) throw std::runtime_error("interrupted");
+    };
+    EXPECT_THROW(quantize_model(*reader, win, o, nullptr), std::runtime_error);
+    o.on_block_done = nullptr;
+    o.resume = true;
+    const QuantizedModel resumed = quantize_model(*reader, win, o, nullptr);
+    for (const auto& [name, qw] : whole.linears) EXPECT_EQ(resumed.linears.at(name).codes, qw.codes) << name;
+    EXPECT_TRUE(resumed.model.weights.blocks[0].wq.empty());
+    EXPECT_EQ(resumed.model.weights.blocks[0].attn_norm, whole.model.weights.blocks[0].attn_norm);
 }
 
 TEST(PtqPipeline, ResumedRunEqualsAnUninterruptedOne) {

@@ -117,6 +117,7 @@ void run_quantize(const QuantizeArgs& a) {
         };
     }
 #endif
+    o.stream_blocks = true;  // one FP32 block in host memory at a time
     o.checkpoint_dir = a.out + ".partial";
     o.resume = a.resume;
 

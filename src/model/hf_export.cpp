@@ -183,13 +183,26 @@ HfExportReport export_hf_checkpoint(const ModelReader& r, const std::string& out
 }
 
 HfExportReport export_hf_checkpoint(const LlamaModel& m, const std::string& out_dir, const HfExportOptions& opt) {
-    check_weight_shapes(m.config, m.weights, "export-hf");
     WeightSource s;
     s.config = m.config;
     s.embedding = [&m] { return m.weights.token_embd; };
     s.norm = [&m] { return m.weights.output_norm; };
     s.output = [&m] { return m.weights.output; };
-    s.block = [&m](int64_t l) { return m.weights.blocks[size_t(l)]; };
+    if (opt.block) {
+        LlamaWeights head = m.weights;
+        head.blocks.clear();
+        LlamaConfig c0 = m.config;
+        c0.n_layers = 0;
+        check_weight_shapes(c0, head, "export-hf");
+        s.block = [&opt, &m](int64_t l) {
+            BlockWeights b = opt.block(l);
+            check_block_shapes(m.config, b, l, "export-hf");
+            return b;
+        };
+    } else {
+        check_weight_shapes(m.config, m.weights, "export-hf");
+        s.block = [&m](int64_t l) { return m.weights.blocks[size_t(l)]; };
+    }
     return export_from(s, out_dir, opt);
 }
 

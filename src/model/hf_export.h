@@ -50,6 +50,9 @@ struct HfExportOptions {
     // When set, called once per block matrix before anything is written: a non-empty result is written in
     // place of "<prefix>.weight" (e.g. GPTQ's qweight/qzeros/scales/g_idx), in HF row order.
     std::function<std::vector<SafetensorsWriteTensor>(const HfLinearSlot&)> pack_linear;
+    // When set (the LlamaModel overload), block l's weights come from here instead of the model's blocks, one
+    // at a time (a quantizer whose model keeps only the norms and biases of its blocks fills in the rest).
+    std::function<BlockWeights(int64_t layer)> block;
 };
 
 // Reads block by block from `r` (one block of f32 weights in memory at a time besides the embeddings).

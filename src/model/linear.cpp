@@ -37,6 +37,10 @@ const std::vector<float>& projection_weight(const BlockWeights& b, Projection p)
     fail(ErrorKind::usage, "projection_weight: unknown projection {}", int(p));
 }
 
+std::vector<float>& projection_weight(BlockWeights& b, Projection p) {
+    return const_cast<std::vector<float>&>(projection_weight(static_cast<const BlockWeights&>(b), p));
+}
+
 int64_t projection_out_features(const LlamaConfig& c, Projection p) {
     switch (p) {
         case Projection::q: return c.q_dim();

@@ -39,6 +39,7 @@ const char* projection_name(Projection p);
 std::string linear_name(int64_t layer, Projection p);
 // The projection's weight matrix in BlockWeights and its shape [out, in] under the config.
 const std::vector<float>& projection_weight(const BlockWeights& b, Projection p);
+std::vector<float>& projection_weight(BlockWeights& b, Projection p);
 int64_t projection_out_features(const LlamaConfig& c, Projection p);
 int64_t projection_in_features(const LlamaConfig& c, Projection p);
 

@@ -3,6 +3,7 @@
 // unquantized or GPTQ-packed (dequantized on load).
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -416,13 +417,19 @@ std::unique_ptr<ModelReader> ModelReader::open(const std::string& path) {
     return std::make_unique<GgufModelReader>(path);
 }
 
-LlamaModel load_llama_model(const ModelReader& r) {
+LlamaModel load_llama_head(const ModelReader& r) {
     LlamaModel m;
     m.config = r.config();
     m.weights.token_embd = r.token_embedding();
     m.weights.output_norm = r.output_norm();
     m.weights.output = r.output();
-    for (int64_t l = 0; l < m.config.n_layers; ++l) m.weights.blocks.push_back(r.block(l));
+    m.weights.blocks.resize(size_t(std::max<int64_t>(m.config.n_layers, 0)));
+    return m;
+}
+
+LlamaModel load_llama_model(const ModelReader& r) {
+    LlamaModel m = load_llama_head(r);
+    for (int64_t l = 0; l < m.config.n_layers; ++l) m.weights.blocks[size_t(l)] = r.block(l);
     check_weight_shapes(m.config, m.weights, r.path());
     return m;
 }

@@ -105,6 +105,8 @@ protected:
 // Everything in memory (f32): the embedding, all blocks, the head.
 LlamaModel load_llama_model(const std::string& path);
 LlamaModel load_llama_model(const ModelReader& r);
+// The embeddings, final norm and head of r's model, with n_layers empty blocks (read each with r.block(l)).
+LlamaModel load_llama_head(const ModelReader& r);
 
 // llama.cpp's q/k row permutation (convert_hf_to_gguf.py `LlamaModel.permute`): within each of `n_heads`
 // heads of `head_dim` rows, HF row j·head_dim/2 + i moves to row 2i + j. `rows_to_gguf` applies it (HF →

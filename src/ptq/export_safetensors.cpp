@@ -123,9 +123,10 @@ void check_gptq_model(const QuantizedModel& qm, const SafetensorsExportOptions& 
                                         "falls back to its gptq kernel, newer pads)",
                                         name, N, K);
             }
-            // The model must hold what the codes decode to: the file is written from the codes.
-            const std::vector<float> deq = q.dequantize();
+            // The model must hold what the codes decode to (or nothing, after a streamed quantization): the file
+            // is written from the codes.
             const std::vector<float>& dense = projection_weight(qm.model.weights.blocks[size_t(l)], p);
+            const std::vector<float> deq = dense.empty() ? dense : q.dequantize();
             int64_t differ = 0;
             for (size_t i = 0; i < deq.size(); ++i) differ += !(deq[i] == dense[i]);
             LOWBIT_CHECK(differ == 0, ErrorKind::runtime,
@@ -241,6 +242,12 @@ QuantizedExportReport export_quantized_safetensors(const QuantizedModel& qm, con
     rep.packing = packing;
     HfExportOptions hf;
     hf.max_shard_bytes = opt.max_shard_bytes;
+    hf.block = [&qm](int64_t l) {  // a streamed quantization's blocks get their projections from the codes
+        BlockWeights b = qm.model.weights.blocks[size_t(l)];
+        for (Projection p : kProjections)
+            if (projection_weight(b, p).empty()) projection_weight(b, p) = qm.linears.at(linear_name(l, p)).dequantize();
+        return b;
+    };
     if (packing == SafetensorsPacking::fake_quant) {
         rep.quantized_linears = int64_t(qm.linears.size());
         rep.format = qm.record.format.empty() && !qm.linears.empty() ? qm.linears.begin()->second.spec.describe()

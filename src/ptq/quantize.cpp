@@ -54,10 +54,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::vector<float>& projection_weight_mut(BlockWeights& b, Projection p) {
-    return const_cast<std::vector<float>&>(projection_weight(b, p));
-}
-
 // --- checkpoints: state.bin (next block, activations) + block_N.bin (the block's codes and grids) ---
 
 constexpr char kStateMagic[8] = {'L', 'B', 'P', 'T', 'Q', 'S', '0', '1'};
@@ -164,10 +160,26 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
                               PtqReport* report) {
     const Clock::time_point t0 = Clock::now();
     QuantizedModel out;
-    out.model = load_llama_model(reader);
+    out.model = o.stream_blocks ? load_llama_head(reader) : load_llama_model(reader);
     LlamaModel& m = out.model;
     const LlamaConfig& c = m.config;
-    if (o.rotate) rotate_model(m, o.rotation);
+    if (o.rotate) rotate_head(m, o.rotation);
+    // Block l's full-precision weights in m (read and rotated now when streaming, else already there).
+    const auto load_block = [&](int64_t l) {
+        BlockWeights& b = m.weights.blocks[size_t(l)];
+        if (o.stream_blocks) {
+            b = reader.block(l);
+            check_block_shapes(c, b, l, reader.path());
+        }
+        if (o.rotate) rotate_block(c, b, o.rotation);
+    };
+    if (!o.stream_blocks)
+        for (int64_t l = 0; l < c.n_layers; ++l) load_block(l);
+    // A finished block's projections, when streaming: their codes in out.linears are all that is kept.
+    const auto drop_projections = [&](int64_t l) {
+        if (!o.stream_blocks) return;
+        for (Projection p : kProjections) std::vector<float>().swap(projection_weight(m.weights.blocks[size_t(l)], p));
+    };
     out.record.method = ptq_method_name(o.method);
     out.record.features = o.describe_features();
     out.record.format = o.mix.empty() ? o.grid.describe() : o.mix;
@@ -212,11 +224,13 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             const std::string bpath = o.checkpoint_dir + "/block_" + std::to_string(l) + ".bin";
             const std::string bdata = read_all(bpath);
             Reader br{bdata, 0, bpath};
+            if (o.stream_blocks) load_block(l);  // its norms and biases
             for (Projection p : kProjections) {
                 QuantizedWeight q = get_weight(br);
-                projection_weight_mut(m.weights.blocks[size_t(l)], p) = q.dequantize();
+                projection_weight(m.weights.blocks[size_t(l)], p) = q.dequantize();
                 out.linears[linear_name(l, p)] = std::move(q);
             }
+            drop_projections(l);
         }
         rep.resumed_from_block = first_block;
         std::fprintf(stderr, "quantize: resuming after block %lld of %lld from %s\n", (long long)first_block,
@@ -236,6 +250,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     progress.update(first_block);
     for (int64_t l = first_block; l < c.n_layers; ++l) {
         const Clock::time_point t_block = Clock::now();
+        if (o.stream_blocks) load_block(l);
         BlockWeights& bw = m.weights.blocks[size_t(l)];
         const BlockWeights fpw = bw;  // the full-precision block
         BlockStatistics st;
@@ -332,7 +347,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
                     q = solve_turboboa(pb, so, &ss);
                     break;
             }
-            projection_weight_mut(bw, p) = q.dequantize();
+            projection_weight(bw, p) = q.dequantize();
             LayerReport lr;
             lr.name = name;
             lr.grid = g.describe();
@@ -370,6 +385,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             put_vec(state, xfp);
             write_file_atomic(state_path, state.data(), state.size());
         }
+        drop_projections(l);
         rep.block_seconds.push_back(seconds_since(t_block));
         progress.update(l + 1);
         if (o.on_block_done) o.on_block_done(l);

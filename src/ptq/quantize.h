@@ -53,6 +53,11 @@ struct PtqOptions {
     // token during calibration (cpu_calibration_paths), recorded for evaluation; no format: weights only.
     QuantSpec activations;
     int64_t batch = 4;                        // calibration windows per forward pass
+    // Blocks read from the model when their turn comes (rotated then), their FP32 projections dropped once
+    // quantized: host memory holds one block in FP32 besides the head and every block's codes, not the whole
+    // model. The QuantizedModel's blocks then hold no projection values (only norms and biases): its
+    // `linears` are the projections (the exporters take them from there). `lowbit quantize` streams.
+    bool stream_blocks = false;
     std::string checkpoint_dir;               // empty: no checkpoints
     bool resume = false;
     std::function<void(int64_t block)> on_block_done;  // after each finished (and checkpointed) block

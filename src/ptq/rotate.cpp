@@ -45,43 +45,43 @@ void fuse_norm(std::vector<float>& norm, std::initializer_list<std::vector<float
     std::fill(norm.begin(), norm.end(), 1.0f);
 }
 
-// R1. Needs unit norm weights (fuse_rms_norms) so that RMSNorm commutes with Q.
-void rotate_residual(LlamaModel& m, const RotationOptions& opt) {
-    const int64_t d = m.config.hidden_size;
-    const HadamardOptions read_t = site_transform(opt, RotationSite::residual, 1);
-    const HadamardOptions write_t = site_transform(opt, RotationSite::residual, 0);
-    auto rotate_reader = [&](std::vector<float>& w) {  // W ← W·Q: each row (length d) transformed
-        hadamard_transform(w.data(), int64_t(w.size()) / d, d, read_t);
-    };
-    auto rotate_writer = [&](std::vector<float>& w) {  // W ← Qᵀ·W: each column (length d) transformed
-        hadamard_transform(w.data(), d, int64_t(w.size()) / d, write_t);
-    };
-    LlamaWeights& w = m.weights;
-    rotate_reader(w.token_embd);  // embedding rows e·Q: the residual stream starts rotated
-    if (!w.output.empty()) rotate_reader(w.output);
-    for (BlockWeights& b : w.blocks) {
-        for (std::vector<float>* r : {&b.wq, &b.wk, &b.wv, &b.w_gate, &b.w_up}) rotate_reader(*r);
-        rotate_writer(b.wo);
-        rotate_writer(b.w_down);
-    }
+// R1 as W ← W·Q on a reader (each row of length d transformed) or W ← Qᵀ·W on a writer (each column).
+// Needs unit norm weights (fuse_rms_norms) so that RMSNorm commutes with Q.
+void rotate_reader(std::vector<float>& w, int64_t d, const RotationOptions& opt) {
+    hadamard_transform(w.data(), int64_t(w.size()) / d, d, site_transform(opt, RotationSite::residual, 1));
+}
+void rotate_writer(std::vector<float>& w, int64_t d, const RotationOptions& opt) {
+    hadamard_transform(w.data(), d, int64_t(w.size()) / d, site_transform(opt, RotationSite::residual, 0));
 }
 
 // R2. Each kv head's block is transformed on its own with positions 0…head_dim−1, so every head gets the
 // same H (the randomized signs depend on the position along the transformed axis): a block-diagonal
 // transform over the whole kv_dim axis would give each kv head different signs, which the query heads
 // of a GQA group could not all match in wo.
-void rotate_heads(LlamaModel& m, const RotationOptions& opt) {
-    const LlamaConfig& c = m.config;
+void rotate_block_heads(const LlamaConfig& c, BlockWeights& b, const RotationOptions& opt) {
     const int64_t d = c.hidden_size, hd = c.head_dim;
     const HadamardOptions column_t = site_transform(opt, RotationSite::head, 0);
     const HadamardOptions row_t = site_transform(opt, RotationSite::head, 1);
-    for (BlockWeights& b : m.weights.blocks) {
-        // wv rows of kv head g, [hd, d]: v_g ← Hᵀ·v_g (column-vector form), i.e. v' = v·H.
-        for (int64_t g = 0; g < c.n_kv_heads; ++g) hadamard_transform(b.wv.data() + g * hd * d, hd, d, column_t);
-        if (!b.bv.empty()) hadamard_transform(b.bv.data(), c.n_kv_heads, hd, row_t);
-        // wo [d, n_heads·hd] viewed as [d·n_heads, hd]: every query head's columns ← wo_h·H.
-        hadamard_transform(b.wo.data(), d * c.n_heads, hd, row_t);
+    // wv rows of kv head g, [hd, d]: v_g ← Hᵀ·v_g (column-vector form), i.e. v' = v·H.
+    for (int64_t g = 0; g < c.n_kv_heads; ++g) hadamard_transform(b.wv.data() + g * hd * d, hd, d, column_t);
+    if (!b.bv.empty()) hadamard_transform(b.bv.data(), c.n_kv_heads, hd, row_t);
+    // wo [d, n_heads·hd] viewed as [d·n_heads, hd]: every query head's columns ← wo_h·H.
+    hadamard_transform(b.wo.data(), d * c.n_heads, hd, row_t);
+}
+
+void fuse_block_norms(BlockWeights& b) {
+    fuse_norm(b.attn_norm, {&b.wq, &b.wk, &b.wv});
+    fuse_norm(b.ffn_norm, {&b.w_gate, &b.w_up});
+}
+
+// The head's part of step 1: tied embeddings untied, output_norm moved into the head.
+void fuse_head_norm(LlamaModel& m) {
+    LlamaWeights& w = m.weights;
+    if (m.config.tied_embeddings) {  // the head gets output_norm (and later R1) but the embedding does not
+        w.output = w.token_embd;
+        m.config.tied_embeddings = false;
     }
+    fuse_norm(w.output_norm, {&w.output});
 }
 
 void check_site_size(int64_t n, const char* what, const std::string& remedy) {
@@ -112,26 +112,35 @@ void check_rotation_supported(const LlamaConfig& c, const RotationOptions& opt) 
 
 void fuse_rms_norms(LlamaModel& m) {
     check_weight_shapes(m.config, m.weights, "fuse_rms_norms");
-    LlamaWeights& w = m.weights;
-    for (BlockWeights& b : w.blocks) {
-        fuse_norm(b.attn_norm, {&b.wq, &b.wk, &b.wv});
-        fuse_norm(b.ffn_norm, {&b.w_gate, &b.w_up});
+    for (BlockWeights& b : m.weights.blocks) fuse_block_norms(b);
+    fuse_head_norm(m);
+}
+
+void rotate_head(LlamaModel& m, const RotationOptions& opt) {
+    check_rotation_supported(m.config, opt);
+    if (!opt.residual) return;
+    fuse_head_norm(m);
+    const int64_t d = m.config.hidden_size;
+    rotate_reader(m.weights.token_embd, d, opt);  // embedding rows e·Q: the residual stream starts rotated
+    if (!m.weights.output.empty()) rotate_reader(m.weights.output, d, opt);
+}
+
+void rotate_block(const LlamaConfig& c, BlockWeights& b, const RotationOptions& opt) {
+    check_rotation_supported(c, opt);
+    if (opt.residual) {
+        fuse_block_norms(b);
+        for (std::vector<float>* r : {&b.wq, &b.wk, &b.wv, &b.w_gate, &b.w_up}) rotate_reader(*r, c.hidden_size, opt);
+        rotate_writer(b.wo, c.hidden_size, opt);
+        rotate_writer(b.w_down, c.hidden_size, opt);
     }
-    if (m.config.tied_embeddings) {  // the head gets output_norm (and later R1) but the embedding does not
-        w.output = w.token_embd;
-        m.config.tied_embeddings = false;
-    }
-    fuse_norm(w.output_norm, {&w.output});
+    if (opt.head) rotate_block_heads(c, b, opt);
 }
 
 void rotate_model(LlamaModel& m, const RotationOptions& opt) {
     check_weight_shapes(m.config, m.weights, "rotate");
     check_rotation_supported(m.config, opt);
-    if (opt.residual) {
-        fuse_rms_norms(m);
-        rotate_residual(m, opt);
-    }
-    if (opt.head) rotate_heads(m, opt);
+    for (BlockWeights& b : m.weights.blocks) rotate_block(m.config, b, opt);
+    rotate_head(m, opt);
 }
 
 std::vector<float> rotation_matrix(const RotationOptions& opt, RotationSite site, int64_t n) {

@@ -74,6 +74,11 @@ void fuse_rms_norms(LlamaModel& m);
 // Steps 1–3 as `opt` selects them, in place. Checks the weights' shapes (Error(input)) and the sizes
 // (Error(usage)) first: on failure the model is unchanged.
 void rotate_model(LlamaModel& m, const RotationOptions& opt);
+// rotate_model in parts, for a model read block by block: rotate_head on the embeddings, final norm and head
+// (the model's blocks are not touched; they may be empty) and rotate_block on each block as it is read.
+// rotate_head then every rotate_block equals rotate_model.
+void rotate_head(LlamaModel& m, const RotationOptions& opt);
+void rotate_block(const LlamaConfig& c, BlockWeights& b, const RotationOptions& opt);
 
 // The rotation a site applies, as an explicit n×n row-major matrix: residual Q (x' = x·Q), head H
 // (v' = v·H). Built by transforming the identity, so it is exactly what rotate_model applies (for tests
