@@ -4,8 +4,9 @@
 //   for each block: statistics of all seven linears from the full-precision block on Xq (and Xfp), then
 //   the linears quantized (q, k two-sided for BoA/TurboBoA; v with per-KV-head value Hessians; o and the
 //   MLP one-sided), then Xq ← quantized block(Xq), Xfp ← full-precision block(Xfp).
-// Only one block's weights and statistics are in flight; the calibration activations are the rest of the
-// memory. After every block the state (activations + the finished blocks' codes) is written atomically
+// Only one block's statistics are in flight (and, with stream_blocks, one block's FP32 weights: the others
+// are read when their turn comes and dropped to their codes after); the calibration activations are the rest
+// of the memory. After every block the state (activations + the finished blocks' codes) is written atomically
 // to `checkpoint_dir`, so an interrupted run resumes from the last finished block (`resume`).
 //
 // Methods: rtn (no calibration); gptq (one-sided everywhere, grids fitted at each group from the current
