@@ -165,6 +165,7 @@ int main(int argc, char** argv) {
         o.calibration.samples = samples;
         o.calibration.length = length;
         o.batch = batch;
+        o.stream_blocks = true;  // as lowbit quantize (since f503f4f; the runs before held the whole model)
         CudaSolverDevice dev;
         o.solver_device = &dev;
         const CudaPrecision precision = parse_cuda_precision(calib_precision);
