@@ -256,6 +256,20 @@ TEST(PtqExport, RotatedModelExportsUntiedAndExact) {
     EXPECT_EQ(forward_logits(q.model, tok.data(), BatchShape{1, 12}), forward_logits(back, tok.data(), BatchShape{1, 12}));
 }
 
+// quantize_model interrupted after block 1 (checkpoints in `dir`), then resumed with the same options.
+QuantizedModel interrupted_then_resumed(const ModelReader& reader, const std::vector<int32_t>& win, PtqOptions o,
+                                        const std::string& dir, PtqReport* rep) {
+    o.checkpoint_dir = test::temp_path(dir);
+    std::filesystem::remove_all(o.checkpoint_dir);
+    o.on_block_done = [](int64_t block) {
+        if (block == 1) throw std::runtime_error("interrupted");
+    };
+    EXPECT_THROW(quantize_model(reader, win, o, nullptr), std::runtime_error);
+    o.on_block_done = nullptr;
+    o.resume = true;
+    return quantize_model(reader, win, o, rep);
+}
+
 std::string file_bytes(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});
@@ -307,15 +321,7 @@ TEST(PtqPipeline, StreamedBlocksGiveTheSameModelAndFiles) {
                 << safetensors_packing_name(packing) << " " << e.path().filename();
     }
     // Interrupted after block 1 and resumed, still streaming: the same codes.
-    o.checkpoint_dir = test::temp_path("ptq_stream_resume.partial");
-    std::filesystem::remove_all(o.checkpoint_dir);
-    o.on_block_done = [](int64_t block) {
-        if (block == 1) throw std::runtime_error("interrupted");
-    };
-    EXPECT_THROW(quantize_model(*reader, win, o, nullptr), std::runtime_error);
-    o.on_block_done = nullptr;
-    o.resume = true;
-    const QuantizedModel resumed = quantize_model(*reader, win, o, nullptr);
+    const QuantizedModel resumed = interrupted_then_resumed(*reader, win, o, "ptq_stream_resume.partial", nullptr);
     for (const auto& [name, qw] : whole.linears) EXPECT_EQ(resumed.linears.at(name).codes, qw.codes) << name;
     EXPECT_TRUE(resumed.model.weights.blocks[0].wq.empty());
     EXPECT_EQ(resumed.model.weights.blocks[0].attn_norm, whole.model.weights.blocks[0].attn_norm);
@@ -328,22 +334,16 @@ TEST(PtqPipeline, ResumedRunEqualsAnUninterruptedOne) {
     PtqOptions o = tiny_options(PtqMethod::turboboa, "q4_0");
     const std::vector<int32_t> win = tiny_windows(m.config, o);
     const QuantizedModel full = quantize_model(*reader, win, o, nullptr);
-    o.checkpoint_dir = test::temp_path("ptq_resume.partial");
-    std::filesystem::remove_all(o.checkpoint_dir);
-    o.on_block_done = [](int64_t block) {
-        if (block == 1) throw std::runtime_error("interrupted");
-    };
-    EXPECT_THROW(quantize_model(*reader, win, o, nullptr), std::runtime_error);
-    o.on_block_done = nullptr;
-    o.resume = true;
     PtqReport rep;
-    const QuantizedModel resumed = quantize_model(*reader, win, o, &rep);
+    const QuantizedModel resumed = interrupted_then_resumed(*reader, win, o, "ptq_resume.partial", &rep);
     EXPECT_EQ(rep.resumed_from_block, 2);
     for (const auto& [name, qw] : full.linears) {
         EXPECT_EQ(resumed.linears.at(name).codes, qw.codes) << name;
         EXPECT_EQ(resumed.linears.at(name).dequantize(), qw.dequantize()) << name;
     }
     // A checkpoint of other options is refused, not silently reused.
+    o.checkpoint_dir = test::temp_path("ptq_resume.partial");
+    o.resume = true;
     o.grid = parse_grid("q8_0");
     test::expect_error_mentions([&] { quantize_model(*reader, win, o, nullptr); }, "different run");
 }

@@ -380,6 +380,21 @@ BothPaths both_paths(const LlamaModel& m, bool cross, CudaPrecision precision, c
     return b;
 }
 
+// Both paths propagate a perturbed ("quantized") copy of block l; their activations afterwards agree within
+// tol_q (the quantized path) and tol_fp (the full-precision one).
+void expect_same_propagation(CalibrationPaths& cpu, CalibrationPaths& gpu, const LlamaModel& m, int64_t l, double tol_q,
+                             double tol_fp) {
+    BlockWeights q = m.weights.blocks[size_t(l)];
+    for (float& v : q.wq) v *= 0.9f;
+    cpu.propagate(q, l);
+    gpu.propagate(q, l);
+    std::vector<float> xq0, xfp0, xq1, xfp1;
+    cpu.save(xq0, xfp0);
+    gpu.save(xq1, xfp1);
+    EXPECT_LT(max_rel(xq1, xq0), tol_q) << "block " << l;
+    EXPECT_LT(max_rel(xfp1, xfp0), tol_fp) << "block " << l;
+}
+
 TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
     SKIP_WITHOUT_GPU();
     const LlamaModel m = ptq_model();
@@ -399,16 +414,7 @@ TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
             // D is a difference of two paths: compare it to the scale of the Hessian it corrects.
             EXPECT_LT(max_rel(*pair.second, *pair.first), name[0] == 'd' ? 1e-3 : 1e-4) << name << " block " << l;
         }
-        // Propagate a perturbed ("quantized") block on both and compare the activations.
-        BlockWeights q = m.weights.blocks[size_t(l)];
-        for (float& v : q.wq) v *= 0.9f;
-        cpu->propagate(q, l);
-        gpu->propagate(q, l);
-        std::vector<float> xq0, xfp0, xq1, xfp1;
-        cpu->save(xq0, xfp0);
-        gpu->save(xq1, xfp1);
-        EXPECT_LT(max_rel(xq1, xq0), 1e-5);
-        EXPECT_LT(max_rel(xfp1, xfp0), 1e-5);
+        expect_same_propagation(*cpu, *gpu, m, l, 1e-5, 1e-5);
     }
 }
 
@@ -453,15 +459,7 @@ TEST(PtqCuda, ActivationQuantizedCalibrationMatchesCpu) {
             std::printf("  int8 activations, block %lld %s: max relative difference %.2e\n", (long long)l, name, rel);
             EXPECT_LT(rel, 3e-3) << name << " block " << l;
         }
-        BlockWeights q = m.weights.blocks[size_t(l)];
-        for (float& v : q.wq) v *= 0.9f;
-        cpu->propagate(q, l);
-        gpu->propagate(q, l);
-        std::vector<float> xq0, xfp0, xq1, xfp1;
-        cpu->save(xq0, xfp0);
-        gpu->save(xq1, xfp1);
-        EXPECT_LT(max_rel(xq1, xq0), 3e-3);
-        EXPECT_LT(max_rel(xfp1, xfp0), 1e-5);  // the full-precision path is not quantized
+        expect_same_propagation(*cpu, *gpu, m, l, 3e-3, 1e-5);  // the full-precision path is not quantized
     }
 }
 
