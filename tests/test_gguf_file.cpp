@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "formats/element_codec.h"
 #include "io/gguf_file.h"
+#include "io/npy.h"
 #include "io/model_registry.h"
 #include "error_test_util.h"
 
@@ -463,6 +465,37 @@ TEST(GgufFile, WritesAtomicallyAndMapsFiles) {
     expect_error_with([] { GgufFile::open("/nonexistent/dir/m.gguf"); }, ErrorKind::input,
                       {"/nonexistent/dir/m.gguf", "cannot open"});
     expect_error_with([] { GgufFile::open("/tmp"); }, ErrorKind::input, {"/tmp", "not a regular file"});
+}
+
+// Lazy tensors: made only when the file is written, byte-identical to the same tensors added eagerly, in both
+// serialize() and the streamed write(); a producer that makes the wrong size is an error and leaves no file.
+TEST(GgufFile, LazyTensorsAreWrittenAsTheyAreMade) {
+    const std::string path = testing::TempDir() + "/lowbit_gguf_lazy.gguf", path2 = path + ".2";
+    const auto x = ramp(64, 0.5f), y = ramp(96, -1.0f);
+    const std::vector<uint8_t> xq = gguf_quantize_matrix(GgufType::Q8_0, x.data(), 2, 32);
+    GgufWriter eager, lazy;
+    for (GgufWriter* w : {&eager, &lazy}) w->set_string("general.architecture", "llama");
+    eager.add_tensor_raw("x", {32, 2}, GgufType::Q8_0, xq);
+    eager.add_tensor("y", {32, 3}, GgufType::F32, y.data());
+    int made = 0;
+    lazy.add_tensor_lazy("x", {32, 2}, GgufType::Q8_0, [&] { ++made; return xq; });
+    lazy.add_tensor("y", {32, 3}, GgufType::F32, y.data());
+    EXPECT_EQ(made, 0);
+    EXPECT_EQ(lazy.serialize(), eager.serialize());
+    lazy.write(path);
+    eager.write(path2);
+    EXPECT_EQ(made, 2);
+    EXPECT_EQ(read_file(path), read_file(path2));
+    EXPECT_EQ(GgufFile::open(path).tensor_to_f32("y"), y);
+    GgufWriter bad;
+    bad.add_tensor_lazy("x", {32, 2}, GgufType::Q8_0, [&] { return std::vector<uint8_t>(3); });
+    const std::string path3 = path + ".3";
+    expect_error_with([&] { bad.write(path3); }, ErrorKind::runtime, {"'x'", "3 bytes"});
+    EXPECT_FALSE(std::filesystem::exists(path3));
+    for (const auto& e : std::filesystem::directory_iterator(testing::TempDir()))
+        EXPECT_EQ(e.path().string().find(path3 + ".tmp"), std::string::npos) << "temporary file left: " << e.path();
+    std::remove(path.c_str());
+    std::remove(path2.c_str());
 }
 
 TEST(GgufFile, MutationFuzzNeverCrashes) {

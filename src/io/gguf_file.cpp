@@ -641,27 +641,40 @@ void GgufWriter::add_tensor(const std::string& name, const std::vector<int64_t>&
     add_tensor_raw(name, ne, type, gguf_quantize_matrix(type, data, element_count(ne) / row, row));
 }
 
-void GgufWriter::add_tensor_raw(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
-                                std::vector<uint8_t> bytes) {
+uint64_t GgufWriter::check_new_tensor(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
+                                      uint64_t raw_bytes) const {
     if (name.empty() || name.size() >= kMaxTensorName)
         fail(ErrorKind::usage, "gguf writer: tensor name '{}' must have 1 to {} bytes", name, kMaxTensorName - 1);
     for (const auto& t : tensors_)
         if (t.name == name) fail(ErrorKind::usage, "gguf writer: tensor '{}' added twice", name);
     check_tensor_shape(name, ne);
-    if (const GgufTypeInfo* tt = gguf_type_info(type)) {
-        const int64_t row = ne.empty() ? 1 : ne[0];
-        if (row % tt->block_elements != 0)
-            fail(ErrorKind::usage, "gguf writer: tensor '{}': row length {} is not a multiple of the {} block size {}", name,
-                 row, tt->name, tt->block_elements);
-        const uint64_t want = gguf_type_bytes_for(type, uint64_t(element_count(ne)));
-        if (bytes.size() != want)
-            fail(ErrorKind::usage, "gguf writer: tensor '{}' ({}) needs {} bytes, got {}", name, tt->name, want,
-                 bytes.size());
-    }
-    tensors_.push_back(Tensor{name, ne, type, std::move(bytes)});
+    const GgufTypeInfo* tt = gguf_type_info(type);
+    if (!tt) return raw_bytes;
+    const int64_t row = ne.empty() ? 1 : ne[0];
+    if (row % tt->block_elements != 0)
+        fail(ErrorKind::usage, "gguf writer: tensor '{}': row length {} is not a multiple of the {} block size {}", name,
+             row, tt->name, tt->block_elements);
+    return gguf_type_bytes_for(type, uint64_t(element_count(ne)));
 }
 
-std::vector<uint8_t> GgufWriter::serialize() const {
+void GgufWriter::add_tensor_raw(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
+                                std::vector<uint8_t> bytes) {
+    const uint64_t want = check_new_tensor(name, ne, type, bytes.size());
+    if (bytes.size() != want)
+        fail(ErrorKind::usage, "gguf writer: tensor '{}' ({}) needs {} bytes, got {}", name, gguf_type_label(type), want,
+             bytes.size());
+    tensors_.push_back(Tensor{name, ne, type, want, std::move(bytes), {}});
+}
+
+void GgufWriter::add_tensor_lazy(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
+                                 std::function<std::vector<uint8_t>()> produce) {
+    if (!gguf_type_info(type))
+        fail(ErrorKind::usage, "gguf writer: tensor '{}': a lazy tensor needs a known type, not {}", name,
+             gguf_type_label(type));
+    tensors_.push_back(Tensor{name, ne, type, check_new_tensor(name, ne, type, 0), {}, std::move(produce)});
+}
+
+std::vector<uint8_t> GgufWriter::header() const {
     bool has_alignment_key = false;
     for (const auto& kv : kv_) has_alignment_key |= kv.first == "general.alignment";
     const bool add_alignment_key = alignment_ != kDefaultAlignment && !has_alignment_key;
@@ -688,19 +701,40 @@ std::vector<uint8_t> GgufWriter::serialize() const {
         for (int64_t d : t.ne) w.put<uint64_t>(uint64_t(d));
         w.put<uint32_t>(uint32_t(t.type));
         w.put<uint64_t>(offset);
-        offset = align_up(offset + t.bytes.size(), alignment_);
+        offset = align_up(offset + t.size, alignment_);
     }
     w.pad_to(alignment_);
-    for (const auto& t : tensors_) {  // every tensor, the last included, is padded to the alignment (as ggml does)
-        w.put_bytes(t.bytes.data(), t.bytes.size());
-        w.pad_to(alignment_);
-    }
     return std::move(w.out);
 }
 
+void GgufWriter::for_each_data(const std::function<void(const uint8_t*, size_t)>& sink) const {
+    const std::vector<uint8_t> zeros(alignment_, 0);
+    for (const auto& t : tensors_) {  // every tensor, the last included, is padded to the alignment (as ggml does)
+        std::vector<uint8_t> made;
+        if (t.produce) {
+            made = t.produce();
+            if (made.size() != t.size)
+                fail(ErrorKind::runtime, "gguf writer: tensor '{}' ({}) was made with {} bytes, not {}", t.name,
+                     gguf_type_label(t.type), made.size(), t.size);
+        }
+        const std::vector<uint8_t>& bytes = t.produce ? made : t.bytes;
+        sink(bytes.data(), bytes.size());
+        sink(zeros.data(), size_t(align_up(t.size, alignment_) - t.size));
+    }
+}
+
+std::vector<uint8_t> GgufWriter::serialize() const {
+    std::vector<uint8_t> out = header();
+    for_each_data([&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
+    return out;
+}
+
 void GgufWriter::write(const std::string& path) const {
-    const std::vector<uint8_t> bytes = serialize();
-    write_file_atomic(path, bytes.data(), bytes.size());
+    AtomicFileWriter f(path);
+    const std::vector<uint8_t> head = header();
+    f.write(head.data(), head.size());
+    for_each_data([&](const uint8_t* p, size_t n) { f.write(p, n); });
+    f.commit();
 }
 
 }  // namespace lowbit

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -162,17 +163,31 @@ public:
     // Pre-packed bytes of any type; for known types their size must match ne.
     void add_tensor_raw(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
                         std::vector<uint8_t> bytes);
+    // Pre-packed bytes of a known type, made by `produce` only when the file is written (one tensor in memory
+    // at a time: a quantizer's whole output never has to be packed at once). Their size is checked then.
+    void add_tensor_lazy(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
+                         std::function<std::vector<uint8_t>()> produce);
 
     std::vector<uint8_t> serialize() const;
-    void write(const std::string& path) const;  // atomic: temporary name, then rename
+    // Atomic (temporary name, then rename), streamed: the header, then each tensor's bytes as they are made.
+    void write(const std::string& path) const;
 
 private:
     struct Tensor {
         std::string name;
         std::vector<int64_t> ne;
         GgufType type;
-        std::vector<uint8_t> bytes;
+        uint64_t size = 0;
+        std::vector<uint8_t> bytes;                     // empty when lazy
+        std::function<std::vector<uint8_t>()> produce;  // set when lazy
     };
+    // Checks a new tensor's name, shape and (known types) row blocking; its byte size for a known type, else
+    // `raw_bytes`.
+    uint64_t check_new_tensor(const std::string& name, const std::vector<int64_t>& ne, GgufType type,
+                              uint64_t raw_bytes) const;
+    std::vector<uint8_t> header() const;  // everything before the first tensor's data, padded
+    // Calls sink(pointer, size) with each tensor's bytes and padding, in file order.
+    void for_each_data(const std::function<void(const uint8_t*, size_t)>& sink) const;
     uint32_t alignment_;
     std::vector<std::pair<std::string, GgufValue>> kv_;
     std::vector<Tensor> tensors_;

@@ -211,17 +211,40 @@ std::vector<uint8_t> npy_serialize_f32(const std::vector<int64_t>& shape, const 
     return out;
 }
 
-void write_file_atomic(const std::string& path, const void* data, size_t size) {
-    std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) fail(ErrorKind::input, "{}: cannot open for writing", path);
-    size_t written = size ? std::fwrite(data, 1, size, f) : 0;
-    bool ok = written == size && std::fflush(f) == 0;
-    ok = (std::fclose(f) == 0) && ok;
-    if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        fail(ErrorKind::input, "{}: write failed (disk full or no permission?)", path);
+AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path), tmp_(path + ".tmp-" + std::to_string(::getpid())) {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) fail(ErrorKind::input, "{}: cannot open for writing", path);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+    if (!f_) return;
+    std::fclose(f_);
+    std::remove(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t size) {
+    if (size && std::fwrite(data, 1, size, f_) != size) {
+        std::fclose(f_);
+        f_ = nullptr;
+        std::remove(tmp_.c_str());
+        fail(ErrorKind::input, "{}: write failed (disk full or no permission?)", path_);
     }
+}
+
+void AtomicFileWriter::commit() {
+    bool ok = std::fflush(f_) == 0;
+    ok = (std::fclose(f_) == 0) && ok;
+    f_ = nullptr;
+    if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+        std::remove(tmp_.c_str());
+        fail(ErrorKind::input, "{}: write failed (disk full or no permission?)", path_);
+    }
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+    AtomicFileWriter w(path);
+    w.write(data, size);
+    w.commit();
 }
 
 void npy_write_f32(const std::string& path, const std::vector<int64_t>& shape, const float* data) {

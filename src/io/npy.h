@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,22 @@ std::vector<uint8_t> npy_serialize_f32(const std::vector<int64_t>& shape, const 
 void npy_write_f32(const std::string& path, const std::vector<int64_t>& shape, const float* data);
 // Writes raw bytes atomically (used by every file writer in lowbit).
 void write_file_atomic(const std::string& path, const void* data, size_t size);
+
+// A file written in pieces under a temporary name and renamed into place by commit(): readers never see a
+// partial file. Destroyed uncommitted (an error on the way), the temporary file is removed.
+class AtomicFileWriter {
+public:
+    explicit AtomicFileWriter(const std::string& path);
+    ~AtomicFileWriter();
+    AtomicFileWriter(const AtomicFileWriter&) = delete;
+    AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+    void write(const void* data, size_t size);
+    void commit();
+
+private:
+    std::string path_, tmp_;
+    FILE* f_ = nullptr;
+};
 std::vector<uint8_t> read_file(const std::string& path);
 
 }  // namespace lowbit

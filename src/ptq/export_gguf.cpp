@@ -98,7 +98,7 @@ GgufExportReport export_quantized_gguf(const QuantizedModel& q, const std::strin
             LOWBIT_CHECK(t.ne.size() == 2 && t.ne[0] == qw.cols && t.ne[1] == qw.rows, ErrorKind::input,
                          "{}: tensor {} has a different shape than the quantized layer ({} x {})", source_gguf, t.name,
                          qw.rows, qw.cols);
-            w.add_tensor_raw(t.name, t.ne, qw.spec.gguf_type(), qw.gguf_bytes());
+            w.add_tensor_lazy(t.name, t.ne, qw.spec.gguf_type(), [&qw] { return qw.gguf_bytes(); });  // packed as written
             ++rep.quantized;
             continue;
         }
@@ -109,8 +109,11 @@ GgufExportReport export_quantized_gguf(const QuantizedModel& q, const std::strin
             add_encoded(t.name, t.ne, type, *values);
             continue;
         }
-        const std::span<const uint8_t> bytes = src.tensor_bytes(t);
-        w.add_tensor_raw(t.name, t.ne, t.type, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+        const std::span<const uint8_t> bytes = src.tensor_bytes(t);  // the source's bytes, copied as written
+        if (gguf_type_info(t.type))
+            w.add_tensor_lazy(t.name, t.ne, t.type, [bytes] { return std::vector<uint8_t>(bytes.begin(), bytes.end()); });
+        else
+            w.add_tensor_raw(t.name, t.ne, t.type, std::vector<uint8_t>(bytes.begin(), bytes.end()));
     }
     if (!have_output && !q.model.weights.output.empty()) {  // untied by the rotation
         const GgufTensorInfo* emb = src.find_tensor("token_embd.weight");
