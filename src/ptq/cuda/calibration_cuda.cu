@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 namespace lowbit {
 
@@ -246,10 +247,9 @@ private:
     // The quantized path's linear inputs in the scratch replaced by what its linears multiplied, Qa(x) (the
     // CPU's quantize_linear_inputs): the statistics are then taken of the quantized activations.
     void quantize_linear_inputs(int64_t rows) {
-        for (DeviceBuffer<float>* x : {&sq_.attn_in, &sq_.attn_ctx, &sq_.ffn_in, &sq_.ffn_act}) {
-            const int64_t cols = x == &sq_.attn_in || x == &sq_.ffn_in ? c_.hidden_size
-                                 : x == &sq_.attn_ctx                   ? c_.q_dim()
-                                                                        : c_.ffn_size;
+        const int64_t d = c_.hidden_size;
+        for (const auto& [x, cols] : {std::pair{&sq_.attn_in, d}, std::pair{&sq_.attn_ctx, c_.q_dim()},
+                                      std::pair{&sq_.ffn_in, d}, std::pair{&sq_.ffn_act, c_.ffn_size}}) {
             float* q = act_tmp_.grow(size_t(rows * cols));
             format_roundtrip_cuda(*acts_rows_.format, acts_rows_.options, x->data(), rows, cols, q, act_scratch_,
                                   blas_.stream());

@@ -333,10 +333,9 @@ void CudaSolverDevice::hold_inputs(const std::vector<ConstMatF>& mats) const {
         h.host = m.data;
         h.count = m.size();
         h.dev.grow(size_t(std::max<int64_t>(h.count, 1)));
-        copy_host_to_device(h.dev.data(), m.data, size_t(h.count) * sizeof(float), s.blas.stream());
+        copy_host_to_device(h.dev.data(), m.data, size_t(h.count) * sizeof(float), s.blas.stream());  // returns on arrival
         ++s.held_count;
     }
-    CUDA_CHECK(cudaStreamSynchronize(s.blas.stream()));
     ptq_sample_device_memory();
 }
 
