@@ -6,6 +6,7 @@
 # short resumes on the next call of a warm machine; the finished cells' JSON is tarred into
 # $OUT/ptq_matrix.tar.gz after each cell.
 #   bash bench/ptq_matrix.sh --pack DIR --model GGUF [--cells FILE] [--only REGEX] [--deadline SECONDS]
+#                            [--table-args "ARGS"]   (given to every cell's ptq_table.sh, e.g. --eval-text/--calib-text)
 # The pack: lowbit.xz (xz of build-h200/lowbit), COMMIT (what it was built from) and sotu.tar.xz
 # (../shared/data/corpora/sotu).
 # Cells file (bench/ptq_matrix_cells.txt): `NAME | ptq_table.sh arguments` per line, # comments; NAME is the
@@ -13,7 +14,7 @@
 # On this machine: python3 bench/ptq_matrix_table.py DIR (the unpacked tarball) prints the table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PACK="" MODEL="" CELLS=bench/ptq_matrix_cells.txt ONLY="" DEADLINE=520
+PACK="" MODEL="" CELLS=bench/ptq_matrix_cells.txt ONLY="" DEADLINE=520 TABLE_ARGS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --pack) PACK=$2; shift 2 ;;
@@ -21,7 +22,8 @@ while [ $# -gt 0 ]; do
         --cells) CELLS=$2; shift 2 ;;
         --only) ONLY=$2; shift 2 ;;
         --deadline) DEADLINE=$2; shift 2 ;;
-        *) echo "usage: $0 --pack DIR --model GGUF [--cells FILE] [--only REGEX] [--deadline S]" >&2; exit 2 ;;
+        --table-args) TABLE_ARGS=$2; shift 2 ;;
+        *) echo "usage: $0 --pack DIR --model GGUF [--cells FILE] [--only REGEX] [--deadline S] [--table-args \"ARGS\"]" >&2; exit 2 ;;
     esac
 done
 [ -f "$MODEL" ] || { echo "ptq_matrix: no model at '$MODEL'" >&2; exit 1; }
@@ -42,9 +44,9 @@ while IFS='|' read -r name args; do
     if [ "$SECONDS" -ge "$DEADLINE" ]; then echo "ptq_matrix: deadline ${DEADLINE} s reached before $name"; break; fi
     echo "=== $name: $args (${SECONDS} s)"
     mkdir -p "$dir" && echo "$args" > "$dir/args.txt"
-    # shellcheck disable=SC2086 # args is a list of options
+    # shellcheck disable=SC2086 # args and TABLE_ARGS are lists of options
     LOWBIT=$WORK/lowbit bash scripts/ptq_table.sh --model "$MODEL" --out "$dir/files" --eval-device cuda --device cuda \
-        $args > "$dir/log.txt" 2>&1
+        $args $TABLE_ARGS > "$dir/log.txt" 2>&1
     rc=$?
     echo "rc $rc"; tail -n 3 "$dir/log.txt"
     if [ "$rc" -eq 0 ]; then cp "$dir"/files/*.json "$dir/"; else echo "$rc" > "$dir/failed"; fi

@@ -10,16 +10,19 @@
 #
 # Steps. Each one is skipped when its output is already in WORK, so an interrupted run continues where it stopped and a
 # rerun only rebuilds the table; delete a file in WORK to redo its step (e.g. after rebuilding lowbit).
-#   0. WORK/sotu-train.txt, WORK/sotu-test.txt: the text lowbit reads for `--corpus NAME`, byte for byte (written by
-#      tests/peer/check_llama_cpp.py's corpus_text), checked: `lowbit eval --text FILE` counts the tokens of --corpus NAME.
-#   1. lowbit eval --model MODEL --corpus sotu-test --ctx CTX --chunks CHUNKS --save-logits base.kld: the reference, the
-#      unquantized model (the Q4_1 GGUF as loaded), as scripts/ptq_table.sh does.
-#   2. llama-imatrix -m MODEL -f sotu-train.txt -c CTX --chunks CALIB_CHUNKS -o imatrix.gguf: 16 windows of 512 tokens, the
-#      budget of lowbit quantize's CPU default (--calib-samples 16 --calib-len 512). llama-imatrix takes the first 16
-#      consecutive windows of the text, lowbit 16 windows at seeded random offsets (src/ptq/calibration.cpp).
+#   0. WORK/sotu-train.txt, WORK/sotu-test.txt (unless CALIB_TEXT / EVAL_TEXT name other texts): the text lowbit reads
+#      for `--corpus NAME`, byte for byte (written by tests/peer/check_llama_cpp.py's corpus_text), checked: `lowbit
+#      eval --text FILE` counts the tokens of --corpus NAME.
+#   1. lowbit eval --model MODEL --text EVAL_TEXT --ctx CTX --chunks CHUNKS --save-logits base.kld: the reference, the
+#      unquantized model as loaded, as scripts/ptq_table.sh does.
+#   2. llama-imatrix -m MODEL -f CALIB_TEXT -c CTX --chunks CALIB_CHUNKS -o imatrix.gguf: 16 windows of 512 tokens, the
+#      budget lowbit quantize gets (--calib-samples CALIB_CHUNKS --calib-len CTX). llama-imatrix takes the first 16
+#      consecutive windows of the text, lowbit 16 windows at seeded random offsets (src/ptq/calibration.cpp); with
+#      IMATRIX_ALL=1 a second importance matrix takes every window of the text.
 #   3. per mix: llama-quantize --allow-requantize [--imatrix imatrix.gguf] MODEL OUT MIX. The source is Q4_1, so both
 #      quantizers start from the same dequantized Q4_1 weights.
-#   4. per method of METHODS, per mix: lowbit quantize --model MODEL --method M --mix MIX --out OUT (left out, with a
+#   4. per method of METHODS, per mix: lowbit quantize --model MODEL --method M --mix MIX --calib-text CALIB_TEXT
+#      --device DEVICE --out OUT (left out, with a
 #      note, when the lowbit binary has no --mix). llama.cpp's rows come first, then all of one method, then the next.
 #   5. every file: lowbit eval ... --kld-base base.kld --json (PPL, KLD, top-1 agreement on the same windows).
 #   6. spot check of the files named by SPOT: llama-perplexity on the same windows, on the file as is and on its F32
@@ -32,7 +35,11 @@
 # fails, a text differs from its corpus, or a spot check disagrees.
 #
 # Environment: MIXES (default "Q4_K_M Q3_K_M Q2_K"), METHODS (lowbit methods, default "gptq turboboa"), MODEL (default the
-# fetched SmolLM2-135M-Instruct.Q4_1.gguf), LOWBIT (default ./build/lowbit, else /work/build-lead/lowbit), LLAMA_BIN
+# fetched SmolLM2-135M-Instruct.Q4_1.gguf), NAME (the files' prefix and the report's title, default smollm2 /
+# SmolLM2-135M), SOURCE (what the source model is, for its row and the report), CALIB_TEXT and EVAL_TEXT (text files
+# instead of sotu-train and sotu-test, e.g. a trained model's own train and val text from scripts/shard_text.py),
+# IMATRIX_ALL (1: also a llama.cpp row whose importance matrix takes every window of the calibration text, 0 default),
+# DEVICE (lowbit quantize and eval: cpu, the default, or cuda), LOWBIT (default ./build/lowbit, else /work/build-lead/lowbit), LLAMA_BIN
 # (default build-peer/llama.cpp-build/bin), WORK (default build-peer/ptq_compare, git-ignored), THREADS (2), CTX (512),
 # CHUNKS (evaluation windows, 8), CALIB_CHUNKS (16), SPOT (files as MIX/METHOD; default the first mix's llama.cpp-imatrix
 # file and one lowbit file per mix, the methods in turn), REPORT (default bench/results/ptq_vs_llama_cpp_smollm2.md),
@@ -51,6 +58,12 @@ THREADS="${THREADS:-2}"
 CTX="${CTX:-512}"
 CHUNKS="${CHUNKS:-8}"
 CALIB_CHUNKS="${CALIB_CHUNKS:-16}"
+NAME="${NAME:-smollm2}"
+SOURCE="${SOURCE:-Q4_1 as shipped}"
+CALIB_TEXT="${CALIB_TEXT:-}"
+EVAL_TEXT="${EVAL_TEXT:-}"
+IMATRIX_ALL="${IMATRIX_ALL:-0}"
+DEVICE="${DEVICE:-cpu}"
 first_mix="${MIXES%% *}"
 if [[ -z "${SPOT:-}" ]]; then  # llama.cpp's first file, then one lowbit file per mix (every GGUF type lowbit encodes)
     SPOT="$first_mix/llama.cpp-imatrix"; read -ra spot_methods <<< "$METHODS"; i=0
@@ -106,12 +119,16 @@ step() {
     mv "$tmp" "$output"
 }
 
-# 0. The texts, exactly as lowbit reads the corpora, and a check that lowbit sees the same number of tokens.
-"$PYTHON" - "$WORK" <<'PY'
+# 0. The texts, exactly as lowbit reads the corpora, and a check that lowbit sees the same number of tokens (for the
+#    corpora that CALIB_TEXT / EVAL_TEXT do not replace; a given file is read by both programs as it is).
+corpora=(); [[ -z $CALIB_TEXT ]] && corpora+=(sotu-train); [[ -z $EVAL_TEXT ]] && corpora+=(sotu-test)
+CALIB_TEXT="${CALIB_TEXT:-$WORK/sotu-train.txt}"
+EVAL_TEXT="${EVAL_TEXT:-$WORK/sotu-test.txt}"
+"$PYTHON" - "$WORK" "${corpora[@]}" <<'PY'
 import os, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "peer"))
 from check_llama_cpp import corpus_text
-for name in ("sotu-train", "sotu-test"):
+for name in sys.argv[2:]:
     path = os.path.join(sys.argv[1], name + ".txt")
     text, files = corpus_text(name)
     if not os.path.exists(path) or open(path, "rb").read() != text:
@@ -120,23 +137,23 @@ for name in ("sotu-train", "sotu-test"):
         os.replace(path + ".tmp", path)
         print(f"== wrote {path}: {len(files)} files, {len(text)} bytes")
 PY
-for name in sotu-train sotu-test; do
+for name in "${corpora[@]}"; do
     for src in corpus text; do
         what=(--corpus "$name"); [[ $src == text ]] && what=(--text "$WORK/$name.txt")
         step stdout "tokens_${src}_$name" "$WORK/tokens_${src}_$name.json" \
             "$LOWBIT" eval --model "$MODEL" "${what[@]}" --ctx "$CTX" --chunks 1 --threads "$THREADS" --no-progress --json
     done
 done
-"$PYTHON" - "$WORK" <<'PY'
+"$PYTHON" - "$WORK" "${corpora[@]}" <<'PY'
 import json, sys
-for name in ("sotu-train", "sotu-test"):
+for name in sys.argv[2:]:
     c, t = (json.load(open(f"{sys.argv[1]}/tokens_{s}_{name}.json")) for s in ("corpus", "text"))
     if (c["n_text_tokens"], c["chunk_ppl"]) != (t["n_text_tokens"], t["chunk_ppl"]):
         sys.exit(f"{name}.txt is not the text of --corpus {name}: {t['n_text_tokens']} vs {c['n_text_tokens']} tokens")
     print(f"== {name}.txt: {c['n_text_tokens']} tokens and window-1 PPL {c['chunk_ppl'][0]:.6f}, as --corpus {name}")
 PY
 
-eval_args=(--corpus sotu-test --ctx "$CTX" --chunks "$CHUNKS" --threads "$THREADS" --no-progress --json)
+eval_args=(--text "$EVAL_TEXT" --ctx "$CTX" --chunks "$CHUNKS" --threads "$THREADS" --device "$DEVICE" --no-progress --json)
 # 1. The reference logits.
 step stdout eval_base "$WORK/eval_base.json" "$LOWBIT" eval --model "$MODEL" "${eval_args[@]}" --save-logits "$WORK/base.kld"
 evaluate() {  # evaluate TAG FILE
@@ -144,14 +161,22 @@ evaluate() {  # evaluate TAG FILE
 }
 
 # 2. The importance matrix.
-step file imatrix "$WORK/imatrix.gguf" "$LLAMA_BIN/llama-imatrix" -m "$MODEL" -f "$WORK/sotu-train.txt" -c "$CTX" \
+step file imatrix "$WORK/imatrix.gguf" "$LLAMA_BIN/llama-imatrix" -m "$MODEL" -f "$CALIB_TEXT" -c "$CTX" \
     --chunks "$CALIB_CHUNKS" -t "$THREADS" -o @OUT
+variants=(llama.cpp-imatrix llama.cpp)
+if [[ $IMATRIX_ALL == 1 ]]; then  # every window of the calibration text: more tokens than lowbit's budget
+    step file imatrix_all "$WORK/imatrix_all.gguf" "$LLAMA_BIN/llama-imatrix" -m "$MODEL" -f "$CALIB_TEXT" -c "$CTX" \
+        -t "$THREADS" -o @OUT
+    variants+=(llama.cpp-imatrix-all)
+fi
 
 # 3. llama-quantize, with and without the importance matrix.
 for mix in $MIXES; do
-    for variant in llama.cpp-imatrix llama.cpp; do
-        tag="${mix}_$variant"; out="$WORK/smollm2-$mix-$variant.gguf"
-        imatrix_args=(); [[ $variant == llama.cpp-imatrix ]] && imatrix_args=(--imatrix "$WORK/imatrix.gguf")
+    for variant in "${variants[@]}"; do
+        tag="${mix}_$variant"; out="$WORK/$NAME-$mix-$variant.gguf"
+        imatrix_args=()
+        [[ $variant == llama.cpp-imatrix ]] && imatrix_args=(--imatrix "$WORK/imatrix.gguf")
+        [[ $variant == llama.cpp-imatrix-all ]] && imatrix_args=(--imatrix "$WORK/imatrix_all.gguf")
         step file "quantize_$tag" "$out" \
             "$LLAMA_BIN/llama-quantize" --allow-requantize "${imatrix_args[@]}" "$MODEL" @OUT "$mix" "$THREADS"
         evaluate "$tag" "$out"
@@ -162,9 +187,9 @@ done
 if [[ $has_mix == 1 ]]; then
     for method in $METHODS; do
         for mix in $MIXES; do
-            tag="${mix}_$method"; out="$WORK/smollm2-$mix-$method.gguf"
+            tag="${mix}_$method"; out="$WORK/$NAME-$mix-$method.gguf"
             step file "quantize_$tag" "$out" "$LOWBIT" quantize --model "$MODEL" --method "$method" --mix "$mix" \
-                --out @OUT --report "$WORK/quantize_$tag.json" --quiet
+                --calib-text "$CALIB_TEXT" --calib-samples "$CALIB_CHUNKS" --calib-len "$CTX" --device "$DEVICE" --out @OUT --report "$WORK/quantize_$tag.json" --quiet
             evaluate "$tag" "$out"
         done
     done
@@ -175,10 +200,10 @@ fi
 # 6. Spot checks with llama-perplexity: the file as is and its exact F32 dequantization (540 MB, deleted once measured).
 : > "$WORK/spot.txt"
 for spot in $SPOT; do
-    mix="${spot%%/*}" variant="${spot#*/}"; tag="${mix}_$variant"; file="$WORK/smollm2-$mix-$variant.gguf"
+    mix="${spot%%/*}" variant="${spot#*/}"; tag="${mix}_$variant"; file="$WORK/$NAME-$mix-$variant.gguf"
     [[ -f "$file" ]] || { echo "== spot check $spot: no $file yet, skipped"; continue; }
     echo "$mix $variant" >> "$WORK/spot.txt"
-    perplexity=("$LLAMA_BIN/llama-perplexity" -f "$WORK/sotu-test.txt" -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS")
+    perplexity=("$LLAMA_BIN/llama-perplexity" -f "$EVAL_TEXT" -c "$CTX" -b "$CTX" --chunks "$CHUNKS" -t "$THREADS")
     step log "perplexity_$tag" "$WORK/perplexity_$tag.txt" "${perplexity[@]}" -m "$file"
     if [[ -e "$WORK/perplexity_f32_$tag.txt" ]]; then echo "f32_$tag" >> "$WORK/steps.txt"
     else step file "f32_$tag" "$WORK/f32_$tag.gguf" "$LLAMA_BIN/llama-quantize" --allow-requantize "$file" @OUT F32 "$THREADS"; fi
@@ -188,6 +213,7 @@ done
 
 # 7. The table and the report.
 { "$LLAMA_BIN/llama-perplexity" --version 2>&1 | grep -E '^(version|built with)' | tr '\n' ' '; echo; } > "$WORK/llama_version.txt"
+export NAME SOURCE CALIB_TEXT EVAL_TEXT DEVICE IMATRIX_ALL
 "$PYTHON" - "$WORK" "$REPORT" "$MODEL" "$LOWBIT" "$MIXES" "$METHODS" "$has_mix" "$THREADS" "$LLAMA_BIN" "$CALIB_CHUNKS" <<'PY'
 import datetime, json, os, re, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "tests", "peer"))
@@ -196,7 +222,13 @@ import gguf
 
 work, report, model, lowbit, mixes, methods, has_mix, threads, llama_bin, imatrix_chunks = sys.argv[1:]
 mixes, methods = mixes.split(), methods.split()
+env = os.environ
+name, source, device = env["NAME"], env["SOURCE"], env["DEVICE"]
+calib_text, eval_text = env["CALIB_TEXT"], env["EVAL_TEXT"]
+on_sotu = os.path.basename(calib_text) == "sotu-train.txt" and os.path.dirname(calib_text) == work
+title = "SmolLM2-135M" if name == "smollm2" else name
 label = {"llama.cpp-imatrix": "llama-quantize + imatrix", "llama.cpp": "llama-quantize, no imatrix",
+         "llama.cpp-imatrix-all": "llama-quantize + imatrix of the whole calibration text",
          "gptq": "lowbit gptq", "turboboa": "lowbit turboboa"}
 W = lambda name: os.path.join(work, name)
 read = lambda name: open(W(name)).read().strip() if os.path.exists(W(name)) else None
@@ -213,15 +245,15 @@ def census(path):
 
 
 base = json.load(open(W("eval_base.json")))
-first_file = corpus_text("sotu-train")[1][0]
 n_weights, base_types, base_per = census(model)
 rows, per_tensor = [], {}
-rows.append(dict(mix="(source)", method="Q4_1 as shipped, the KLD reference", bytes=os.path.getsize(model),
+variants = ["llama.cpp-imatrix", "llama.cpp"] + (["llama.cpp-imatrix-all"] if env["IMATRIX_ALL"] == "1" else [])
+rows.append(dict(mix="(source)", method=f"{source}, the KLD reference", bytes=os.path.getsize(model),
                  n=n_weights, ppl=base["ppl"], ppl_err=base["ppl_err"], kld=None, top1=None, seconds=None,
                  types=base_types))
-for variant in ["llama.cpp-imatrix", "llama.cpp"] + methods:
+for variant in variants + methods:
     for mix in mixes:
-        f, e = W(f"smollm2-{mix}-{variant}.gguf"), W(f"eval_{mix}_{variant}.json")
+        f, e = W(f"{name}-{mix}-{variant}.gguf"), W(f"eval_{mix}_{variant}.json")
         if not (os.path.exists(f) and os.path.exists(e)):
             continue
         ev = json.load(open(e))
@@ -238,16 +270,20 @@ rows.sort(key=lambda r: order[r["mix"]])  # stable: within a mix, the methods ke
 
 out = []
 say = out.append
-say("# llama.cpp's quantizer (with and without an importance matrix) vs lowbit GPTQ / TurboBoA at llama.cpp's mixes — SmolLM2-135M")
+say(f"# llama.cpp's quantizer (with and without an importance matrix) vs lowbit GPTQ / TurboBoA at llama.cpp's mixes — {title}")
 say("")
-say(f"Model: {os.path.basename(model)} ({n_weights} weights in {len(base_per)} tensors); both quantizers start from its "
-    f"dequantized Q4_1 weights. Evaluation: `lowbit eval`, SOTU test split, llama.cpp's protocol (second half of each "
-    f"window scored), {base['n_chunks']} windows of {base['n_ctx']} ({base['n_scored']} scored tokens); KLD and top-1 "
-    "agreement against the source model's logits on the same windows.")
-say(f"Calibration, the same text (`--corpus sotu-train`, byte for byte) and token budget: llama-imatrix on the first "
-    f"{imatrix_chunks} consecutive {base['n_ctx']}-token windows of sotu-train, i.e. its beginning ({first_file} on), "
-    f"{read('imatrix.time')} s; lowbit quantize "
-    "on its CPU default, 16 windows of 512 tokens at seeded random offsets (seed 0), inside its quantize time.")
+say(f"Model: {os.path.basename(model)} ({n_weights} weights in {len(base_per)} tensors, {source}); both quantizers "
+    f"start from its (dequantized) weights. Evaluation: `lowbit eval` on {device}, "
+    + ("SOTU test split" if os.path.basename(eval_text) == "sotu-test.txt" else f"`{os.path.basename(eval_text)}`")
+    + f", llama.cpp's protocol (second half of each window scored), {base['n_chunks']} windows of {base['n_ctx']} "
+    f"({base['n_scored']} scored tokens); KLD and top-1 agreement against the source model's logits on the same windows.")
+calib_what = (f"`--corpus sotu-train`, i.e. from {corpus_text('sotu-train')[1][0]} on" if on_sotu
+              else f"`{os.path.basename(calib_text)}`")
+say(f"Calibration, the same text ({calib_what}, byte for byte) and token budget: llama-imatrix on the first "
+    f"{imatrix_chunks} consecutive {base['n_ctx']}-token windows of the text, {read('imatrix.time')} s; lowbit quantize "
+    f"on {device}, {imatrix_chunks} windows of {base['n_ctx']} tokens at seeded random offsets (seed 0), inside its quantize time."
+    + (f" The 'whole calibration text' rows give llama-imatrix every {base['n_ctx']}-token window of the text "
+       f"({read('imatrix_all.time')} s), many times lowbit's budget." if "llama.cpp-imatrix-all" in variants else ""))
 say("")
 say("| mix | method | file MB | bits/weight (file) | PPL | KLD | top-1 agree | quantize s |")
 say("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -284,13 +320,13 @@ for mix in mixes:
             "256-weight K-quant blocks: " + ", ".join(f"{a.upper()} → {b.upper()} ×{n}" for (a, b), n in falls.items()))
 for mix in mixes:
     ref = per_tensor.get((mix, "llama.cpp-imatrix")) or per_tensor.get((mix, "llama.cpp"))
-    for variant in ["llama.cpp"] + methods:
+    for variant in variants[1:] + methods:
         other = per_tensor.get((mix, variant))
         if ref is None or other is None or other is ref:
             continue
         diff = [f"{k}: {ref[k][0] if k in ref else '-'} vs {other[k][0] if k in other else '-'}"
                 for k in sorted(set(ref) | set(other)) if ref.get(k) != other.get(k)]
-        sizes = {v: os.path.getsize(W(f"smollm2-{mix}-{v}.gguf")) for v in ("llama.cpp-imatrix", variant)}
+        sizes = {v: os.path.getsize(W(f"{name}-{mix}-{v}.gguf")) for v in ("llama.cpp-imatrix", variant)}
         say(f"- {mix}: {label.get(variant, variant)} vs llama-quantize + imatrix: "
             + ("the same type and tensor-data bytes on every tensor" if not diff
                else f"{len(diff)} tensors differ (type): " + "; ".join(diff[:12]))
@@ -327,7 +363,8 @@ if os.path.exists(info):
         say(f"- llama.cpp build: {line}")
 say("\n## Commands, in order\n")
 say("```")
-say(f"MIXES='{' '.join(mixes)}' METHODS='{' '.join(methods)}' LOWBIT={lowbit} bash bench/ptq_vs_llama_cpp.sh")
+say(f"MIXES='{' '.join(mixes)}' METHODS='{' '.join(methods)}' LOWBIT={lowbit} NAME={name} DEVICE={device} "
+    f"IMATRIX_ALL={env['IMATRIX_ALL']} CALIB_TEXT={calib_text} EVAL_TEXT={eval_text} bash bench/ptq_vs_llama_cpp.sh")
 for name in dict.fromkeys(read("steps.txt").split()):
     cmd = read(f"{name}.cmd")
     if cmd:
