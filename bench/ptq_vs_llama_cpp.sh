@@ -73,6 +73,7 @@ REPORT="${REPORT:-$REPO/bench/results/ptq_vs_llama_cpp_smollm2.md}"
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
 export LOWBIT_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" OMP_NUM_THREADS="$THREADS"
 
+PYTHON="$(command -v "$PYTHON" || echo "$PYTHON")"  # a name on PATH (python3) or a path
 for f in "$LOWBIT" "$LLAMA_BIN/llama-imatrix" "$LLAMA_BIN/llama-quantize" "$LLAMA_BIN/llama-perplexity" "$PYTHON"; do
     [[ -x "$f" ]] || { echo "ptq_vs_llama_cpp.sh: $f not found (build lowbit; JOBS=1 bash tests/peer/build_llama_cpp.sh)" >&2; exit 1; }
 done
