@@ -12,19 +12,30 @@
 # Results are tarred into $OUT/ptq_trained.tar.gz after each step, so a call cut short returns the finished ones.
 #
 #   bash bench/ptq_trained_model.sh --pack DIR [--steps N] [--skip compare|matrix] [--deadline S]
+#        [--calib-samples S] [--mixes "Q4_K_M Q3_K_M Q2_K"] [--methods "rtn gptq turboboa"] [--only REGEX] [--tag T]
+# --calib-samples: windows of 512 tokens for every quantizer (default 16; llama-imatrix gets as many); --calib FILE:
+# the calibration text in the pack's ptq/ (default calib.txt, 100 k tokens; calib_large.txt, 1.2 M); --only: the
+# cells to run; --tag: a suffix for the result folders, so runs with other settings sit beside each other.
 # The pack (scripts/pack_ptq_trained.sh makes it): hl/lowbit.xz and hl/shards.tar (as bench/train_headline.sh),
 # ptq/{tokenizer.gguf (SmolLM2's tokenizer metadata, no tensors), sotu.tar.xz, calib.txt, val.txt, COMMIT},
 # llama/{llama-imatrix,llama-quantize,llama-perplexity}.xz and whl/gguf-*.whl (the report reads GGUF tensor types).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PACK="" STEPS=3000 SKIP="" DEADLINE=540
+PACK="" STEPS=3000 SKIP="" DEADLINE=540 SAMPLES=16 MIXES="Q4_K_M Q3_K_M Q2_K" METHODS="rtn gptq turboboa" ONLY="" TAG="" CALIB=calib.txt
 while [ $# -gt 0 ]; do
     case "$1" in
         --pack) PACK=$(realpath "$2"); shift 2 ;;
         --steps) STEPS=$2; shift 2 ;;
         --skip) SKIP=$2; shift 2 ;;
         --deadline) DEADLINE=$2; shift 2 ;;
-        *) echo "usage: $0 --pack DIR [--steps N] [--skip compare|matrix] [--deadline S]" >&2; exit 2 ;;
+        --calib-samples) SAMPLES=$2; shift 2 ;;
+        --mixes) MIXES=$2; shift 2 ;;
+        --methods) METHODS=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
+        --tag) TAG=$2; shift 2 ;;
+        --calib) CALIB=$2; shift 2 ;;
+        *) echo "usage: $0 --pack DIR [--steps N] [--skip compare|matrix] [--deadline S] [--calib-samples S] [--calib FILE]" \
+               "[--mixes \"M …\"] [--methods \"M …\"] [--only REGEX] [--tag T]" >&2; exit 2 ;;
     esac
 done
 OUT=${OUT:-/tmp/out}
@@ -56,23 +67,25 @@ tail -n 2 "$WORK/results/train.log"; echo "trained (${SECONDS} s)"; save
 if [[ $SKIP != compare ]]; then
     echo "=== llama.cpp vs lowbit at the mixes (${SECONDS} s)"
     MODEL=$run/model.gguf NAME=trained-small SOURCE="F16, trained by lowbit (small, BF16, $STEPS steps)" \
-        CALIB_TEXT=$PACK/ptq/calib.txt EVAL_TEXT=$PACK/ptq/val.txt CHUNKS=32 IMATRIX_ALL=1 DEVICE=cuda THREADS=16 \
-        METHODS="rtn gptq turboboa" LOWBIT=$LOWBIT LLAMA_BIN=$WORK/llama WORK=$WORK/compare PYTHON=python3 \
-        REPORT=$WORK/results/compare.md bash bench/ptq_vs_llama_cpp.sh > "$WORK/results/compare.log" 2>&1
-    echo "rc $?"; tail -n 4 "$WORK/results/compare.log"
-    mkdir -p "$WORK/results/compare" && cp "$WORK"/compare/*.json "$WORK"/compare/*.time "$WORK"/compare/*.cmd \
-        "$WORK"/compare/perplexity_*.txt "$WORK/results/compare/" 2>/dev/null
+        CALIB_TEXT=$PACK/ptq/$CALIB EVAL_TEXT=$PACK/ptq/val.txt CHUNKS=32 CALIB_CHUNKS=$SAMPLES \
+        IMATRIX_ALL=$([ "$SAMPLES" = 16 ] && echo 1 || echo 0) DEVICE=cuda THREADS=16 MIXES=$MIXES METHODS=$METHODS \
+        LOWBIT=$LOWBIT LLAMA_BIN=$WORK/llama WORK=$WORK/compare$TAG PYTHON=python3 REPORT=$WORK/results/compare$TAG.md \
+        bash bench/ptq_vs_llama_cpp.sh > "$WORK/results/compare$TAG.log" 2>&1
+    echo "rc $?"; tail -n 4 "$WORK/results/compare$TAG.log"
+    mkdir -p "$WORK/results/compare$TAG" && cp "$WORK/compare$TAG"/*.json "$WORK/compare$TAG"/*.time \
+        "$WORK/compare$TAG"/*.cmd "$WORK/compare$TAG"/perplexity_*.txt "$WORK/results/compare$TAG/" 2>/dev/null
     save
 fi
 if [[ $SKIP != matrix ]]; then
     echo "=== core rows (${SECONDS} s)"
     ln -sf "$PACK/hl/lowbit.xz" "$WORK/mpack/lowbit.xz"; ln -sf "$PACK/ptq/COMMIT" "$WORK/mpack/COMMIT"
     ln -sf "$PACK/ptq/sotu.tar.xz" "$WORK/mpack/sotu.tar.xz"
+    rm -rf /tmp/ptq_matrix/cells  # a finished cell is skipped: another tag's cells must not stand in for these
     bash bench/ptq_matrix.sh --pack "$WORK/mpack" --model "$run/model.gguf" --cells bench/ptq_trained_cells.txt \
-        --deadline $((DEADLINE - SECONDS)) --table-args "--eval-text $PACK/ptq/val.txt --chunks 32 \
-        --calib-text $PACK/ptq/calib.txt --calib-samples 16 --calib-len 512" > "$WORK/results/matrix.log" 2>&1
-    echo "rc $?"; tail -n 3 "$WORK/results/matrix.log"
-    rm -rf "$WORK/results/cells" && cp -r /tmp/ptq_matrix/cells "$WORK/results/cells"
+        --only "${ONLY:-.}" --deadline $((DEADLINE - SECONDS)) --table-args "--eval-text $PACK/ptq/val.txt --chunks 32 \
+        --calib-text $PACK/ptq/$CALIB --calib-samples $SAMPLES --calib-len 512" > "$WORK/results/matrix$TAG.log" 2>&1
+    echo "rc $?"; tail -n 3 "$WORK/results/matrix$TAG.log"
+    rm -rf "$WORK/results/cells$TAG" && cp -r /tmp/ptq_matrix/cells "$WORK/results/cells$TAG"
     save
 fi
 ls -la "$OUT"

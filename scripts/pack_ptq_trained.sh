@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # pack_ptq_trained.sh — on the dev machine: the pack that bench/ptq_trained_model.sh runs on the GPU host, in
-# .gpu_pack/pt (about 45 MB; carry=[".gpu_pack/pt"]):
+# .gpu_pack/pt (about 57 MB; carry=[".gpu_pack/pt"]):
 #   hl/lowbit.xz, hl/shards.tar   build-h200/lowbit (xz) and the carried shard subset (scripts/subset_shards.py --xz)
 #   ptq/tokenizer.gguf            SmolLM2's tokenizer metadata (the shards' tokenizer), no tensors
 #   ptq/sotu.tar.xz               ../shared/data/corpora/sotu
 #   ptq/calib.txt, ptq/val.txt    100 k tokens of train documents, 40 k of val documents (scripts/shard_text.py)
+#   ptq/calib_large.txt           1.2 M tokens of train documents (calibration at the spec's 262 k-token budget)
 #   ptq/COMMIT                    the commit lowbit was built from
 #   llama/*.xz                    llama-imatrix, llama-quantize, llama-perplexity (tests/peer/build_llama_cpp.sh)
 #   whl/gguf-*.whl                the gguf package for the report (the GPU image lacks it)
@@ -35,5 +36,7 @@ gguf_version=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("gg
 shards=$(mktemp -d); trap 'rm -rf "$shards"' EXIT
 tar -C "$shards" -xf "$SHARDS_TAR" && (cd "$shards/shards" && for f in *.xz; do xz -d "$f"; done)
 "$PYTHON" scripts/shard_text.py "$shards/shards" --split train --vocab "$TOKENIZER" --tokens 100000 --out "$pack/ptq/calib.txt"
+"$PYTHON" scripts/shard_text.py "$shards/shards" --split train --vocab "$TOKENIZER" --tokens 1200000 \
+    --out "$pack/ptq/calib_large.txt"
 "$PYTHON" scripts/shard_text.py "$shards/shards" --split val --vocab "$TOKENIZER" --tokens 40000 --out "$pack/ptq/val.txt"
 du -sh "$pack"
