@@ -45,6 +45,10 @@ def grid_label(args):
         label = fmt.upper() + (f" g{group.group(1)}" if group else " per channel")
     else:
         label = fmt.upper()
+    acts = re.search(r"--act-bits (\S+)", args)
+    if acts:  # W·A quantization: the activations' per-token format
+        a = acts.group(1)
+        label += f", activations {'INT' + a if a.isdigit() else a.upper()}"
     return label
 
 
