@@ -275,6 +275,28 @@ std::string file_bytes(const std::string& path) {
     return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+// x and y export to the same GGUF file (of `type`).
+void expect_same_gguf(const QuantizedModel& x, const QuantizedModel& y, const std::string& src, const std::string& type,
+                      const std::string& tag) {
+    const std::string gx = test::temp_path(tag + "_x.gguf"), gy = test::temp_path(tag + "_y.gguf");
+    export_quantized_gguf(x, src, gx, type);
+    export_quantized_gguf(y, src, gy, type);
+    EXPECT_EQ(file_bytes(gx), file_bytes(gy)) << tag;
+}
+
+// x and y export to the same safetensors directory with `packing`.
+void expect_same_safetensors(const QuantizedModel& x, const QuantizedModel& y, SafetensorsPacking packing,
+                             const std::string& tag, const SafetensorsExportOptions& eo = {}) {
+    const std::string dx = test::temp_path(tag + "_x_st"), dy = test::temp_path(tag + "_y_st");
+    std::filesystem::remove_all(dx);
+    std::filesystem::remove_all(dy);
+    export_quantized_safetensors(x, dx, packing, eo);
+    export_quantized_safetensors(y, dy, packing, eo);
+    for (const auto& e : std::filesystem::directory_iterator(dx))
+        EXPECT_EQ(file_bytes(e.path().string()), file_bytes((std::filesystem::path(dy) / e.path().filename()).string()))
+            << tag << " " << safetensors_packing_name(packing) << " " << e.path().filename();
+}
+
 // Streaming the blocks (read and rotated one at a time, FP32 projections dropped once quantized) changes
 // nothing but the memory: the same codes, the same GGUF and safetensors files; the streamed model keeps only
 // its blocks' norms (and biases); a resumed streamed run equals the uninterrupted one.
@@ -296,35 +318,77 @@ TEST(PtqPipeline, StreamedBlocksGiveTheSameModelAndFiles) {
         EXPECT_EQ(b.attn_norm, whole.model.weights.blocks[size_t(l)].attn_norm);
     }
     EXPECT_EQ(streamed.model.weights.output, whole.model.weights.output);  // the rotated, untied head
-    const std::string g0 = test::temp_path("ptq_stream_whole.gguf"), g1 = test::temp_path("ptq_stream_streamed.gguf");
-    export_quantized_gguf(whole, src, g0, "q4_0");
-    export_quantized_gguf(streamed, src, g1, "q4_0");
-    EXPECT_EQ(file_bytes(g0), file_bytes(g1));
-    for (SafetensorsPacking packing : {SafetensorsPacking::fake_quant, SafetensorsPacking::gptq}) {
-        const std::string d0 = test::temp_path("ptq_stream_whole_st"), d1 = test::temp_path("ptq_stream_streamed_st");
-        std::filesystem::remove_all(d0);
-        std::filesystem::remove_all(d1);
-        if (packing == SafetensorsPacking::gptq) {  // GPTQ packing wants an int grid
-            PtqOptions oi = tiny_options(PtqMethod::gptq, "int4");
-            oi.grid = parse_grid("int4", 32, true);
-            const QuantizedModel w = quantize_model(*reader, win, oi, nullptr);
-            oi.stream_blocks = true;
-            const QuantizedModel s2 = quantize_model(*reader, win, oi, nullptr);
-            export_quantized_safetensors(w, d0, packing);
-            export_quantized_safetensors(s2, d1, packing);
-        } else {
-            export_quantized_safetensors(whole, d0, packing);
-            export_quantized_safetensors(streamed, d1, packing);
-        }
-        for (const auto& e : std::filesystem::directory_iterator(d0))
-            EXPECT_EQ(file_bytes(e.path().string()), file_bytes((std::filesystem::path(d1) / e.path().filename()).string()))
-                << safetensors_packing_name(packing) << " " << e.path().filename();
+    expect_same_gguf(whole, streamed, src, "q4_0", "ptq_stream");
+    expect_same_safetensors(whole, streamed, SafetensorsPacking::fake_quant, "ptq_stream");
+    {  // GPTQ packing wants an int grid
+        PtqOptions oi = tiny_options(PtqMethod::gptq, "int4");
+        oi.grid = parse_grid("int4", 32, true);
+        const QuantizedModel w = quantize_model(*reader, win, oi, nullptr);
+        oi.stream_blocks = true;
+        expect_same_safetensors(w, quantize_model(*reader, win, oi, nullptr), SafetensorsPacking::gptq, "ptq_stream");
     }
     // Interrupted after block 1 and resumed, still streaming: the same codes.
     const QuantizedModel resumed = interrupted_then_resumed(*reader, win, o, "ptq_stream_resume.partial", nullptr);
     for (const auto& [name, qw] : whole.linears) EXPECT_EQ(resumed.linears.at(name).codes, qw.codes) << name;
     EXPECT_TRUE(resumed.model.weights.blocks[0].wq.empty());
     EXPECT_EQ(resumed.model.weights.blocks[0].attn_norm, whole.model.weights.blocks[0].attn_norm);
+}
+
+// Spilling the finished blocks' codes to their checkpoint files (what `lowbit quantize` does) keeps no linear in
+// memory and changes no byte of any export, for a calibrated method and for RTN (which writes block files only
+// then); a resumed spilled run equals the uninterrupted one; a spilled file that went bad is an input error at
+// export, naming the file.
+TEST(PtqPipeline, SpilledBlocksGiveTheSameFiles) {
+    const LlamaModel m = ptq_model();
+    const std::string src = ptq_gguf(m, "ptq_spill_src.gguf");
+    const auto reader = ModelReader::open(src);
+    const auto spilled_run = [&](PtqOptions o, const std::vector<int32_t>& win, const std::string& dir) {
+        o.stream_blocks = o.spill_blocks = true;
+        o.checkpoint_dir = test::temp_path(dir);
+        std::filesystem::remove_all(o.checkpoint_dir);
+        return quantize_model(*reader, win, o, nullptr);
+    };
+    for (PtqMethod method : {PtqMethod::turboboa, PtqMethod::rtn}) {
+        const std::string tag = std::string("ptq_spill_") + ptq_method_name(method);
+        PtqOptions o = tiny_options(method, "q4_0");
+        const std::vector<int32_t> win = tiny_windows(m.config, o);
+        const QuantizedModel whole = quantize_model(*reader, win, o, nullptr);
+        const QuantizedModel spilled = spilled_run(o, win, tag + ".partial");
+        EXPECT_TRUE(spilled.linears.empty()) << tag;
+        ASSERT_EQ(spilled.spilled.size(), size_t(m.config.n_layers)) << tag;
+        std::vector<std::string> names;
+        for (const auto& [name, qw] : whole.linears) {
+            names.push_back(name);
+            ASSERT_TRUE(spilled.has_linear(name)) << name;
+            EXPECT_EQ(spilled.linear(name)->codes, qw.codes) << tag << " " << name;
+            EXPECT_EQ(spilled.linear_info(name).rows, qw.rows) << name;
+        }
+        EXPECT_EQ(spilled.linear_names(), names) << tag;
+        expect_same_gguf(whole, spilled, src, "q4_0", tag);
+        expect_same_safetensors(whole, spilled, SafetensorsPacking::fake_quant, tag);
+        if (method == PtqMethod::turboboa) {  // resumed after block 1, spilling: the same codes
+            o.stream_blocks = o.spill_blocks = true;
+            const QuantizedModel resumed = interrupted_then_resumed(*reader, win, o, tag + "_resume.partial", nullptr);
+            EXPECT_TRUE(resumed.linears.empty());
+            for (const auto& [name, qw] : whole.linears) EXPECT_EQ(resumed.linear(name)->codes, qw.codes) << name;
+        }
+    }
+    PtqOptions oi = tiny_options(PtqMethod::gptq, "int4");
+    oi.grid = parse_grid("int4", 32, false);  // asymmetric: the GPTQ check reads every group's zero point back
+    const std::vector<int32_t> win = tiny_windows(m.config, oi);
+    const QuantizedModel whole = quantize_model(*reader, win, oi, nullptr);
+    QuantizedModel spilled = spilled_run(oi, win, "ptq_spill_gptq.partial");
+    SafetensorsExportOptions v2;
+    v2.gptq_zeros = GptqZeroConvention::v2;
+    expect_same_safetensors(whole, spilled, SafetensorsPacking::gptq, "ptq_spill_gptq", v2);
+    // A truncated block file: the export stops with an input error that names it.
+    const std::string bad = spilled.spilled.at(1).path;
+    std::filesystem::resize_file(bad, std::filesystem::file_size(bad) / 2);
+    const std::string dy = test::temp_path("ptq_spill_bad_st");
+    std::filesystem::remove_all(dy);
+    test::expect_error_mentions([&] { export_quantized_safetensors(spilled, dy, SafetensorsPacking::fake_quant); },
+                                "block_1.bin");
+    EXPECT_THROW(spilled.linear("blk.9.attn_q"), Error);
 }
 
 TEST(PtqPipeline, ResumedRunEqualsAnUninterruptedOne) {

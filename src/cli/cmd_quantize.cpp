@@ -117,7 +117,8 @@ void run_quantize(const QuantizeArgs& a) {
         };
     }
 #endif
-    o.stream_blocks = true;  // one FP32 block in host memory at a time
+    o.stream_blocks = true;  // one FP32 block in host memory at a time,
+    o.spill_blocks = true;   // and the finished blocks' codes in the checkpoint folder, not in memory
     o.checkpoint_dir = a.out + ".partial";
     o.resume = a.resume;
 
@@ -168,8 +169,11 @@ void run_quantize(const QuantizeArgs& a) {
         // picks it then and says so; `gptq` keeps v1 and refuses such a grid.
         SafetensorsExportOptions eo;
         bool zero_point_0 = false;
-        for (const auto& [name, w] : q.linears)
-            for (const GroupGrid& gg : w.grids) zero_point_0 |= !w.spec.is_gguf() && !w.spec.sym && gg.zero < 1.0f;
+        for (const std::string& name : q.linear_names()) {
+            const LinearInfo info = q.linear_info(name);
+            if (info.spec.is_gguf() || info.spec.sym) continue;
+            for (const GroupGrid& gg : q.linear(name)->grids) zero_point_0 |= gg.zero < 1.0f;  // reads a spilled block
+        }
         if (a.packing == "gptq-v2" || (a.packing == "auto" && zero_point_0)) eo.gptq_zeros = GptqZeroConvention::v2;
         if (a.packing == "auto" && zero_point_0 && packing == SafetensorsPacking::gptq)
             std::printf("quantize: some groups have a zero point of 0, which GPTQ v1 checkpoints cannot hold: writing "

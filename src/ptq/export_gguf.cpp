@@ -92,13 +92,13 @@ GgufExportReport export_quantized_gguf(const QuantizedModel& q, const std::strin
                                      ? t.name.substr(0, t.name.size() - 7)
                                      : t.name;
         have_output |= t.name == "output.weight";
-        const auto lin = q.linears.find(base);
-        if (lin != q.linears.end()) {
-            const QuantizedWeight& qw = lin->second;
+        if (q.has_linear(base)) {
+            const LinearInfo qw = q.linear_info(base);
             LOWBIT_CHECK(t.ne.size() == 2 && t.ne[0] == qw.cols && t.ne[1] == qw.rows, ErrorKind::input,
                          "{}: tensor {} has a different shape than the quantized layer ({} x {})", source_gguf, t.name,
                          qw.rows, qw.cols);
-            w.add_tensor_lazy(t.name, t.ne, qw.spec.gguf_type(), [&qw] { return qw.gguf_bytes(); });  // packed as written
+            // Packed as written, when the writer reaches it (a spilled block is read back then).
+            w.add_tensor_lazy(t.name, t.ne, qw.spec.gguf_type(), [&q, base] { return q.linear(base)->gguf_bytes(); });
             ++rep.quantized;
             continue;
         }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -41,22 +42,22 @@ void check_gptq_model(const QuantizedModel& qm, const SafetensorsExportOptions& 
     std::set<std::string> expected;
     for (int64_t l = 0; l < c.n_layers; ++l)
         for (Projection p : kProjections) expected.insert(linear_name(l, p));
-    for (const auto& [name, q] : qm.linears)
+    for (const std::string& name : qm.linear_names())
         LOWBIT_CHECK(expected.count(name), ErrorKind::usage,
                      "GPTQ export: '{}' is not a projection of this {}-block model (blk.N.attn_q … blk.N.ffn_down)", name,
                      c.n_layers);
-    const GridSpec* first = nullptr;
+    std::optional<GridSpec> first;  // a copy: a spilled linear's spec goes with its block
     bool tiles = true;
     std::string tile_note;
     for (int64_t l = 0; l < c.n_layers; ++l)
         for (Projection p : kProjections) {
             const std::string name = linear_name(l, p);
-            const auto it = qm.linears.find(name);
-            LOWBIT_CHECK(it != qm.linears.end(), ErrorKind::usage,
+            LOWBIT_CHECK(qm.has_linear(name), ErrorKind::usage,
                          "GPTQ export: {} is not quantized; quantization_config covers every projection, so quantize all "
                          "of them or export with fake_quant",
                          name);
-            const QuantizedWeight& q = it->second;
+            const std::shared_ptr<const QuantizedWeight> held = qm.linear(name);  // a spilled block is read here
+            const QuantizedWeight& q = *held;
             const GridSpec& g = q.spec;
             LOWBIT_CHECK(g.format == GridFormat::int_grid, ErrorKind::usage,
                          "GPTQ export: {} is quantized to {}, a GGUF grid; GPTQ packing holds int2/3/4/8 grids (export "
@@ -66,7 +67,7 @@ void check_gptq_model(const QuantizedModel& qm, const SafetensorsExportOptions& 
                          "GPTQ export: {} is quantized to {}; GPTQ packing holds 2, 3, 4 or 8 bits (export with "
                          "fake_quant)",
                          name, g.describe());
-            if (!first) first = &g;
+            if (!first) first = g;
             LOWBIT_CHECK(g.bits == first->bits && g.group == first->group && g.sym == first->sym, ErrorKind::usage,
                          "GPTQ export: {} is {} but {} is {}; one quantization_config needs one grid for every projection "
                          "(export mixed grids with fake_quant)",
@@ -154,7 +155,8 @@ void check_gptq_model(const QuantizedModel& qm, const SafetensorsExportOptions& 
 std::vector<SafetensorsWriteTensor> pack_gptq(const QuantizedModel& qm, const HfLinearSlot& slot, GptqZeroConvention zc) {
     const std::string gguf_name = slot.spec->gguf_name;  // "attn_q.weight" → linear "blk.N.attn_q"
     const std::string name = fmt::format("blk.{}.{}", slot.layer, gguf_name.substr(0, gguf_name.rfind(".weight")));
-    const QuantizedWeight& q = qm.linears.at(name);
+    const std::shared_ptr<const QuantizedWeight> held = qm.linear(name);
+    const QuantizedWeight& q = *held;
     const int64_t N = q.rows, K = q.cols, G = q.spec.group_size(K), per_row = K / G;
     std::vector<int64_t> source(static_cast<size_t>(N));  // HF row n comes from row source[n]
     if (slot.qk_heads > 0) source = qk_hf_row_sources(slot.qk_heads, qm.model.config.head_dim);
@@ -245,13 +247,14 @@ QuantizedExportReport export_quantized_safetensors(const QuantizedModel& qm, con
     hf.block = [&qm](int64_t l) {  // a streamed quantization's blocks get their projections from the codes
         BlockWeights b = qm.model.weights.blocks[size_t(l)];
         for (Projection p : kProjections)
-            if (projection_weight(b, p).empty()) projection_weight(b, p) = qm.linears.at(linear_name(l, p)).dequantize();
+            if (projection_weight(b, p).empty()) projection_weight(b, p) = qm.linear(linear_name(l, p))->dequantize();
         return b;
     };
     if (packing == SafetensorsPacking::fake_quant) {
-        rep.quantized_linears = int64_t(qm.linears.size());
-        rep.format = qm.record.format.empty() && !qm.linears.empty() ? qm.linears.begin()->second.spec.describe()
-                                                                      : qm.record.format;
+        const std::vector<std::string> names = qm.linear_names();
+        rep.quantized_linears = int64_t(names.size());
+        rep.format = qm.record.format.empty() && !names.empty() ? qm.linear_info(names.front()).spec.describe()
+                                                                 : qm.record.format;
         nlohmann::json record = record_json(qm.record);
         record["quantized_linears"] = rep.quantized_linears;
         hf.config_extra["lowbit_quantization"] = record;

@@ -1,5 +1,6 @@
 // quantize.cpp — the block loop of `lowbit quantize`: calibration statistics, per-layer solves,
-// propagation, progress, per-layer report and resumable checkpoints.
+// propagation, progress, per-layer report and resumable checkpoints; the block checkpoint files, which also
+// hold the linears of a spilled QuantizedModel (its accessors are here).
 #include "ptq/quantize.h"
 
 #include <sys/resource.h>
@@ -142,6 +143,22 @@ QuantizedWeight get_weight(Reader& r) {
     return q;
 }
 
+// A spilled linear's block and its place in kProjections, from its name ("blk.3.attn_v" → {3, 2}); {-1, -1}
+// when the name is not a projection's.
+std::pair<int64_t, int> spilled_slot(const std::string& name) {
+    if (name.rfind("blk.", 0) != 0) return {-1, -1};
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos || dot == 4) return {-1, -1};
+    int64_t layer = 0;
+    for (size_t i = 4; i < dot; ++i) {
+        if (name[i] < '0' || name[i] > '9') return {-1, -1};
+        layer = layer * 10 + (name[i] - '0');
+    }
+    for (size_t i = 0; i < kProjections.size(); ++i)
+        if (name.compare(dot + 1, std::string::npos, projection_name(kProjections[i])) == 0) return {layer, int(i)};
+    return {-1, -1};
+}
+
 std::string fingerprint(const ModelReader& r, const PtqOptions& o) {
     return r.path() + "|" + ptq_method_name(o.method) + "|" + o.describe_features() + "|" + o.grid.describe() + "|" +
            o.calibration.describe() + "|" + std::to_string(o.alpha) + "|" + std::to_string(o.row_block) + "|" +
@@ -155,6 +172,52 @@ bool is_projection_layer(const std::string& linear, Projection p) {
 }
 
 }  // namespace
+
+std::vector<QuantizedWeight> read_block_checkpoint(const std::string& path) {
+    const std::string data = read_all(path);
+    Reader r{data, 0, path};
+    std::vector<QuantizedWeight> w;
+    for (size_t i = 0; i < kProjections.size(); ++i) w.push_back(get_weight(r));
+    LOWBIT_CHECK(r.pos == data.size(), ErrorKind::input, "{}: corrupt checkpoint ({} bytes after its seven linears)", path,
+                 data.size() - r.pos);
+    return w;
+}
+
+std::vector<std::string> QuantizedModel::linear_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, w] : linears) names.push_back(name);
+    for (const auto& [layer, file] : spilled)
+        for (Projection p : kProjections) names.push_back(linear_name(layer, p));
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+LinearInfo QuantizedModel::linear_info(const std::string& name) const {
+    if (const auto it = linears.find(name); it != linears.end()) return {it->second.spec, it->second.rows, it->second.cols};
+    const auto [layer, slot] = spilled_slot(name);
+    const auto file = spilled.find(layer);
+    LOWBIT_CHECK(slot >= 0 && file != spilled.end(), ErrorKind::usage, "quantized model: no linear '{}'", name);
+    return file->second.linears[size_t(slot)];
+}
+
+bool QuantizedModel::has_linear(const std::string& name) const {
+    return linears.count(name) || spilled.count(spilled_slot(name).first);
+}
+
+std::shared_ptr<const QuantizedWeight> QuantizedModel::linear(const std::string& name) const {
+    if (const auto it = linears.find(name); it != linears.end())
+        return std::shared_ptr<const QuantizedWeight>(std::shared_ptr<const QuantizedWeight>(), &it->second);  // not owned
+    const auto [layer, slot] = spilled_slot(name);
+    const auto file = spilled.find(layer);
+    LOWBIT_CHECK(slot >= 0 && file != spilled.end(), ErrorKind::usage, "quantized model: no linear '{}'", name);
+    if (!cached_ || cached_->layer != layer) {
+        auto block = std::make_shared<SpilledBlock>();
+        block->layer = layer;
+        block->weights = read_block_checkpoint(file->second.path);
+        cached_ = std::move(block);
+    }
+    return std::shared_ptr<const QuantizedWeight>(cached_, &cached_->weights[size_t(slot)]);  // keeps the block alive
+}
 
 QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32_t>& windows, const PtqOptions& o,
                               PtqReport* report) {
@@ -179,6 +242,19 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     const auto drop_projections = [&](int64_t l) {
         if (!o.stream_blocks) return;
         for (Projection p : kProjections) std::vector<float>().swap(projection_weight(m.weights.blocks[size_t(l)], p));
+    };
+    // ... and with spill_blocks not even those: the block's checkpoint file holds them.
+    LOWBIT_CHECK(!o.spill_blocks || (o.stream_blocks && !o.checkpoint_dir.empty()), ErrorKind::usage,
+                 "quantize: spill_blocks needs stream_blocks and a checkpoint_dir (the spilled codes live there)");
+    const auto spill = [&](int64_t l, const std::string& file) {
+        QuantizedModel::SpilledBlockFile& f = out.spilled[l];
+        f.path = file;
+        f.linears.clear();
+        for (Projection p : kProjections) {
+            const auto it = out.linears.find(linear_name(l, p));
+            f.linears.push_back({it->second.spec, it->second.rows, it->second.cols});
+            out.linears.erase(it);
+        }
     };
     out.record.method = ptq_method_name(o.method);
     out.record.features = o.describe_features();
@@ -227,10 +303,11 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             if (o.stream_blocks) load_block(l);  // its norms and biases
             for (Projection p : kProjections) {
                 QuantizedWeight q = get_weight(br);
-                projection_weight(m.weights.blocks[size_t(l)], p) = q.dequantize();
-                out.linears[linear_name(l, p)] = std::move(q);
+                if (!o.spill_blocks) projection_weight(m.weights.blocks[size_t(l)], p) = q.dequantize();
+                out.linears[linear_name(l, p)] = std::move(q);  // spilled again below: read to check the file
             }
             drop_projections(l);
+            if (o.spill_blocks) spill(l, bpath);
         }
         rep.resumed_from_block = first_block;
         std::fprintf(stderr, "quantize: resuming after block %lld of %lld from %s\n", (long long)first_block,
@@ -291,6 +368,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             held.device->hold_inputs(mats);
         }
         std::string block_bin;
+        const bool write_block = !o.checkpoint_dir.empty() && (calibrated || o.spill_blocks);
         FactorCache factors;  // q/k/v and gate/up share their H_in's factorization
         for (Projection p : kProjections) {
             const Clock::time_point tl = Clock::now();
@@ -366,7 +444,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             lr.dead = ss.dead;
             lr.seconds = seconds_since(tl);
             rep.layers.push_back(lr);
-            if (!o.checkpoint_dir.empty()) put_weight(block_bin, q);
+            if (write_block) put_weight(block_bin, q);
             out.linears[name] = std::move(q);
         }
         if (calibrated) {  // propagate the quantized path
@@ -374,9 +452,13 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             paths->propagate(bw, l);
             rep.calibration_seconds += seconds_since(tc);
         }
-        if (calibrated && !o.checkpoint_dir.empty()) {
+        const std::string block_path = o.checkpoint_dir + "/block_" + std::to_string(l) + ".bin";
+        if (write_block) {
             std::filesystem::create_directories(o.checkpoint_dir);
-            write_file_atomic(o.checkpoint_dir + "/block_" + std::to_string(l) + ".bin", block_bin.data(), block_bin.size());
+            write_file_atomic(block_path, block_bin.data(), block_bin.size());
+            std::string().swap(block_bin);
+        }
+        if (calibrated && !o.checkpoint_dir.empty()) {
             std::string state(kStateMagic, 8);
             put_str(state, fp);
             put(state, int64_t(l + 1));
@@ -386,6 +468,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             write_file_atomic(state_path, state.data(), state.size());
         }
         drop_projections(l);
+        if (o.spill_blocks) spill(l, block_path);
         rep.block_seconds.push_back(seconds_since(t_block));
         progress.update(l + 1);
         if (o.on_block_done) o.on_block_done(l);

@@ -5,8 +5,8 @@
 //   the linears quantized (q, k two-sided for BoA/TurboBoA; v with per-KV-head value Hessians; o and the
 //   MLP one-sided), then Xq ← quantized block(Xq), Xfp ← full-precision block(Xfp).
 // Only one block's statistics are in flight (and, with stream_blocks, one block's FP32 weights: the others
-// are read when their turn comes and dropped to their codes after); the calibration activations are the rest
-// of the memory. After every block the state (activations + the finished blocks' codes) is written atomically
+// are read when their turn comes and dropped to their codes after, and with spill_blocks the codes go to disk
+// too); the calibration activations are the rest of the memory. After every block the state (activations + the finished blocks' codes) is written atomically
 // to `checkpoint_dir`, so an interrupted run resumes from the last finished block (`resume`).
 //
 // Methods: rtn (no calibration); gptq (one-sided everywhere, grids fitted at each group from the current
@@ -59,6 +59,11 @@ struct PtqOptions {
     // model. The QuantizedModel's blocks then hold no projection values (only norms and biases): its
     // `linears` are the projections (the exporters take them from there). `lowbit quantize` streams.
     bool stream_blocks = false;
+    // With stream_blocks: a finished block's linears leave memory too. Its checkpoint file in checkpoint_dir
+    // (written for every method then) holds them, and the QuantizedModel lists it in `spilled`; the exporters
+    // read the blocks back one at a time, so host memory holds no codes at all. The files must stay until the
+    // export is written. `lowbit quantize` spills.
+    bool spill_blocks = false;
     std::string checkpoint_dir;               // empty: no checkpoints
     bool resume = false;
     std::function<void(int64_t block)> on_block_done;  // after each finished (and checkpointed) block
