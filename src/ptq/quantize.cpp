@@ -459,13 +459,20 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             std::string().swap(block_bin);
         }
         if (calibrated && !o.checkpoint_dir.empty()) {
-            std::string state(kStateMagic, 8);
-            put_str(state, fp);
-            put(state, int64_t(l + 1));
+            // The activations go from their vectors to the file: no serialized copy (4.3 GB per path for an 8B
+            // model at 128 × 2048 tokens).
+            std::string head(kStateMagic, 8);
+            put_str(head, fp);
+            put(head, int64_t(l + 1));
             paths->save(xq, xfp);
-            put_vec(state, xq);
-            put_vec(state, xfp);
-            write_file_atomic(state_path, state.data(), state.size());
+            AtomicFileWriter state(state_path);
+            state.write(head.data(), head.size());
+            for (const std::vector<float>* v : {&xq, &xfp}) {
+                const uint64_t n = v->size();
+                state.write(&n, sizeof(n));
+                state.write(v->data(), n * sizeof(float));
+            }
+            state.commit();
         }
         drop_projections(l);
         if (o.spill_blocks) spill(l, block_path);
