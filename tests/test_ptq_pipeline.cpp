@@ -405,6 +405,14 @@ TEST(PtqPipeline, ResumedRunEqualsAnUninterruptedOne) {
         EXPECT_EQ(resumed.linears.at(name).codes, qw.codes) << name;
         EXPECT_EQ(resumed.linears.at(name).dequantize(), qw.dequantize()) << name;
     }
+    // With the state written at most every 10^9 s, only after the last block: an interruption after block 1
+    // resumes from the start, and still gives the same codes.
+    PtqOptions sparse = o;
+    sparse.checkpoint_seconds = 1e9;
+    PtqReport rep_sparse;
+    const QuantizedModel again = interrupted_then_resumed(*reader, win, sparse, "ptq_resume_sparse.partial", &rep_sparse);
+    EXPECT_EQ(rep_sparse.resumed_from_block, 0);
+    for (const auto& [name, qw] : full.linears) EXPECT_EQ(again.linears.at(name).codes, qw.codes) << name;
     // A checkpoint of other options is refused, not silently reused.
     o.checkpoint_dir = test::temp_path("ptq_resume.partial");
     o.resume = true;

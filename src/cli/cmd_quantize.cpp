@@ -36,7 +36,7 @@ struct QuantizeArgs {
     std::string calib_precision = "fp32", act_bits;
     int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
     uint64_t seed = 0;
-    double alpha = 0.25, damping = 0.01;
+    double alpha = 0.25, damping = 0.01, checkpoint_every = 0;
     bool sym = false, act_order = false, no_block_v = false, resume = false, quiet = false;
 };
 
@@ -121,6 +121,8 @@ void run_quantize(const QuantizeArgs& a) {
     o.spill_blocks = true;   // and the finished blocks' codes in the checkpoint folder, not in memory
     o.checkpoint_dir = a.out + ".partial";
     o.resume = a.resume;
+    LOWBIT_CHECK(a.checkpoint_every >= 0, ErrorKind::usage, "--checkpoint-every {}: seconds, 0 or more", a.checkpoint_every);
+    o.checkpoint_seconds = a.checkpoint_every;
 
     const std::string path = resolve_model_path(a.model);
     const std::unique_ptr<ModelReader> reader = ModelReader::open(path);
@@ -291,6 +293,9 @@ void register_quantize_command(CLI::App& app) {
                    "zero point is 0; others: fake-quant)");
     cq->add_option("--report", a->report, "write a JSON report (per-layer loss, time, memory)");
     cq->add_flag("--resume", a->resume, "continue an interrupted run from OUT.partial/");
+    cq->add_option("--checkpoint-every", a->checkpoint_every,
+                   "write the resume state (the calibration activations, GBs for large models) only when this many "
+                   "seconds passed since the last one (default 0: after every block); a resume redoes the blocks since");
     cq->add_flag("--quiet", a->quiet, "no per-layer table");
     cq->callback([a] { run_quantize(*a); });
 }

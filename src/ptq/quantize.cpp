@@ -323,6 +323,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     }
     rep.calibration_tokens = calibrated ? S * L : 0;
 
+    Clock::time_point last_state = Clock::now();  // the resume state was last written (or the run began)
     ProgressLine progress("quantize " + std::string(ptq_method_name(o.method)), c.n_layers, "blocks");
     progress.update(first_block);
     for (int64_t l = first_block; l < c.n_layers; ++l) {
@@ -458,7 +459,11 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             write_file_atomic(block_path, block_bin.data(), block_bin.size());
             std::string().swap(block_bin);
         }
-        if (calibrated && !o.checkpoint_dir.empty()) {
+        const bool save_state = calibrated && !o.checkpoint_dir.empty() &&
+                                (o.checkpoint_seconds <= 0 || l + 1 == c.n_layers ||
+                                 seconds_since(last_state) >= o.checkpoint_seconds);
+        if (save_state) {
+            last_state = Clock::now();
             // The activations go from their vectors to the file: no serialized copy (4.3 GB per path for an 8B
             // model at 128 × 2048 tokens).
             std::string head(kStateMagic, 8);

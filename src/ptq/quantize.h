@@ -6,8 +6,9 @@
 //   MLP one-sided), then Xq ← quantized block(Xq), Xfp ← full-precision block(Xfp).
 // Only one block's statistics are in flight (and, with stream_blocks, one block's FP32 weights: the others
 // are read when their turn comes and dropped to their codes after, and with spill_blocks the codes go to disk
-// too); the calibration activations are the rest of the memory. After every block the state (activations + the finished blocks' codes) is written atomically
-// to `checkpoint_dir`, so an interrupted run resumes from the last finished block (`resume`).
+// too); the calibration activations are the rest of the memory. After every block its codes, and the state
+// (the activations; at most every checkpoint_seconds), are written atomically to `checkpoint_dir`, so an
+// interrupted run resumes from the last checkpointed block (`resume`).
 //
 // Methods: rtn (no calibration); gptq (one-sided everywhere, grids fitted at each group from the current
 // weights, optional act-order); boa (two-sided q/k with one row at a time, grids fixed from the original
@@ -65,6 +66,11 @@ struct PtqOptions {
     // export is written. `lowbit quantize` spills.
     bool spill_blocks = false;
     std::string checkpoint_dir;               // empty: no checkpoints
+    // The resume state (the calibration activations: 2 × tokens × hidden × 4 bytes with F2, 8.6 GB for an 8B
+    // model at 128 × 2048) is written after a block only when this many seconds have passed since the last
+    // one (and after the last block); 0: after every block. Block files are written after every block either
+    // way; a resume recomputes the blocks after the last state.
+    double checkpoint_seconds = 0;
     bool resume = false;
     std::function<void(int64_t block)> on_block_done;  // after each finished (and checkpointed) block
     // Where the work runs (both null: the CPU). `solver_device` takes the factorizations, sweeps and big
