@@ -212,6 +212,39 @@ TEST(LinearSeam, ActivationsOnlyOverTheLoadedWeights) {
                       {"neither a weight nor an activation format"});
 }
 
+// KV-cache quantization (`eval --kv`): attention reads the keys after RoPE and the values quantized per token
+// and KV head — the scratch keeps exactly Qa of the unquantized block's K and V, viewed as [rows·n_kv, head_dim]
+// — and the projections are untouched (the same block input and Q); int4 moves the block's output, int8 little.
+TEST(LinearSeam, KvCacheQuantizedPerTokenAndHead) {
+    const LlamaModel m = seam_model();
+    const LlamaConfig& c = m.config;
+    const BatchShape shape{2, 7};
+    const std::vector<int32_t> tok = tokens_for(c, shape, 5);
+    const std::vector<float> x0 = embed_tokens(c, m.weights.token_embd.data(), tok.data(), shape);
+    const BlockWeights& b = m.weights.blocks[0];
+    const auto run = [&](const LinearFactory& f, BlockScratch& s) {
+        std::vector<float> x = x0;
+        block_forward(c, b, f(c, b, 0), 0, x.data(), shape, s);
+        return x;
+    };
+    BlockScratch plain, kv4, kv8;
+    const std::vector<float> y = run(dense_linears(), plain);
+    const QuantSpec int4 = parse_activation_spec("int4"), int8 = parse_activation_spec("int8");
+    const std::vector<float> y4 = run(with_kv_cache(LinearFactory(), int4), kv4);
+    const std::vector<float> y8 = run(with_kv_cache(dense_linears(), int8), kv8);
+    const int64_t heads_rows = shape.rows() * c.n_kv_heads;
+    EXPECT_EQ(kv4.k, quantize_activations(int4, ConstMatF(plain.k.data(), heads_rows, c.head_dim)));
+    EXPECT_EQ(kv4.v, quantize_activations(int4, ConstMatF(plain.v.data(), heads_rows, c.head_dim)));
+    EXPECT_NE(kv4.k, plain.k);
+    EXPECT_EQ(kv4.q, plain.q);
+    EXPECT_EQ(kv4.attn_in, plain.attn_in);
+    const float d4 = max_abs_diff(y4, y), d8 = max_abs_diff(y8, y);
+    EXPECT_GT(d4, 1e-3f);
+    EXPECT_LT(d8, d4 / 4);
+    EXPECT_GT(d8, 0.0f);
+    EXPECT_EQ(with_kv_cache(LinearFactory(), int4)(c, b, 0).kv_cache.describe(), int4.describe());
+}
+
 // Linears are chosen per layer: fake-quantizing only block 1 gives the logits of the dense model whose
 // block-1 projections were replaced by their roundtrip.
 TEST(LinearSeam, ChosenPerLayer) {

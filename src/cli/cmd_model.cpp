@@ -151,6 +151,7 @@ struct EvalArgs {
     std::string model, tokenizer, text_file, corpus, bos = "auto", save_logits, kld_base, dump_logits;
     std::string device = "cpu", precision = "fp32", protocol = "llama";
     std::string weights, acts, adahop;  // the linear layers: fake-quant weights / activations, or AdaHOP
+    std::string kv;                     // KV-cache quantization (BlockLinears::kv_cache)
     int64_t group = 0;
     bool sym = false;
     int64_t ctx = 512, chunks = -1, batch = 1;
@@ -162,7 +163,7 @@ struct EvalArgs {
 // storage of their weights in bits (the embedding, norms and head are not counted: they stay as loaded).
 struct LinearChoice {
     LinearFactory cpu;  // empty: dense
-    QuantSpec weights, acts;
+    QuantSpec weights, acts, kv;
     bool adahop = false;
     LayerPlan plan;
     std::string description = "dense";
@@ -170,7 +171,7 @@ struct LinearChoice {
 };
 
 // `weights`: one entry of --weights (empty or "none": the weights as loaded, dense unless --acts).
-LinearChoice choose_linears(const EvalArgs& a, const std::string& weights, const LlamaConfig& c) {
+LinearChoice choose_projections(const EvalArgs& a, const std::string& weights, const LlamaConfig& c) {
     LinearChoice ch;
     LOWBIT_CHECK(a.adahop.empty() || (a.weights.empty() && a.acts.empty()), ErrorKind::usage,
                  "--adahop quantizes both operands itself: give it without --weights/--acts");
@@ -203,6 +204,18 @@ LinearChoice choose_linears(const EvalArgs& a, const std::string& weights, const
     ch.weight_bits = bits / n;
     ch.description = "fake-quant weights " + ch.weights.describe() + " (round to nearest)" +
                      (ch.acts.format ? ", activations " + ch.acts.describe() + " per token" : std::string());
+    return ch;
+}
+
+// The projections as choose_projections says, and the KV cache as --kv says.
+LinearChoice choose_linears(const EvalArgs& a, const std::string& weights, const LlamaConfig& c) {
+    LinearChoice ch = choose_projections(a, weights, c);
+    const QuantSpec kv = parse_activation_spec(a.kv);
+    if (!kv.format) return ch;
+    LOWBIT_CHECK(!ch.adahop, ErrorKind::usage, "--kv: not with --adahop (its attention stays BF16, as in the paper)");
+    ch.cpu = with_kv_cache(ch.cpu, kv);
+    ch.kv = kv;
+    ch.description += ", KV cache " + kv.describe() + " per token and head";
     return ch;
 }
 
@@ -321,6 +334,8 @@ void run_eval(EvalArgs a, bool ctx_given) {
                  fmt::join(corpus_names(), ", "));
     if (a.threads > 0) set_thread_count(a.threads);
     // The device is checked before anything is loaded.
+    LOWBIT_CHECK(a.kv.empty() || a.kv == "none" || a.device == "cpu", ErrorKind::usage,
+                 "--kv {}: KV-cache quantization runs in the CPU forward only (--device cpu)", a.kv);
     LOWBIT_CHECK(a.device == "cuda" || a.precision == "fp32", ErrorKind::usage,
                  "--precision {} needs --device cuda (the CPU forward is FP32)", a.precision);
     std::string device_desc = "CPU";
@@ -553,6 +568,9 @@ void register_model_commands(CLI::App& app) {
                    "--weights after the weights' fake-quant, without it (or with none) over the weights as loaded "
                    "(W4A4 of a GPTQ/TurboBoA file); 4 and 8 mean int4 and int8. Default: what the file records "
                    "(`quantize --act-bits`), else none; --acts none overrides the record");
+    ce->add_option("--kv", ev->kv,
+                   "quantize the KV cache: the keys after RoPE and the values attention reads, per token and KV head "
+                   "(e.g. int4, int8, mxfp4; 4 and 8 mean int4 and int8): with --acts 4 and a W4 file, W4A4KV4 (CPU only)");
     ce->add_option("--adahop", ev->adahop,
                    "run every projection through AdaHOP's MXFP4 lp_matmul with this forward strategy: "
                    "none | hadamard | inner_outlier_extract_left | inner_outlier_extract_right | full_precision");

@@ -217,6 +217,9 @@ void block_forward(const LlamaConfig& c, const BlockWeights& b, const BlockLinea
     }
     apply_rope(s.q.data(), shape, c.n_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data());
     apply_rope(s.k.data(), shape, c.n_kv_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data());
+    if (lin.kv_cache.format)  // what a quantized KV cache would hold: one grid per token and KV head
+        for (std::vector<float>* kv : {&s.k, &s.v})
+            *kv = quantize_activations(lin.kv_cache, ConstMatF(kv->data(), rows * c.n_kv_heads, c.head_dim));
     attention_causal(s.q.data(), s.k.data(), s.v.data(), shape, c.n_heads, c.n_kv_heads, c.head_dim, s.attn_ctx.data());
     lin[Projection::o].forward(mat(s.attn_ctx, qd), h, 1.0f);  // residual add fused (beta = 1)
 

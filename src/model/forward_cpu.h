@@ -89,6 +89,7 @@ std::vector<float> embed_tokens(const LlamaConfig& c, const float* token_embd, c
 // One transformer block, in place on hidden [rows, d]:
 //   h = x + Wo·attn(rope(Wq·n(x)+bq), rope(Wk·n(x)+bk), Wv·n(x)+bv);  x' = h + Wdown·(silu(Wgate·n(h)) ⊙ Wup·n(h))
 // The projections run through `linears`; `b` gives the norms and biases. `layer` is used in messages only.
+// With linears.kv_cache, attention reads (and the scratch keeps) the quantized keys and values.
 void block_forward(const LlamaConfig& c, const BlockWeights& b, const BlockLinears& linears, int64_t layer, float* hidden,
                    BatchShape shape, BlockScratch& scratch);
 // The same with dense linears over b's own weights.

@@ -222,6 +222,15 @@ LinearFactory fake_quant_linears(const QuantSpec& weights, const QuantSpec& acti
     };
 }
 
+LinearFactory with_kv_cache(LinearFactory base, const QuantSpec& kv) {
+    if (!base) base = dense_linears();
+    return [base = std::move(base), kv](const LlamaConfig& c, const BlockWeights& b, int64_t layer) {
+        BlockLinears lin = base(c, b, layer);
+        lin.kv_cache = kv;
+        return lin;
+    };
+}
+
 LinearFactory adahop_linears(const Plan& plan, const LpMatmulOptions& opts, const LayerPlan& fallback) {
     return [plan, opts, fallback](const LlamaConfig& c, const BlockWeights& b, int64_t layer) {
         return make_block_linears(c, b, layer, [&](ConstMatF w, Projection p) {

@@ -133,6 +133,10 @@ private:
 struct BlockLinears {
     std::array<std::unique_ptr<Linear>, kProjectionCount> by_projection;
     const Linear& operator[](Projection p) const { return *by_projection[size_t(p)]; }
+    // KV-cache quantization for evaluation (W4A4KV4): the keys after RoPE and the values that attention reads,
+    // quantized→dequantized per token and KV head (one grid per head_dim values, quantize_activations's rule),
+    // as a KV cache in that format would hold them. No format: attention reads them as computed.
+    QuantSpec kv_cache;
 };
 
 // Builds the linears of block `layer` from its weights (which must outlive them): chosen per layer.
@@ -144,5 +148,7 @@ LinearFactory dense_linears();
 LinearFactory fake_quant_linears(const QuantSpec& weights, const QuantSpec& activations = {});
 // Per layer and projection the LayerPlan of `plan.layers[linear_name(layer, p)]`, else `fallback`.
 LinearFactory adahop_linears(const Plan& plan, const LpMatmulOptions& opts, const LayerPlan& fallback = {});
+// `base`'s linears (empty: dense) with the KV cache quantized to `kv` (BlockLinears::kv_cache).
+LinearFactory with_kv_cache(LinearFactory base, const QuantSpec& kv);
 
 }  // namespace lowbit
