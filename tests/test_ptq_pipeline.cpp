@@ -17,6 +17,8 @@
 #include "ptq/export_gguf.h"
 #include "ptq/export_safetensors.h"
 #include "ptq/quantize.h"
+#include "model/hf_export.h"
+#include "train/train_export.h"
 
 namespace lowbit {
 namespace {
@@ -389,6 +391,46 @@ TEST(PtqPipeline, SpilledBlocksGiveTheSameFiles) {
     test::expect_error_mentions([&] { export_quantized_safetensors(spilled, dy, SafetensorsPacking::fake_quant); },
                                 "block_1.bin");
     EXPECT_THROW(spilled.linear("blk.9.attn_q"), Error);
+}
+
+// A Hugging Face source for a GGUF export (`lowbit quantize --model HF_DIR --out F.gguf`): the checkpoint is
+// written as a llama GGUF one block at a time (q/k rows back in GGUF's pairing), which holds the source's
+// weights exactly, and quantizing that gives every projection the codes and GGUF bytes of quantizing the
+// original GGUF.
+TEST(PtqPipeline, HuggingFaceSourceGivesTheSameGgufProjections) {
+    const LlamaModel m = ptq_model();
+    const std::string src = ptq_gguf(m, "ptq_hf_src.gguf");
+    const std::string hf = test::temp_path("ptq_hf_src_dir");
+    std::filesystem::remove_all(hf);
+    export_hf_checkpoint(m, hf);
+    const auto hf_reader = ModelReader::open(hf);
+    ASSERT_EQ(hf_reader->config().rope_pairing, RopePairing::halves);
+    const std::string conv = test::temp_path("ptq_hf_converted.gguf");
+    export_llama_gguf(*hf_reader, conv, GgufType::F32, nullptr);
+    const auto src_reader = ModelReader::open(src), conv_reader = ModelReader::open(conv);
+    EXPECT_EQ(conv_reader->token_embedding(), src_reader->token_embedding());
+    for (int64_t l = 0; l < m.config.n_layers; ++l) {
+        const BlockWeights a = src_reader->block(l), b = conv_reader->block(l);
+        for (Projection p : kProjections) EXPECT_EQ(projection_weight(a, p), projection_weight(b, p)) << l;
+        EXPECT_EQ(a.ffn_norm, b.ffn_norm) << l;
+    }
+    PtqOptions o = tiny_options(PtqMethod::gptq, "q4_0");
+    const std::vector<int32_t> win = tiny_windows(m.config, o);
+    const QuantizedModel qa = quantize_model(*src_reader, win, o, nullptr), qb = quantize_model(*conv_reader, win, o, nullptr);
+    const std::string ga = test::temp_path("ptq_hf_a.gguf"), gb = test::temp_path("ptq_hf_b.gguf");
+    export_quantized_gguf(qa, src, ga, "q4_0");
+    export_quantized_gguf(qb, conv, gb, "q4_0");
+    const GgufFile fa = GgufFile::open(ga), fb = GgufFile::open(gb);
+    int64_t compared = 0;
+    for (const GgufTensorInfo& t : fa.tensors()) {
+        const GgufTensorInfo* u = fb.find_tensor(t.name);
+        ASSERT_TRUE(u) << t.name;
+        if (t.type != GgufType::Q4_0) continue;
+        const auto x = fa.tensor_bytes(t), y = fb.tensor_bytes(*u);
+        EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << t.name;
+        ++compared;
+    }
+    EXPECT_EQ(compared, 7 * m.config.n_layers);
 }
 
 TEST(PtqPipeline, ResumedRunEqualsAnUninterruptedOne) {

@@ -18,6 +18,7 @@
 #include "ptq/export_gguf.h"
 #include "ptq/export_safetensors.h"
 #include "ptq/quantize.h"
+#include "train/train_export.h"
 
 #if defined(LOWBIT_HAVE_CUDA)
 #include "core/cuda_device.h"
@@ -30,7 +31,7 @@ namespace lowbit {
 namespace {
 
 struct QuantizeArgs {
-    std::string model, method = "turboboa", features = "f1,f2,f3", format, out, report, rotate = "none";
+    std::string model, method = "turboboa", features = "f1,f2,f3", format, out, report, rotate = "none", tokenizer;
     std::string packing = "auto", mix;
     std::string calib_corpus = "sotu-train", calib_text, grid_search = "hessian", device = "cpu";
     std::string calib_precision = "fp32", act_bits;
@@ -124,11 +125,27 @@ void run_quantize(const QuantizeArgs& a) {
     LOWBIT_CHECK(a.checkpoint_every >= 0, ErrorKind::usage, "--checkpoint-every {}: seconds, 0 or more", a.checkpoint_every);
     o.checkpoint_seconds = a.checkpoint_every;
 
-    const std::string path = resolve_model_path(a.model);
-    const std::unique_ptr<ModelReader> reader = ModelReader::open(path);
-    LOWBIT_CHECK(!to_gguf || reader->format() == "gguf", ErrorKind::usage,
-                 "quantize: GGUF export needs a GGUF source (its tokenizer and metadata are copied); {} is {} — write a "
-                 "Hugging Face directory (--out DIR) instead", path, reader->format());
+    std::string path = resolve_model_path(a.model);
+    std::unique_ptr<ModelReader> reader = ModelReader::open(path);
+    const Tokenizer tok = load_tokenizer(path, a.tokenizer);
+    if (to_gguf && reader->format() != "gguf") {
+        // A GGUF export copies its source's metadata and other tensors: a Hugging Face source is first written as
+        // a llama GGUF (with its tokenizer; matrices in the source's 16-bit type, else F32) in OUT.partial/, one
+        // block at a time, which then is the source.
+        const std::string converted = o.checkpoint_dir + "/source.gguf";
+        if (!(a.resume && std::filesystem::exists(converted))) {
+            std::filesystem::create_directories(o.checkpoint_dir);
+            GgufType type = GgufType::F32;
+            for (const ModelTensorSummary& t : reader->tensor_summaries())
+                if (t.name.find("mlp.down_proj.weight") != std::string::npos)
+                    type = t.type == "BF16" ? GgufType::BF16 : t.type == "F16" ? GgufType::F16 : GgufType::F32;
+            std::fprintf(stderr, "quantize: writing %s as a %s GGUF source (%s)\n", path.c_str(), gguf_type_name(type),
+                         converted.c_str());
+            export_llama_gguf(*reader, converted, type, &tok);
+        }
+        path = converted;
+        reader = ModelReader::open(path);
+    }
     const LlamaConfig& c = reader->config();
     // A mix: llama.cpp's type for every tensor of the source file, the projections solved on theirs.
     std::map<std::string, GgufType> mix_types;
@@ -147,7 +164,6 @@ void run_quantize(const QuantizeArgs& a) {
         for (Projection p : kProjections) o.grid.check_cols(projection_in_features(c, p), projection_name(p));
     }
     if (o.rotate) check_rotation_supported(c, o.rotation);
-    const Tokenizer tok = load_tokenizer(path, "");
 
     PtqReport rep;
     const std::vector<int32_t> windows =
@@ -291,6 +307,9 @@ void register_quantize_command(CLI::App& app) {
                    "safetensors: gptq (qweight/qzeros/scales/g_idx, checkpoint_format gptq: v1 zeros − 1; int grids) | "
                    "gptq-v2 (true zeros) | fake-quant (dequantized weights) | auto (int grids: gptq, or gptq-v2 when a "
                    "zero point is 0; others: fake-quant)");
+    cq->add_option("--tokenizer", a->tokenizer,
+                   "a .gguf or tokenizer.json for calibration and for a GGUF written from a Hugging Face source "
+                   "(default: the model's own)");
     cq->add_option("--report", a->report, "write a JSON report (per-layer loss, time, memory)");
     cq->add_flag("--resume", a->resume, "continue an interrupted run from OUT.partial/");
     cq->add_option("--checkpoint-every", a->checkpoint_every,

@@ -2,6 +2,7 @@
 #include "train/train_export.h"
 
 #include <filesystem>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -46,11 +47,14 @@ GgufType parse_export_dtype(const std::string& name) {
     fail(ErrorKind::usage, "export type '{}': f32, f16 or bf16", name);
 }
 
-uint64_t export_llama_gguf(const LlamaModel& m, const std::string& path, GgufType matrix_type,
-                           const Tokenizer* tokenizer) {
-    const LlamaConfig& c = m.config;
+namespace {
+
+// The file of export_llama_gguf, whichever way the blocks come: `block(l)` is called by the writer when it
+// reaches block l's tensors (in order), so a streamed source is read once per block.
+uint64_t write_llama_gguf(const LlamaConfig& c, const std::vector<float>& token_embd, const std::vector<float>& output_norm,
+                          const std::vector<float>& output, const std::function<const BlockWeights&(int64_t)>& block,
+                          const std::string& path, GgufType matrix_type, const Tokenizer* tokenizer) {
     LOWBIT_CHECK(!c.qkv_bias, ErrorKind::usage, "GGUF export of '{}': q/k/v biases are not a llama model", c.name);
-    check_weight_shapes(c, m.weights, "GGUF export");
     LOWBIT_CHECK(!tokenizer || int64_t(tokenizer->vocab_size()) == c.vocab_size, ErrorKind::usage,
                  "GGUF export: the tokenizer has {} tokens, the model {}", tokenizer ? tokenizer->vocab_size() : 0,
                  c.vocab_size);
@@ -82,29 +86,59 @@ uint64_t export_llama_gguf(const LlamaModel& m, const std::string& path, GgufTyp
         w.add_tensor(name, {int64_t(v.size())}, GgufType::F32, v.data());
     };
     const bool permute = c.rope_pairing == RopePairing::halves;
-    matrix("token_embd.weight", m.weights.token_embd, c.vocab_size, d);
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-        const BlockWeights& b = m.weights.blocks[size_t(l)];
+    matrix("token_embd.weight", token_embd, c.vocab_size, d);
+    for (int64_t l = 0; l < c.n_layers; ++l)
         for (const BlockTensorSpec& spec : block_tensor_specs()) {
             if (spec.is_bias) continue;
-            const std::string name = fmt::format("blk.{}.{}", l, spec.gguf_name);
-            const std::vector<float>& values = b.*spec.member;
-            if (spec.cols == BlockDim::none) {
-                vector(name, values);
-                continue;
-            }
-            const int64_t rows = block_dim_size(c, spec.rows), cols = block_dim_size(c, spec.cols);
-            if (permute && spec.rope_heads > 0)
-                matrix(name, permute_qk_rows_to_gguf(values, spec.rope_heads == 1 ? c.n_heads : c.n_kv_heads, c.head_dim, cols),
-                       rows, cols);
-            else
-                matrix(name, values, rows, cols);
+            const bool is_vector = spec.cols == BlockDim::none;
+            const int64_t rows = is_vector ? 1 : block_dim_size(c, spec.rows), cols = is_vector ? 0 : block_dim_size(c, spec.cols);
+            const int64_t n = is_vector ? block_dim_size(c, spec.rows) : 0;
+            const GgufType type = is_vector ? GgufType::F32 : matrix_type;
+            const std::vector<int64_t> ne = is_vector ? std::vector<int64_t>{n} : std::vector<int64_t>{cols, rows};
+            // Encoded when the writer gets here, from the block as the source holds it (q/k rows permuted to
+            // GGUF's adjacent pairing when it holds them in HF's halves).
+            w.add_tensor_lazy(fmt::format("blk.{}.{}", l, spec.gguf_name), ne, type, [&, l, spec, rows, cols, type] {
+                const std::vector<float>& values = block(l).*spec.member;
+                if (spec.cols == BlockDim::none) return gguf_quantize_matrix(type, values.data(), 1, int64_t(values.size()));
+                if (permute && spec.rope_heads > 0) {
+                    const std::vector<float> p =
+                        permute_qk_rows_to_gguf(values, spec.rope_heads == 1 ? c.n_heads : c.n_kv_heads, c.head_dim, cols);
+                    return gguf_quantize_matrix(type, p.data(), rows, cols);
+                }
+                return gguf_quantize_matrix(type, values.data(), rows, cols);
+            });
         }
-    }
-    vector("output_norm.weight", m.weights.output_norm);
-    if (!c.tied_embeddings) matrix("output.weight", m.weights.output, c.vocab_size, d);
+    vector("output_norm.weight", output_norm);
+    if (!c.tied_embeddings) matrix("output.weight", output, c.vocab_size, d);
     w.write(path);
     return fs::file_size(path);
+}
+
+}  // namespace
+
+uint64_t export_llama_gguf(const LlamaModel& m, const std::string& path, GgufType matrix_type,
+                           const Tokenizer* tokenizer) {
+    check_weight_shapes(m.config, m.weights, "GGUF export");
+    return write_llama_gguf(m.config, m.weights.token_embd, m.weights.output_norm, m.weights.output,
+                            [&m](int64_t l) -> const BlockWeights& { return m.weights.blocks[size_t(l)]; }, path,
+                            matrix_type, tokenizer);
+}
+
+uint64_t export_llama_gguf(const ModelReader& r, const std::string& path, GgufType matrix_type,
+                           const Tokenizer* tokenizer) {
+    const LlamaConfig& c = r.config();
+    int64_t held = -1;
+    BlockWeights block;
+    return write_llama_gguf(c, r.token_embedding(), r.output_norm(), c.tied_embeddings ? std::vector<float>() : r.output(),
+                            [&](int64_t l) -> const BlockWeights& {
+                                if (held != l) {
+                                    block = r.block(l);
+                                    check_block_shapes(c, block, l, r.path());
+                                    held = l;
+                                }
+                                return block;
+                            },
+                            path, matrix_type, tokenizer);
 }
 
 std::optional<Tokenizer> shard_set_tokenizer(const TokenShardManifest& m, const std::string& override_path,

@@ -1,6 +1,7 @@
-// train_export.h — a trained model written for other runtimes: a llama-architecture GGUF (llama.cpp and
-// lowbit's runtime) from the flat FP32 weights, with the tokenizer of the token shards when it can be had,
-// and the tokenizer itself recovered from a shard set's manifest. (The HF checkpoint is model/hf_export.h.)
+// train_export.h — a model written for other runtimes: a llama-architecture GGUF (llama.cpp and lowbit's
+// runtime) from the flat FP32 weights of a trained model or from a reader (a Hugging Face checkpoint), with
+// the tokenizer of the token shards when it can be had, and the tokenizer itself recovered from a shard
+// set's manifest. (The HF checkpoint is model/hf_export.h.)
 //
 // GGUF (one writer in the house: io/gguf_file.h GgufWriter, as ptq/export_gguf.cpp uses it):
 //   general.architecture "llama", general.name, general.file_type (llama_ftype: 0 F32, 1 F16, 32 BF16),
@@ -34,6 +35,10 @@ GgufType parse_export_dtype(const std::string& name);
 
 // Writes `m` (Llama, no biases) to `path` atomically; returns the file size.
 uint64_t export_llama_gguf(const LlamaModel& m, const std::string& path, GgufType matrix_type,
+                           const Tokenizer* tokenizer);
+// The same from a reader, one block in memory at a time (each read when the writer reaches it): how `lowbit
+// quantize` turns a Hugging Face source into the GGUF its GGUF export is made from.
+uint64_t export_llama_gguf(const ModelReader& r, const std::string& path, GgufType matrix_type,
                            const Tokenizer* tokenizer);
 
 // The tokenizer a shard set was made with: `override_path` when given (a .gguf, a tokenizer.json, a known
