@@ -3,8 +3,9 @@
 // train_linear_cuda.cuh CudaTrainGemm), BF16 tensors in and out, every pass included — the FP32 working
 // copies, random signs / Hadamard, MX quantization, outlier extraction, the main GEMM, the OE sliver GEMM and
 // its scatter — under each strategy, against the same three GEMMs in BF16 (cuBLAS) measured in the same run.
-// Each MX strategy runs twice: main GEMM on the FP8 tensor cores (adahop/cuda/mx_gemm_fp8.cuh) and by its BF16
-// emulation (dequantize + cuBLAS BF16), so the table shows what the kernel buys and what the other passes cost.
+// Each MX strategy runs three times: main GEMM on the tensor cores (adahop/cuda/mx_gemm_fp8.cuh: FP8 with B folded,
+// and the INT8 stages) and by its BF16 emulation (dequantize + cuBLAS BF16), so the table shows what the kernel
+// buys and what the other passes cost.
 // Floor next to each row: 3 GEMMs' FLOPs at the FP8 datasheet peak (1979 TFLOP/s); the BF16 row's at 989.
 //   bench_linear_layer [--reps N] [--quick] [--json PATH] [--commit HASH]
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
@@ -98,13 +99,13 @@ int main(int argc, char** argv) {
             };
             add("bf16 (cuBLAS)", bf16_us, kBf16PeakTflops);
             for (Strategy st : {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right})
-                for (bool tensor_core : {true, false}) {
+                for (int engine = 0; engine < 3; ++engine) {
                     TrainGemmMode mode;
                     mode.strategy = st;
-                    gemm.set_tensor_core_mx(tensor_core);
+                    gemm.set_tensor_core_mx(engine < 2, engine == 1 ? MxGemmFold::int8_stages : MxGemmFold::b_columns);
                     const double us = median_event_us([&] { layer(mode); }, reps);
-                    add(std::string("mxfp4 ") + strategy_name(st) + (tensor_core ? " (FP8 tensor cores)" : " (BF16 emulation)"), us,
-                        kFp8PeakTflops);
+                    const char* how[] = {" (FP8 tensor cores)", " (INT8 tensor cores)", " (BF16 emulation)"};
+                    add(std::string("mxfp4 ") + strategy_name(st) + how[engine], us, kFp8PeakTflops);
                 }
             gemm.set_tensor_core_mx(true);
         }

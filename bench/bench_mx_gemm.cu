@@ -2,6 +2,10 @@
 // cuBLAS in the same run, on the H200: for each shape C (M × N, BF16) = A (M × K) · Bᵀ (B: N × K, K-major)
 //   lowbit MXFP4   E2M1 codes + E8M0 scales; includes the E2M1 → E4M3 passes over both operands (scratch
 //                  reused): B's column scales folded per tile-block (the default), and unfolded (MxGemmFold::none)
+//                  INT8 stages (MxGemmFold::int8_stages) on three kinds of scales: the random 127 ± 4 of the
+//                  other rows (every stage outside the window: the per-block path), 127 + 0…3 (every stage
+//                  inside: the chained path), and Gaussian data quantized by mx_quantize_cuda (what the
+//                  data decide; the count of stages outside the window is printed)
 //   lowbit MXFP8   E4M3 codes + E8M0 scales (the same kernel without the expansion)
 //   cuBLAS BF16    cublasGemmEx, BF16 in, FP32 compute, BF16 out — the baseline of every ratio
 //   cuBLAS FP8     cublasLtMatmul, E4M3 in with per-tensor FP32 scales, BF16 out — the practical FP8 ceiling
@@ -33,6 +37,7 @@
 #include <vector>
 
 #include "adahop/cuda/mx_gemm_fp8.cuh"
+#include "formats/cuda/mx_quantize.cuh"
 #include "core/counter_rng.h"
 #include "core/cuda_blas.h"
 #include "cuda_event_timing.h"
@@ -54,7 +59,7 @@ double median_us(const std::function<void()>& f, int reps) {
 }
 
 // Test data on the device: random E2M1 bytes, E4M3 bytes without NaN codes, scales 127 ± 4, BF16 in [−1, 1).
-enum class Fill { e2m1, e4m3, scale, bf16 };
+enum class Fill { e2m1, e4m3, scale, scale_window, bf16, gauss_bf16 };
 
 __global__ void fill_kernel(uint8_t* out, int64_t n, Fill what, uint64_t seed) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -62,12 +67,17 @@ __global__ void fill_kernel(uint8_t* out, int64_t n, Fill what, uint64_t seed) {
         if (what == Fill::e2m1) out[i] = uint8_t(r);
         else if (what == Fill::e4m3) out[i] = uint8_t((r & 0x7Fu) == 0x7Fu ? r ^ 1u : r);
         else if (what == Fill::scale) out[i] = uint8_t(123 + r % 9);
-        else reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(float(int(r & 0xFFFF) - 32768) / 32768.0f);
+        else if (what == Fill::scale_window) out[i] = uint8_t(127 + r % 4);
+        else if (what == Fill::bf16) reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(float(int(r & 0xFFFF) - 32768) / 32768.0f);
+        else {  // Box–Muller from two 24-bit uniforms
+            const float u1 = (float(r) + 1.0f) / 16777216.0f, u2 = float(counter_random24(seed ^ 0x6A55u, uint64_t(i))) / 16777216.0f;
+            reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
+        }
     }
 }
 
 DeviceBuffer<uint8_t> filled(int64_t count, Fill what, uint64_t seed) {
-    const int64_t bytes = what == Fill::bf16 ? 2 * count : count;
+    const int64_t bytes = what == Fill::bf16 || what == Fill::gauss_bf16 ? 2 * count : count;
     DeviceBuffer<uint8_t> d{size_t(bytes)};
     fill_kernel<<<1024, 256>>>(d.data(), count, what, seed);
     CUDA_CHECK(cudaGetLastError());
@@ -284,6 +294,28 @@ int main(int argc, char** argv) {
             add({s.name, "lowbit MXFP4 (unfolded, + passes)", m, n, k,
                  median_us([&] { mx_gemm_fp8_cuda(mx4a, mx4b, m, n, k, nullptr, c.data(), 0, &scratch, MxGemmFold::none); }, reps),
                  bf16_us, ""});
+            const auto int8_us = [&](const MxGemmOperand& x, const MxGemmOperand& y, const char* what) {
+                const double us = median_us([&] { mx_gemm_fp8_cuda(x, y, m, n, k, nullptr, c.data(), 0, &scratch, MxGemmFold::int8_stages); }, reps);
+                std::printf("    (%s: %u of %lld operand tile-chunks (K = 256) outside the INT8 window)\n", what,
+                            mx_gemm_fp8_unfolded_blocks(scratch), (long long)(((m + 127) / 128 + (n + 127) / 128) * ((k + 1023) / 1024 * 4)));
+                return us;
+            };
+            add({s.name, "lowbit MXFP4 INT8 (scales 127±4)", m, n, k, int8_us(mx4a, mx4b, "127±4"), bf16_us, ""});
+            {
+                DeviceBuffer<uint8_t> wa = filled(m * k / 32, Fill::scale_window, 9), wb = filled(n * k / 32, Fill::scale_window, 10);
+                add({s.name, "lowbit MXFP4 INT8 (scales 127+0..3)", m, n, k,
+                     int8_us({a4.data(), wa.data(), MxElement::e2m1}, {b4.data(), wb.data(), MxElement::e2m1}, "127+0..3"), bf16_us, ""});
+            }
+            {
+                DeviceBuffer<uint8_t> ga = filled(m * k, Fill::gauss_bf16, 11), gb = filled(n * k, Fill::gauss_bf16, 12);
+                DeviceBuffer<uint8_t> qa(size_t(m * k / 2)), qb(size_t(n * k / 2)), qsa(size_t(m * k / 32)), qsb(size_t(n * k / 32));
+                mx_quantize_cuda(bf16(ga), m, k, MxElement::e2m1, ScaleRule::floor, QuantizeOptions{}, qa.data(), qsa.data());
+                mx_quantize_cuda(bf16(gb), n, k, MxElement::e2m1, ScaleRule::floor, QuantizeOptions{}, qb.data(), qsb.data());
+                const MxGemmOperand gx{qa.data(), qsa.data(), MxElement::e2m1}, gy{qb.data(), qsb.data(), MxElement::e2m1};
+                add({s.name, "lowbit MXFP4 INT8 (Gaussian data)", m, n, k, int8_us(gx, gy, "Gaussian"), bf16_us, ""});
+                add({s.name, "lowbit MXFP4 folded (Gaussian data)", m, n, k,
+                     median_us([&] { mx_gemm_fp8_cuda(gx, gy, m, n, k, nullptr, c.data(), 0, &scratch); }, reps), bf16_us, ""});
+            }
             add({s.name, "lowbit MXFP8", m, n, k,
                  median_us([&] { mx_gemm_fp8_cuda(mx8a, mx8b, m, n, k, nullptr, c.data(), 0, &scratch); }, reps), bf16_us, ""});
         }

@@ -37,7 +37,7 @@ struct QuantizeArgs {
     std::string calib_precision = "fp32", act_bits;
     int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
     uint64_t seed = 0;
-    double alpha = 0.25, damping = 0.01, checkpoint_every = 0;
+    double alpha = 0.25, damping = 0.01, checkpoint_every = 60;
     bool sym = false, act_order = false, no_block_v = false, resume = false, quiet = false;
 };
 
@@ -314,7 +314,7 @@ void register_quantize_command(CLI::App& app) {
     cq->add_flag("--resume", a->resume, "continue an interrupted run from OUT.partial/");
     cq->add_option("--checkpoint-every", a->checkpoint_every,
                    "write the resume state (the calibration activations, GBs for large models) only when this many "
-                   "seconds passed since the last one (default 0: after every block); a resume redoes the blocks since");
+                   "seconds passed since the last one (default 60; 0: after every block); a resume redoes the blocks since");
     cq->add_flag("--quiet", a->quiet, "no per-layer table");
     cq->callback([a] { run_quantize(*a); });
 }

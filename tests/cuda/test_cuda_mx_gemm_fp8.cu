@@ -30,8 +30,9 @@ namespace {
 // Block scales: `narrow` 127 ± 8 (a 128-row tile spans 16 binades: B mostly unfolded); `window` 127 ± 7
 // (14 binades: every tile-block of B folded, shifts from −8 to +6); `wide` 127 ± 50 chosen per block
 // (neighbouring blocks 100 binades apart), with every 7th block all-zero codes and every 11th block scale
-// byte 0 (2^−127).
-enum class Spread { narrow, window, wide };
+// byte 0 (2^−127). For the INT8 stages: `int8_rows` gives each row a base 127 ± 20 and each block base + 0…3
+// (every row-stage inside the window, rows far apart), `int8_flat` 127 + 0…3 everywhere (every tile-stage inside).
+enum class Spread { narrow, window, wide, int8_rows, int8_flat };
 
 struct HostOperand {
     MxElement element = MxElement::e2m1;
@@ -73,9 +74,12 @@ HostOperand random_operand(int64_t rows, int64_t k, MxElement e, Spread spread, 
         for (int64_t b = 0; b < op.blocks(); ++b) {
             const uint32_t r = counter_random24(seed ^ 0x5CA1Eu, uint64_t(line * op.blocks() + b));
             const int64_t flat = line * op.blocks() + b;
-            int s = spread == Spread::narrow   ? 127 + int(r % 17) - 8
-                    : spread == Spread::window ? 127 + int(r % 15) - 7
-                                               : 127 + ((r & 1u) ? 50 : -50) + int((r >> 1) % 3) - 1;
+            const int row_base = int(counter_random24(seed ^ 0xBA5Eu, uint64_t(line)) % 41) - 20;
+            int s = spread == Spread::narrow      ? 127 + int(r % 17) - 8
+                    : spread == Spread::window    ? 127 + int(r % 15) - 7
+                    : spread == Spread::int8_rows ? 127 + row_base + int(r % 4)
+                    : spread == Spread::int8_flat ? 127 + int(r % 4)
+                                                  : 127 + ((r & 1u) ? 50 : -50) + int((r >> 1) % 3) - 1;
             if (spread == Spread::wide && flat % 11 == 5) s = 0;
             op.scales[size_t(flat)] = uint8_t(s);
             if (spread == Spread::wide && flat % 7 == 3)
@@ -182,9 +186,11 @@ const GemmShape kShapes[] = {{128, 128, 128}, {77, 200, 96}, {64, 64, 32}, {1, 1
 
 std::string shape_name(GemmShape s) { return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k); }
 
-void expect_matches_reference(MxElement ea, MxElement eb, Spread spread, uint64_t seed) {
+void expect_matches_reference(MxElement ea, MxElement eb, Spread spread, uint64_t seed, MxGemmFold fold = MxGemmFold::b_columns,
+                              Spread spread_b = Spread::narrow, bool own_b_spread = false) {
     for (const GemmShape& s : kShapes) {
-        const HostOperand a = random_operand(s.m, s.k, ea, spread, seed), b = random_operand(s.n, s.k, eb, spread, seed + 1);
+        const HostOperand a = random_operand(s.m, s.k, ea, spread, seed),
+                          b = random_operand(s.n, s.k, eb, own_b_spread ? spread_b : spread, seed + 1);
         const Reference ref = cpu_reference(a, b);
         with_and_without_tma([&] {
             for (bool bf16_out : {false, true}) {
@@ -192,7 +198,7 @@ void expect_matches_reference(MxElement ea, MxElement eb, Spread spread, uint64_
                 Bound bound;
                 bound.mxfp8 = ea == MxElement::e4m3 || eb == MxElement::e4m3;
                 bound.bf16_out = bf16_out;
-                EXPECT_TRUE(within_bound(run_gemm(a, b, bf16_out), ref, s.k, bound, what.c_str()));
+                EXPECT_TRUE(within_bound(run_gemm(a, b, bf16_out, nullptr, fold), ref, s.k, bound, what.c_str()));
             }
         });
     }
@@ -344,6 +350,54 @@ TEST(MxGemmFp8, FoldedScalesAreBitIdenticalAndCountedOutsideTheWindow) {
     }
 }
 
+// INT8 stages (the header's "INT8 stages"): every stage inside the window (rows with bases 40 binades apart,
+// B flat) takes the chained path; narrow and wide spreads (outside the window, zero blocks, scale byte 0) the
+// per-block path; A inside but B outside mixes them per tile. All against the exact product.
+TEST(MxGemmFp8, Int8StagesMatchExactProduct) {
+    REQUIRE_GPU();
+    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::int8_rows, 91, MxGemmFold::int8_stages, Spread::int8_flat, true);
+    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::narrow, 93, MxGemmFold::int8_stages);
+    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::wide, 95, MxGemmFold::int8_stages);
+    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::int8_rows, 97, MxGemmFold::int8_stages, Spread::narrow, true);
+    // Chunk counts whose chained loop ends in a 2- and a 1-chunk step (7 = 4 + 2 + 1, 3 = 2 + 1; 2 stages per chunk,
+    // the last one partial at K = 1760).
+    if (!cuda_tma_usable()) return;
+    for (const GemmShape& s : {GemmShape{200, 130, 1792}, GemmShape{129, 260, 768}, GemmShape{70, 140, 1760}}) {
+        const HostOperand a = random_operand(s.m, s.k, MxElement::e2m1, Spread::int8_rows, 98),
+                          b = random_operand(s.n, s.k, MxElement::e2m1, Spread::int8_flat, 99);
+        MxGemmScratch scratch;
+        EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages), cpu_reference(a, b), s.k, Bound{},
+                                 (shape_name(s) + " int8 chained").c_str()));
+        EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 0u) << shape_name(s);
+    }
+}
+
+// Which tiles take which path is counted: none outside the window for int8_rows × int8_flat (2300 × 2048 ×
+// 2048: persistent tiles, 16 stages), then one row of A pushed 4 binades up in one block: exactly that
+// (operand, tile, chunk) is counted, and the result stays within bound of the emulation.
+TEST(MxGemmFp8, Int8StagesCountTheStagesOutsideTheWindow) {
+    REQUIRE_GPU();
+    if (!cuda_tma_usable()) GTEST_SKIP() << "the INT8 stages are the sm_90a kernel's";
+    const int64_t m = 2300, n = 2048, k = 2048;
+    LpMatmulCuda emulation;
+    MxGemmScratch scratch;
+    HostOperand a = random_operand(m, k, MxElement::e2m1, Spread::int8_rows, 101);
+    const HostOperand b = random_operand(n, k, MxElement::e2m1, Spread::int8_flat, 102);
+    Bound bound;
+    bound.against_emulation = true;
+    EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages), emulated_reference(emulation, a, b), k, bound,
+                             "int8 stages, all chained"));
+    EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 0u);
+    const int64_t row = 1000, block = 9;  // tile 7, the third stage
+    int highest = 0;
+    for (int64_t kb = 0; kb < 16; ++kb)  // 4 binades above every neighbour: outside, whatever the chunk length
+        if (kb != block) highest = std::max<int>(highest, a.scales[size_t(row * a.blocks() + kb)]);
+    a.scales[size_t(row * a.blocks() + block)] = uint8_t(highest + 4);
+    EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages), emulated_reference(emulation, a, b), k, bound,
+                             "int8 stages, one row-stage outside"));
+    EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 1u);
+}
+
 TEST(MxGemmFp8, Mxfp8MatchesExactProductWithinAccumulatorBound) {
     REQUIRE_GPU();
     expect_matches_reference(MxElement::e4m3, MxElement::e4m3, Spread::narrow, 31);
@@ -369,8 +423,8 @@ TEST(MxGemmFp8, NanScalesAndCodesPropagateToTheirRowsAndColumns) {
             b.codes[size_t(131 * k + 17)] = 0xFF;   // and in column 131 (the second N-tile)
         }
         const Reference ref = cpu_reference(a, b);
-        with_and_without_tma([&] {
-            const std::vector<float> got = run_gemm(a, b, false);
+        for (MxGemmFold fold : {MxGemmFold::b_columns, MxGemmFold::int8_stages}) with_and_without_tma([&] {
+            const std::vector<float> got = run_gemm(a, b, false, nullptr, fold);
             for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(got[size_t(5 * n + j)])) << "row 5, column " << j;
             for (int64_t i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(got[size_t(i * n + 9)])) << "row " << i << ", column 9";
             EXPECT_FALSE(std::isnan(got[size_t(6 * n + 10)]));

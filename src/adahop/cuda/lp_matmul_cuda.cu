@@ -155,6 +155,7 @@ struct LpMatmulCuda::State {
     std::map<int64_t, DeviceBuffer<float>> dense_hadamard;  // n → H_n (n × n), for OHT
     MxGemmScratch mx;                                        // the tensor-core MX GEMM's E4M3 copies
     bool tensor_core_mx = false;
+    MxGemmFold mx_fold = MxGemmFold::b_columns;
 
     const float* hadamard_matrix(int64_t n) {
         auto it = dense_hadamard.find(n);
@@ -176,7 +177,10 @@ LpMatmulCuda::~LpMatmulCuda() = default;
 
 cudaStream_t LpMatmulCuda::stream() const { return st_->stream; }
 
-void LpMatmulCuda::set_tensor_core_mx(bool on) { st_->tensor_core_mx = on; }
+void LpMatmulCuda::set_tensor_core_mx(bool on, MxGemmFold fold) {
+    st_->tensor_core_mx = on;
+    st_->mx_fold = fold;
+}
 
 bool LpMatmulCuda::uses_tensor_core_mx(const PreparedOperandCuda& a, const PreparedOperandCuda& b) const {
     auto fp8_exact = [](const PreparedOperandCuda& p) {
@@ -430,7 +434,7 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
         // codes and scales as prepared: A [M][K] and B's [N][K] storage, both blocked along K
         const bool to_bf16 = direct && out.bf16 != nullptr;
         mx_gemm_fp8_cuda({a.codes.data(), a.scales.data(), a.element}, {b.codes.data(), b.scales.data(), b.element}, m, n, k,
-                         to_bf16 ? nullptr : c, to_bf16 ? out.bf16 : nullptr, stream, &st_->mx);
+                         to_bf16 ? nullptr : c, to_bf16 ? out.bf16 : nullptr, stream, &st_->mx, st_->mx_fold);
         stored = to_bf16;
     } else if (a.quantized && b.quantized && !a.nvfp4) {
         // MX values are exact in BF16: both operands dequantized in their stored order [outer][K], one TN product

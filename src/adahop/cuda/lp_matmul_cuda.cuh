@@ -74,8 +74,9 @@ public:
                          const LpMatmulOutput& out);
     void matmul(const float* a, const float* b, int64_t m, int64_t k, int64_t n, Strategy s, const LpMatmulOptions& opts, float* c);
 
-    // The main product of prepared MXFP4 operands on the FP8 tensor cores (on) or by BF16 emulation (off, the default).
-    void set_tensor_core_mx(bool on);
+    // The main product of prepared MXFP4 operands on the tensor cores (on; `fold` picks mx_gemm_fp8's schedule) or by
+    // BF16 emulation (off, the default).
+    void set_tensor_core_mx(bool on, MxGemmFold fold = MxGemmFold::b_columns);
     bool uses_tensor_core_mx(const PreparedOperandCuda& a, const PreparedOperandCuda& b) const;
 
     // C (m × n) = A (m × k) · B (k × n), row-major FP32 in and out; BF16 operands (values must be exact in

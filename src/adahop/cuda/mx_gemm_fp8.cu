@@ -170,6 +170,115 @@ __global__ void __launch_bounds__(kFoldThreads)
 }
 
 // ---------------------------------------------------------------------------------------------------
+// INT8 stages (the header's "INT8 stages"): E2M1 codes → int8 2 · value · 2^(s − base), per stage of 4 blocks,
+// with the base per line (A) or per 128-line tile (B); lines / tiles outside the 3-binade window stay unshifted.
+// The effective exponent of every (line, block) — base where shifted, the block's own scale otherwise — is
+// written straight into the kernel's staged chunks ([tile][stage][line][4 blocks], 127 past the operand), and
+// per tile one flag: all its stages shifted.
+
+constexpr int kInt8Window = 3;          // 12 · 2^3 = 96 ≤ 127
+constexpr int kInt8ChunkStages = 2;     // stages chained per promotion (a chunk: 8 blocks, K = 256)
+constexpr int kPackStagesPerCta = 2;    // 8 blocks: eight consecutive threads read one line's 8 × 16 code bytes
+static_assert(kPackStagesPerCta % kInt8ChunkStages == 0, "a pack CTA holds whole chunks");
+constexpr int kPackThreads = 256;
+
+__device__ __forceinline__ uint32_t int8_of_e2m1(uint32_t code, int shift) {
+    constexpr uint32_t kTwice = 0xC8643210u;  // 2 · |E2M1| of codes 0–7, one nibble each: 0 1 2 3 4 6 8 12
+    const uint32_t magnitude = ((kTwice >> (4 * (code & 7u))) & 0xFu) << shift;
+    return ((code & 8u) ? 0u - magnitude : magnitude) & 0xFFu;
+}
+
+// One CTA: one 128-line tile × 2 stages; unit u = (line u / 8, block u % 8), 4 units per thread. Lanes
+// 4q … 4q + 3 hold one line's stage, so its min / max come from two shuffles; a tile-stage's from shared atomics.
+template <bool kPerLine>
+__global__ void __launch_bounds__(kPackThreads)
+    pack_int8_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int lines, int k_blocks,
+                     int k_stages, uint8_t* __restrict__ out, uint8_t* __restrict__ chunks, uint32_t* tile_ok,
+                     unsigned* outside) {
+    constexpr int kChunks = kPackStagesPerCta / kInt8ChunkStages, kChunkLanes = 4 * kInt8ChunkStages;
+    __shared__ int smin[kChunks], smax[kChunks], sbad[kChunks];
+    const int t = int(threadIdx.x), lane = t % 32;
+    if (t < kChunks) {
+        smin[t] = 1 << 30;
+        smax[t] = -1;
+        sbad[t] = 0;
+    }
+    __syncthreads();
+    constexpr int kBlocks = 4 * kPackStagesPerCta, kUnits = kFoldTileRows * kBlocks / kPackThreads;
+    const int tile = int(blockIdx.x), row0 = tile * kFoldTileRows, ks0 = int(blockIdx.y) * kPackStagesPerCta;
+    uint4 code[kUnits];
+    int scale[kUnits];
+    bool live[kUnits];  // the block holds a non-zero value or a NaN scale: it decides the window
+#pragma unroll
+    for (int r = 0; r < kUnits; ++r) {
+        const int u = t + kPackThreads * r, row = row0 + u / kBlocks, kb = ks0 * 4 + u % kBlocks;
+        scale[r] = -1;
+        live[r] = false;
+        if (row < lines && kb < k_blocks) {
+            code[r] = reinterpret_cast<const uint4*>(codes + (int64_t(row) * k_blocks + kb) * (kMxBlock / 2))[0];
+            scale[r] = scales[int64_t(row) * k_blocks + kb];
+            live[r] = ((code[r].x | code[r].y | code[r].z | code[r].w) & 0x77777777u) != 0 || scale[r] == kE8m0Nan;
+        }
+    }
+    int lo[kUnits], hi[kUnits];
+#pragma unroll
+    for (int r = 0; r < kUnits; ++r) {
+        lo[r] = live[r] ? (scale[r] == kE8m0Nan ? -(1 << 20) : scale[r]) : (1 << 30);  // NaN: never inside
+        hi[r] = live[r] ? scale[r] : -1;
+        if (kPerLine) {
+#pragma unroll
+            for (int x = 1; x < kChunkLanes; x <<= 1) {
+                lo[r] = min(lo[r], __shfl_xor_sync(0xFFFFFFFFu, lo[r], x));
+                hi[r] = max(hi[r], __shfl_xor_sync(0xFFFFFFFFu, hi[r], x));
+            }
+        } else if (live[r]) {
+            atomicMin(&smin[lane % kBlocks / kChunkLanes], lo[r]);
+            atomicMax(&smax[lane % kBlocks / kChunkLanes], hi[r]);
+        }
+    }
+    __syncthreads();
+    int base[kUnits];
+    bool shifted[kUnits];
+#pragma unroll
+    for (int r = 0; r < kUnits; ++r) {
+        const int chunk = lane % kBlocks / kChunkLanes;  // u % kBlocks = lane % 8
+        const int l = kPerLine ? lo[r] : smin[chunk], h = kPerLine ? hi[r] : smax[chunk];
+        shifted[r] = h < 0 || (l >= 0 && h - l <= kInt8Window);  // h < 0: nothing live, any base will do
+        base[r] = h < 0 ? 127 : l;
+        if (kPerLine && !shifted[r] && lane % kChunkLanes == 0 && ks0 + chunk * kInt8ChunkStages < k_stages) sbad[chunk] = 1;
+    }
+    __syncthreads();
+    if (t < kChunks && ks0 + t * kInt8ChunkStages < k_stages) {
+        const bool bad = kPerLine ? sbad[t] != 0 : !(smax[t] < 0 || (smin[t] >= 0 && smax[t] - smin[t] <= kInt8Window));
+        if (bad) {
+            atomicAnd(&tile_ok[tile], 0u);
+            atomicAdd(outside, 1u);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kUnits; ++r) {
+        const int u = t + kPackThreads * r, line = u / kBlocks, row = row0 + line, kb = ks0 * 4 + u % kBlocks;
+        const int stage = ks0 + (u % kBlocks) / 4;
+        if (stage >= k_stages) continue;
+        const int eff = scale[r] < 0 ? 127 : (shifted[r] ? base[r] : scale[r]);
+        chunks[((int64_t(tile) * k_stages + stage) * kFoldTileRows + line) * 4 + (u % 4)] = uint8_t(eff);
+        if (scale[r] < 0) continue;
+        const int shift = shifted[r] && live[r] ? scale[r] - base[r] : 0;
+        const uint32_t in[4] = {code[r].x, code[r].y, code[r].z, code[r].w};
+        uint32_t word[8];
+#pragma unroll
+        for (int w = 0; w < 8; ++w) {
+            const uint32_t packed = in[w / 2] >> (16 * (w % 2));
+            word[w] = int8_of_e2m1(packed & 0xFu, shift) | int8_of_e2m1((packed >> 4) & 0xFu, shift) << 8 |
+                      int8_of_e2m1((packed >> 8) & 0xFu, shift) << 16 | int8_of_e2m1((packed >> 12) & 0xFu, shift) << 24;
+        }
+        uint4* dst = reinterpret_cast<uint4*>(out + (int64_t(row) * k_blocks + kb) * kMxBlock);
+        dst[0] = make_uint4(word[0], word[1], word[2], word[3]);
+        dst[1] = make_uint4(word[4], word[5], word[6], word[7]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The sm_90a kernel's geometry.
 
 constexpr int kTileM = 128;              // rows of C per CTA tile (two consumer warpgroups × 64)
@@ -288,6 +397,22 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t a
 #endif
 }
 
+
+// D (64 × 128 int32) = [D +] A (64 × 32 int8) · B (128 × 32 int8)ᵀ from shared memory (the same descriptors and
+// fragment layout as the E4M3 form); kAccumulate 0 starts a fresh sum.
+template <int kAccumulate>
+__device__ __forceinline__ void wgmma_m64n128k32_s8(int32_t (&d)[64], uint64_t a_desc, uint64_t b_desc) {
+#if LOWBIT_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+        : "l"(a_desc), "l"(b_desc), "n"(kAccumulate)
+        : "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The CUDA-core kernel's factors: 2^(s−127) of block kb of line `line` (decode_e8m0: NaN for 0xFF), 0 for
 // lines and blocks outside the matrix (their codes are not read there).
@@ -365,16 +490,115 @@ __device__ __forceinline__ void issue_block(float (&part)[64], const MxGemmStage
     wgmma_commit();
 }
 
+// INT8 stages: an int32 sum below 2^22 as FP32, exactly: its bits added to 1.5 · 2^23's land in the mantissa.
+__device__ __forceinline__ float exact_float(int32_t q) { return __int_as_float(q + 0x4B400000) - 12582912.0f; }
+__device__ __forceinline__ void fence_operand(int32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// One chunk's stages (kInt8ChunkStages × 4 blocks) chained into one int32 partial (exact: the header's "INT8 stages").
+__device__ __forceinline__ void issue_int8_chunk(int32_t (&part)[64], const MxGemmStage* const (&st)[kInt8ChunkStages], int consumer) {
+    wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < kInt8ChunkStages; ++i) {
+        const uint8_t* a = st[i]->a + consumer * 64 * kStageK;
+        const uint8_t* b = st[i]->b;
+        if (i == 0) wgmma_m64n128k32_s8<0>(part, sw128_kmajor_descriptor(a), sw128_kmajor_descriptor(b));
+        else wgmma_m64n128k32_s8<1>(part, sw128_kmajor_descriptor(a), sw128_kmajor_descriptor(b));
+#pragma unroll
+        for (int kb = 1; kb < kBlocksPerStage; ++kb)
+            wgmma_m64n128k32_s8<1>(part, sw128_kmajor_descriptor(a + kb * kMxBlock), sw128_kmajor_descriptor(b + kb * kMxBlock));
+    }
+    wgmma_commit();
+}
+
+// C += float(chunk sum) · 2^(base_A(row) − 127) · 2^(base_B − 127) / 4: every block of a shifted chunk carries its
+// base as effective exponent, so the first stage's block 0 gives the chunk's (the 1/4 undoes the int8 encoding's 2 · 2).
+__device__ __forceinline__ void promote_int8_chunk(float (&acc)[64], int32_t (&part)[64], const MxGemmStage& st, int row_local) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) fence_operand(part[i]);
+    const float fb = decode_e8m0(st.b_scale[0][0]);
+    const float f0 = decode_e8m0(st.a_scale[row_local][0]) * fb * 0.25f, f1 = decode_e8m0(st.a_scale[row_local + 8][0]) * fb * 0.25f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        acc[4 * j + 0] = __fmaf_rn(exact_float(part[4 * j + 0]), f0, acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(exact_float(part[4 * j + 1]), f0, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(exact_float(part[4 * j + 2]), f1, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(exact_float(part[4 * j + 3]), f1, acc[4 * j + 3]);
+    }
+}
+
+// The per-block path of tiles with a stage outside the window: a fresh int32 sum per block, per-row × per-column
+// factors from the effective exponents.
+__device__ __forceinline__ void issue_int8_block(int32_t (&part)[64], const MxGemmStage& st, int consumer, int kb) {
+    wgmma_fence();
+    wgmma_m64n128k32_s8<0>(part, sw128_kmajor_descriptor(st.a + consumer * 64 * kStageK + kb * kMxBlock),
+                           sw128_kmajor_descriptor(st.b + kb * kMxBlock));
+    wgmma_commit();
+}
+__device__ __forceinline__ void promote_int8_block(float (&acc)[64], int32_t (&part)[64], const MxGemmStage& st, int kb, int row_local,
+                                                   int col_local) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) fence_operand(part[i]);
+    const float fa0 = decode_e8m0(st.a_scale[row_local][kb]) * 0.25f, fa1 = decode_e8m0(st.a_scale[row_local + 8][kb]) * 0.25f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const float fb0 = decode_e8m0(st.b_scale[8 * j + col_local][kb]), fb1 = decode_e8m0(st.b_scale[8 * j + col_local + 1][kb]);
+        acc[4 * j + 0] = __fmaf_rn(exact_float(part[4 * j + 0]), fa0 * fb0, acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(exact_float(part[4 * j + 1]), fa0 * fb1, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(exact_float(part[4 * j + 2]), fa1 * fb0, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(exact_float(part[4 * j + 3]), fa1 * fb1, acc[4 * j + 3]);
+    }
+}
+
+// Every lane of the warp is done with the stage (its wgmmas waited on, its scales read): one arrival per warp.
+__device__ __forceinline__ void release_stage(uint64_t* empty, int lane) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty);
+}
+
+// kChunks chunks from pipeline use `use` on: two partials alternate, each chunk's wgmmas issued before the
+// previous chunk is promoted, and every group opened here is also waited for here (a group still running at the
+// loop's back edge makes ptxas serialize every wgmma of the kernel).
+template <int kChunks>
+__device__ __forceinline__ void int8_chained_step(float (&acc)[64], MxGemmShared& sh, uint32_t use, int consumer, int row_local,
+                                                  int lane) {
+    int32_t part0[64], part1[64];
+    const MxGemmStage* chunk[kChunks][kInt8ChunkStages];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+        for (int i = 0; i < kInt8ChunkStages; ++i) chunk[c][i] = &sh.stage[(use + c * kInt8ChunkStages + i) % kStages];
+    auto ready = [&](int c) -> const MxGemmStage* const(&)[kInt8ChunkStages] {
+#pragma unroll
+        for (int i = 0; i < kInt8ChunkStages; ++i) {
+            const uint32_t u = use + c * kInt8ChunkStages + i;
+            mbarrier_wait(&sh.full[u % kStages], (u / kStages) & 1u);
+        }
+        return chunk[c];
+    };
+    issue_int8_chunk(part0, ready(0), consumer);
+    if constexpr (kChunks > 1) issue_int8_chunk(part1, ready(1), consumer);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+        if (c + 1 < kChunks) wgmma_wait<1>();
+        else wgmma_wait<0>();
+        promote_int8_chunk(acc, c % 2 ? part1 : part0, *chunk[c][0], row_local);
+#pragma unroll
+        for (int i = 0; i < kInt8ChunkStages; ++i) release_stage(&sh.empty[(use + c * kInt8ChunkStages + i) % kStages], lane);
+        if (c + 2 < kChunks) issue_int8_chunk(c % 2 ? part1 : part0, ready(c + 2), consumer);
+    }
+}
+
+template <bool kInt8>
 __global__ void __launch_bounds__(kThreads, 1)
     mx_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                          const uint8_t* __restrict__ a_chunks, const uint8_t* __restrict__ b_chunks,
-                         const int32_t* __restrict__ b_tile_ref, int m, int n, int k_blocks, float* c_f32, __nv_bfloat16* c_bf16) {
+                         const int32_t* __restrict__ b_tile_ref, const uint32_t* __restrict__ a_tile_ok,
+                         const uint32_t* __restrict__ b_tile_ok, int m, int n, int k_stages, float* c_f32, __nv_bfloat16* c_bf16) {
     extern __shared__ uint8_t shared_raw[];
     const uint32_t misalignment = smem_address(shared_raw) & 1023u;
     MxGemmShared& sh = *reinterpret_cast<MxGemmShared*>(shared_raw + ((1024u - misalignment) & 1023u));
 
     const TileGrid grid{(m + kTileM - 1) / kTileM, (n + kTileN - 1) / kTileN};
-    const int k_stages = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage;
     const int warpgroup = int(threadIdx.x) / 128;
     const int lane = int(threadIdx.x) % 32;
 
@@ -424,37 +648,73 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp_in_group = (int(threadIdx.x) % 128) / 32;
     const int row_local = consumer * 64 + warp_in_group * 16 + lane / 4;  // and row_local + 8
     const int col_local = 2 * (lane % 4);                                  // + 8j, and + 1
-    // Per use of a stage its 4 blocks (a partial last stage of K multiplies TMA's zero fill with factor 1, so
-    // no branch holds a wgmma and ptxas keeps them asynchronous): each block's wgmma is issued before the
-    // previous block is promoted.
+    // FP8: per use of a stage its 4 blocks (a partial last stage of K multiplies TMA's zero fill with factor 1,
+    // so no branch holds a wgmma and ptxas keeps them asynchronous): each block's wgmma is issued before the
+    // previous block is promoted. INT8 stages (k_stages even, the padding stage all zeros): a tile whose row and
+    // column tiles are shifted in every stage chains each stage into one partial, two partials alternating
+    // across stages so that stage s + 1's wgmmas run while stage s is promoted; other tiles go block by block.
     uint32_t use = 0;
     for (int t = int(blockIdx.x); t < grid.count(); t += int(gridDim.x)) {
         float acc[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-        for (int ks = 0; ks < k_stages; ++ks, ++use) {
-            const int slot = int(use % kStages);
-            mbarrier_wait(&sh.full[slot], (use / kStages) & 1u);
-            const MxGemmStage& st = sh.stage[slot];
-            float part0[64], part1[64];
-            issue_block(part0, st, consumer, 0);
-            issue_block(part1, st, consumer, 1);
-            wgmma_wait<1>();
-            promote_block(acc, part0, st, folded, 0, row_local, col_local);
-            issue_block(part0, st, consumer, 2);
-            wgmma_wait<1>();
-            promote_block(acc, part1, st, folded, 1, row_local, col_local);
-            issue_block(part1, st, consumer, 3);
-            wgmma_wait<1>();
-            promote_block(acc, part0, st, folded, 2, row_local, col_local);
-            wgmma_wait<0>();
-            promote_block(acc, part1, st, folded, 3, row_local, col_local);
-            // Every lane of the warp is done with the stage (its wgmmas waited on, its scales read).
-            __syncwarp();
-            if (lane == 0) mbarrier_arrive(&sh.empty[slot]);
-        }
         int m0, n0;
         grid.origin(t, &m0, &n0);
+        auto stage_at = [&](uint32_t u) -> const MxGemmStage& {
+            mbarrier_wait(&sh.full[u % kStages], (u / kStages) & 1u);
+            return sh.stage[u % kStages];
+        };
+        if constexpr (kInt8) {
+            if (a_tile_ok[m0 / kTileM] != 0 && b_tile_ok[n0 / kTileN] != 0) {
+                int chunks = k_stages / kInt8ChunkStages;
+                for (; chunks >= 4; chunks -= 4, use += 4 * kInt8ChunkStages) int8_chained_step<4>(acc, sh, use, consumer, row_local, lane);
+                if (chunks >= 2) {
+                    int8_chained_step<2>(acc, sh, use, consumer, row_local, lane);
+                    chunks -= 2;
+                    use += 2 * kInt8ChunkStages;
+                }
+                if (chunks == 1) {
+                    int8_chained_step<1>(acc, sh, use, consumer, row_local, lane);
+                    use += kInt8ChunkStages;
+                }
+            } else {
+                for (int ks = 0; ks < k_stages; ++ks, ++use) {
+                    const MxGemmStage& st = stage_at(use);
+                    int32_t part0[64], part1[64];
+                    issue_int8_block(part0, st, consumer, 0);
+                    issue_int8_block(part1, st, consumer, 1);
+                    wgmma_wait<1>();
+                    promote_int8_block(acc, part0, st, 0, row_local, col_local);
+                    issue_int8_block(part0, st, consumer, 2);
+                    wgmma_wait<1>();
+                    promote_int8_block(acc, part1, st, 1, row_local, col_local);
+                    issue_int8_block(part1, st, consumer, 3);
+                    wgmma_wait<1>();
+                    promote_int8_block(acc, part0, st, 2, row_local, col_local);
+                    wgmma_wait<0>();
+                    promote_int8_block(acc, part1, st, 3, row_local, col_local);
+                    release_stage(&sh.empty[use % kStages], lane);
+                }
+            }
+        } else {
+            for (int ks = 0; ks < k_stages; ++ks, ++use) {
+                const MxGemmStage& st = stage_at(use);
+                float part0[64], part1[64];
+                issue_block(part0, st, consumer, 0);
+                issue_block(part1, st, consumer, 1);
+                wgmma_wait<1>();
+                promote_block(acc, part0, st, folded, 0, row_local, col_local);
+                issue_block(part0, st, consumer, 2);
+                wgmma_wait<1>();
+                promote_block(acc, part1, st, folded, 1, row_local, col_local);
+                issue_block(part1, st, consumer, 3);
+                wgmma_wait<1>();
+                promote_block(acc, part0, st, folded, 2, row_local, col_local);
+                wgmma_wait<0>();
+                promote_block(acc, part1, st, folded, 3, row_local, col_local);
+                release_stage(&sh.empty[use % kStages], lane);
+            }
+        }
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
             const int col = n0 + 8 * j + col_local;
@@ -562,45 +822,91 @@ const uint8_t* folded_b_codes(const MxGemmOperand& b, int64_t n, int64_t k, MxGe
     return out;
 }
 
+// Both MXFP4 operands packed for the INT8 path: int8 bytes in a_e4m3 / b_e4m3, effective exponents in the scale
+// chunks, the per-tile flags; k_stages even (the kernel takes stages in pairs; the padding stage is zero fill).
+void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, int k_stages,
+                        MxGemmScratch& s, cudaStream_t stream) {
+    const int k_blocks = int(k / kMxBlock);
+    unsigned* outside = s.unfolded.grow(1);
+    CUDA_CHECK(cudaMemsetAsync(outside, 0, sizeof(unsigned), stream));
+    auto pack = [&](const MxGemmOperand& op, int64_t lines, DeviceBuffer<uint8_t>& values, DeviceBuffer<uint8_t>& chunks,
+                    DeviceBuffer<uint32_t>& ok, bool per_line) {
+        const int tiles = int((lines + kTileM - 1) / kTileM);
+        uint8_t* out = values.grow(size_t(lines * k));
+        uint8_t* ch = chunks.grow(size_t(tiles) * size_t(k_stages) * kScaleChunkBytes);
+        uint32_t* flags = ok.grow(size_t(tiles));
+        CUDA_CHECK(cudaMemsetAsync(flags, 0x01, sizeof(uint32_t) * size_t(tiles), stream));
+        const dim3 grid(unsigned(tiles), unsigned((k_stages + kPackStagesPerCta - 1) / kPackStagesPerCta));
+        if (per_line)
+            pack_int8_kernel<true><<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, out, ch,
+                                                                      flags, outside);
+        else
+            pack_int8_kernel<false><<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, out, ch,
+                                                                       flags, outside);
+        CUDA_CHECK(cudaGetLastError());
+    };
+    pack(a, m, s.a_e4m3, s.a_scale_chunks, s.a_tile_ok, true);
+    pack(b, n, s.b_e4m3, s.b_scale_chunks, s.b_tile_ok, false);
+}
+
 void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
                   __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch, MxGemmFold fold) {
     MxGemmScratch local;  // freed at return: its destructors wait for the device (only callers without scratch)
     MxGemmScratch& s = scratch ? *scratch : local;
-    const bool folded = fold == MxGemmFold::b_columns && b.element == MxElement::e2m1;
-    const uint8_t* a8 = a.element == MxElement::e4m3 ? a.codes : s.a_e4m3.grow(size_t(m * k));
-    if (a.element == MxElement::e2m1) mx_expand_e2m1_to_e4m3_cuda(a.codes, m, k, const_cast<uint8_t*>(a8), stream);
-    const uint8_t* b8 = nullptr;
-    if (folded) {
-        b8 = folded_b_codes(b, n, k, s, stream);
-    } else if (b.element == MxElement::e4m3) {
-        b8 = b.codes;
+    const bool both_e2m1 = a.element == MxElement::e2m1 && b.element == MxElement::e2m1;
+    const bool int8 = fold == MxGemmFold::int8_stages && both_e2m1;
+    const bool folded = (fold == MxGemmFold::b_columns || fold == MxGemmFold::int8_stages) && !int8 && b.element == MxElement::e2m1;
+    const int k_blocks = int(k / kMxBlock);
+    int k_stages = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage;
+    if (int8) k_stages = (k_stages + kInt8ChunkStages - 1) / kInt8ChunkStages * kInt8ChunkStages;
+    const uint8_t *a8 = nullptr, *b8 = nullptr, *a_chunks = nullptr, *b_chunks = nullptr;
+    if (int8) {
+        pack_int8_operands(a, b, m, n, k, k_stages, s, stream);
+        a8 = s.a_e4m3.data();
+        b8 = s.b_e4m3.data();
+        a_chunks = s.a_scale_chunks.data();
+        b_chunks = s.b_scale_chunks.data();
     } else {
-        b8 = s.b_e4m3.grow(size_t(n * k));
-        mx_expand_e2m1_to_e4m3_cuda(b.codes, n, k, const_cast<uint8_t*>(b8), stream);
+        a8 = a.element == MxElement::e4m3 ? a.codes : s.a_e4m3.grow(size_t(m * k));
+        if (a.element == MxElement::e2m1) mx_expand_e2m1_to_e4m3_cuda(a.codes, m, k, const_cast<uint8_t*>(a8), stream);
+        if (folded) {
+            b8 = folded_b_codes(b, n, k, s, stream);
+        } else if (b.element == MxElement::e4m3) {
+            b8 = b.codes;
+        } else {
+            b8 = s.b_e4m3.grow(size_t(n * k));
+            mx_expand_e2m1_to_e4m3_cuda(b.codes, n, k, const_cast<uint8_t*>(b8), stream);
+        }
+        if (!folded && s.unfolded.size() > 0) CUDA_CHECK(cudaMemsetAsync(s.unfolded.data(), 0, sizeof(unsigned), stream));
+        auto stage_scales = [&](const uint8_t* scales, int64_t lines, DeviceBuffer<uint8_t>& buf) -> const uint8_t* {
+            const int64_t words = (lines + kTileM - 1) / kTileM * k_stages * kTileM;
+            uint8_t* out = buf.grow(size_t(words) * 4);
+            const int64_t wanted = (words + 255) / 256, limit = int64_t(cuda_multiprocessor_count()) * 16;
+            staged_scales_kernel<<<unsigned(wanted < limit ? wanted : limit), 256, 0, stream>>>(
+                scales, int(lines), k_blocks, k_stages, words, reinterpret_cast<uint32_t*>(out));
+            CUDA_CHECK(cudaGetLastError());
+            return out;
+        };
+        a_chunks = stage_scales(a.scales, m, s.a_scale_chunks);
+        b_chunks = stage_scales(b.scales, n, s.b_scale_chunks);
     }
-    if (!folded && s.unfolded.size() > 0) CUDA_CHECK(cudaMemsetAsync(s.unfolded.data(), 0, sizeof(unsigned), stream));
-    const int k_blocks = int(k / kMxBlock), k_stages = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage;
-    auto stage_scales = [&](const uint8_t* scales, int64_t lines, DeviceBuffer<uint8_t>& buf) -> const uint8_t* {
-        const int64_t words = (lines + kTileM - 1) / kTileM * k_stages * kTileM;
-        uint8_t* out = buf.grow(size_t(words) * 4);
-        const int64_t wanted = (words + 255) / 256, limit = int64_t(cuda_multiprocessor_count()) * 16;
-        staged_scales_kernel<<<unsigned(wanted < limit ? wanted : limit), 256, 0, stream>>>(scales, int(lines), k_blocks, k_stages,
-                                                                                            words, reinterpret_cast<uint32_t*>(out));
-        CUDA_CHECK(cudaGetLastError());
-        return out;
-    };
-    const uint8_t* a_chunks = stage_scales(a.scales, m, s.a_scale_chunks);
-    const uint8_t* b_chunks = stage_scales(b.scales, n, s.b_scale_chunks);
     const CUtensorMap a_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, a8, uint64_t(k), uint64_t(m), uint64_t(k), kStageK,
                                                  kTileM, CU_TENSOR_MAP_SWIZZLE_128B);
     const CUtensorMap b_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, b8, uint64_t(k), uint64_t(n), uint64_t(k), kStageK,
                                                  kTileN, CU_TENSOR_MAP_SWIZZLE_128B);
     const TileGrid grid{int((m + kTileM - 1) / kTileM), int((n + kTileN - 1) / kTileN)};
     const int ctas = grid.count() < cuda_multiprocessor_count() ? grid.count() : cuda_multiprocessor_count();
-    cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel), kSharedBytes);
-    mx_gemm_wgmma_kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks,
-                                                                   folded ? s.b_tile_ref.data() : nullptr, int(m), int(n),
-                                                                   int(k / kMxBlock), c_f32, c_bf16);
+    const int32_t* tile_ref = folded ? s.b_tile_ref.data() : nullptr;
+    if (int8) {
+        cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<true>), kSharedBytes);
+        mx_gemm_wgmma_kernel<true><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, nullptr,
+                                                                             s.a_tile_ok.data(), s.b_tile_ok.data(), int(m), int(n),
+                                                                             k_stages, c_f32, c_bf16);
+    } else {
+        cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<false>), kSharedBytes);
+        mx_gemm_wgmma_kernel<false><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, tile_ref, nullptr,
+                                                                              nullptr, int(m), int(n), k_stages, c_f32, c_bf16);
+    }
     CUDA_CHECK(cudaGetLastError());
 }
 

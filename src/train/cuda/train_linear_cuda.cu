@@ -63,7 +63,7 @@ struct CudaTrainGemm::State {
 CudaTrainGemm::CudaTrainGemm(cudaStream_t stream) : st_(std::make_unique<State>(stream)) {}
 CudaTrainGemm::~CudaTrainGemm() = default;
 
-void CudaTrainGemm::set_tensor_core_mx(bool on) { st_->lp.set_tensor_core_mx(on); }
+void CudaTrainGemm::set_tensor_core_mx(bool on, MxGemmFold fold) { st_->lp.set_tensor_core_mx(on, fold); }
 
 // In lp_matmul's terms C = A·B with A [M, K'] and B [K', N'] (K' the reduction): the BF16 tensors are A or Aᵀ
 // and B or Bᵀ as they lie in memory (prepare_bf16's t_transposed).

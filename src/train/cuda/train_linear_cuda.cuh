@@ -58,8 +58,8 @@ public:
     void backward_weight(const TrainGemmMode& mode, const __nv_bfloat16* dy, const __nv_bfloat16* x, int64_t m,
                          int64_t k, int64_t n, float* dw, float beta);
 
-    // The MX products on the FP8 tensor cores (default) or by BF16 emulation (LpMatmulCuda::set_tensor_core_mx).
-    void set_tensor_core_mx(bool on);
+    // The MX products on the tensor cores or by BF16 emulation (the default; LpMatmulCuda::set_tensor_core_mx).
+    void set_tensor_core_mx(bool on, MxGemmFold fold = MxGemmFold::b_columns);
 
     // AdaHOP's forward-time quantization (adahop.md §6): a tensor t [rows, cols] prepared now as the right
     // operand of a backward GEMM whose reduction runs along its rows — X [M, K] for wgrad (blocks along M),
