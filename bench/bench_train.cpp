@@ -6,8 +6,8 @@
 //
 //   bench_train [--shape base|smollm2|small|tiny] [--batch 16] [--seq 1024] [--steps 10] [--warmup 3]
 //               [--precision bf16,mxfp4-iht,…] [--profile] [--json PATH]
-// A precision written P:emulated runs recipe P with its MXFP4 main products by BF16 emulation (Recipe::mx_tensor_cores
-// off) instead of the INT8 tensor cores (the engine's default).
+// A precision written P:tensor-cores runs recipe P with its MXFP4 main products on the INT8 tensor cores
+// (Recipe::mx_tensor_cores) instead of the BF16 emulation (the engine's default).
 // --profile: a second pass of the same steps with the engine's phase clock on (CUDA events at phase
 // boundaries; trainer.h phase_seconds) prints where a step's time goes, with the FLOP floor of the GEMM and
 // attention phases at the 989 TFLOP/s peak next to it (the timed pass above runs without the events).
@@ -150,10 +150,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> inputs(size_t(batch * seq)), targets(size_t(batch * seq));
     for (const std::string& p : split(precisions)) {
         Recipe r;
-        const std::string emulated = ":emulated";  // the MX main products by BF16 emulation instead of the tensor cores
-        const bool emulate = p.size() > emulated.size() && p.compare(p.size() - emulated.size(), emulated.size(), emulated) == 0;
-        r.precision = parse_precision(emulate ? p.substr(0, p.size() - emulated.size()) : p);
-        r.mx_tensor_cores = !emulate;
+        const std::string suffix = ":tensor-cores";  // the MX main products on the INT8 tensor cores
+        const bool tc = p.size() > suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0;
+        r.precision = parse_precision(tc ? p.substr(0, p.size() - suffix.size()) : p);
+        r.mx_tensor_cores = tc;
         r.calibration_steps = int(warmup);  // AdaHOP: calibrate during the warm-up, time the planned steps
         auto trainer = make_cuda_trainer(cfg, r);
         double seconds = 0, loss = 0;

@@ -41,8 +41,9 @@ struct Recipe {
     // (adahop.md §6; the same numbers as re-quantizing in the backward, less memory). Not a plan setting.
     bool save_quantized_operands = true;
     // CUDA engine: MXFP4 × MXFP4 main products on the tensor cores (adahop/cuda/mx_gemm_fp8.cuh, INT8 stages) instead
-    // of the BF16 emulation; the same results up to FP32 summation order. Not a plan setting.
-    bool mx_tensor_cores = true;
+    // of the BF16 emulation; the same results up to FP32 summation order. Off: on the `base` training step the tensor
+    // cores are slower today (bench/results/mx_gemm_h200.md). Not a plan setting.
+    bool mx_tensor_cores = false;
 };
 
 // A run's position in its recipe: calibrating (observations so far) or planned (strategies fixed).

@@ -170,11 +170,11 @@ __global__ void __launch_bounds__(kFoldThreads)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// INT8 stages (the header's "INT8 stages"): E2M1 codes → int8 2 · value · 2^(s − base), per stage of 4 blocks,
+// INT8 stages (the header's "INT8 stages"): E2M1 codes → int8 2 · value · 2^(s − base), per chunk of 8 blocks,
 // with the base per line (A) or per 128-line tile (B); lines / tiles outside the 3-binade window stay unshifted.
 // The effective exponent of every (line, block) — base where shifted, the block's own scale otherwise — is
 // written straight into the kernel's staged chunks ([tile][stage][line][4 blocks], 127 past the operand), and
-// per tile one flag: all its stages shifted.
+// per tile one flag: all its chunks shifted.
 
 constexpr int kInt8Window = 3;          // 12 · 2^3 = 96 ≤ 127
 constexpr int kInt8ChunkStages = 2;     // stages chained per promotion (a chunk: 8 blocks, K = 256)
@@ -188,8 +188,8 @@ __device__ __forceinline__ uint32_t int8_of_e2m1(uint32_t code, int shift) {
     return ((code & 8u) ? 0u - magnitude : magnitude) & 0xFFu;
 }
 
-// One CTA: one 128-line tile × 2 stages; unit u = (line u / 8, block u % 8), 4 units per thread. Lanes
-// 4q … 4q + 3 hold one line's stage, so its min / max come from two shuffles; a tile-stage's from shared atomics.
+// One CTA: one 128-line tile × 2 stages (one chunk); unit u = (line u / 8, block u % 8), 4 units per thread.
+// Lanes 8q … 8q + 7 hold one line's chunk, so its min / max come from shuffles; a tile-chunk's from shared atomics.
 template <bool kPerLine>
 __global__ void __launch_bounds__(kPackThreads)
     pack_int8_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int lines, int k_blocks,
@@ -650,9 +650,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int col_local = 2 * (lane % 4);                                  // + 8j, and + 1
     // FP8: per use of a stage its 4 blocks (a partial last stage of K multiplies TMA's zero fill with factor 1,
     // so no branch holds a wgmma and ptxas keeps them asynchronous): each block's wgmma is issued before the
-    // previous block is promoted. INT8 stages (k_stages even, the padding stage all zeros): a tile whose row and
-    // column tiles are shifted in every stage chains each stage into one partial, two partials alternating
-    // across stages so that stage s + 1's wgmmas run while stage s is promoted; other tiles go block by block.
+    // previous block is promoted. INT8 stages (k_stages whole chunks, the padding zero fill): a tile whose row and
+    // column tiles are shifted in every chunk chains each chunk into one partial (int8_chained_step); other tiles
+    // go block by block.
     uint32_t use = 0;
     for (int t = int(blockIdx.x); t < grid.count(); t += int(gridDim.x)) {
         float acc[64];
@@ -667,7 +667,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (kInt8) {
             if (a_tile_ok[m0 / kTileM] != 0 && b_tile_ok[n0 / kTileN] != 0) {
                 int chunks = k_stages / kInt8ChunkStages;
-                for (; chunks >= 4; chunks -= 4, use += 4 * kInt8ChunkStages) int8_chained_step<4>(acc, sh, use, consumer, row_local, lane);
+                for (; chunks >= 4; chunks -= 4, use += 4 * kInt8ChunkStages)
+                    int8_chained_step<4>(acc, sh, use, consumer, row_local, lane);
                 if (chunks >= 2) {
                     int8_chained_step<2>(acc, sh, use, consumer, row_local, lane);
                     chunks -= 2;
@@ -823,7 +824,7 @@ const uint8_t* folded_b_codes(const MxGemmOperand& b, int64_t n, int64_t k, MxGe
 }
 
 // Both MXFP4 operands packed for the INT8 path: int8 bytes in a_e4m3 / b_e4m3, effective exponents in the scale
-// chunks, the per-tile flags; k_stages even (the kernel takes stages in pairs; the padding stage is zero fill).
+// chunks, the per-tile flags; k_stages a multiple of kInt8ChunkStages (the padding is TMA's zero fill).
 void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, int k_stages,
                         MxGemmScratch& s, cudaStream_t stream) {
     const int k_blocks = int(k / kMxBlock);

@@ -52,17 +52,25 @@
 // factor(row) · factor(column) does not (ref ≥ s for every column of a tile-block spanning ≤ 8 binades).
 //
 // INT8 stages (MxGemmFold::int8_stages). 2 · E2M1 is an integer in {0, ±1, ±2, ±3, ±4, ±6, ±8, ±12}, and
-// shifted left by d ≤ 3 it still fits int8 (12 · 8 = 96). Per stage (4 blocks, K = 128) the pack pass gives
-// each row of A a base exponent (the smallest scale of its non-zero blocks) and stores 2 · E2M1 · 2^(s − base)
-// when the row's scales span ≤ 3 binades; B gets one base per 128-column tile and stage under the same
-// condition over all its columns. A stage's products are then integers, and four chained
-// wgmma.m64n128k32.s32.s8.s8 sum them exactly in int32 (|sum| ≤ 128 · 96 · 96 < 2^21), so one promotion per
-// stage, C += float(sum) · 2^(base_A − 127) · 2^(base_B − 127) / 4, replaces four: float(sum) is exact
+// shifted left by d ≤ 3 it still fits int8 (12 · 8 = 96). Per chunk of 2 stages (8 blocks, K = 256) the pack pass
+// gives each row of A a base exponent (the smallest scale of its non-zero blocks) and stores 2 · E2M1 ·
+// 2^(s − base) when the row's scales in the chunk span ≤ 3 binades; B gets one base per 128-column tile and chunk
+// under the same condition over all its columns. A chunk's products are then integers, and eight chained
+// wgmma.m64n128k32.s32.s8.s8 sum them exactly in int32 (|sum| ≤ 256 · 96 · 96 < 2^22), so one promotion per
+// chunk, C += float(sum) · 2^(base_A − 127) · 2^(base_B − 127) / 4, replaces eight: float(sum) is exact
 // (|sum| < 2^22: an integer add of 0x4B400000 and an FADD), the factor a power of two, and the only rounding
-// is the FFMA's, as in the FP8 paths. Error bound: FP32 summation order over K/128 exact stage sums.
-// Rows, tiles and stages outside the window (or with a NaN scale) are stored unshifted with their own block
-// exponents; an output tile whose A row tile or B column tile has any such stage is computed block by block
-// (fresh int32 block sums, per-row × per-column factors: exact as the FP8 path's), and counted.
+// is the FFMA's, as in the FP8 paths. Error bound: FP32 summation order over K/256 exact chunk sums.
+// Rows, tiles and chunks outside the window (or with a NaN scale) are stored unshifted with their own block
+// exponents; an output tile whose A row tile or B column tile has any such chunk is computed block by block
+// (fresh int32 block sums, per-row × per-column factors: exact as the FP8 path's, but 4 FP32 ops per element
+// and block, ~0.25× BF16), and counted (mx_gemm_fp8_unfolded_blocks). K is padded to whole chunks (zero fill).
+// Schedule: steps of 4 chunks (then 2, then 1) with two int32 partials alternating, each chunk's wgmmas issued
+// before the previous chunk is promoted; every wgmma group a step opens is waited for inside it (a group left
+// running across the loop's back edge makes ptxas serialize all wgmmas, C7514). Measured (bench/results/
+// mx_gemm_h200.md): 1.08–1.22× cuBLAS BF16 at 8192³ on in-window data across runs (chunks of 1 stage: 1.05–1.10×;
+// B's bases per column instead of per tile: 0.95×, no gain on the training step). Bound of this design: per
+// chunk and output element 3 issue slots of promotion against 8 · 32 MACs; the measured 1.1–1.2× is
+// 55–60 % of the FP8 datasheet peak.
 //
 // Design (v3). Persistent CTAs of 3 warpgroups over 128 × 128 output tiles (grouped order, 8 M-tiles per
 // group, so CTAs in flight share panels in L2); setmaxnreg moves registers from the producer (56) to the two
@@ -120,14 +128,15 @@ struct MxGemmScratch {
     DeviceBuffer<uint8_t> a_e4m3, b_e4m3;
     DeviceBuffer<uint8_t> a_scale_chunks, b_scale_chunks;  // the scales rearranged per (128-line tile, stage)
     DeviceBuffer<int32_t> b_tile_ref;  // folded B: reference exponent per (128-column tile, MX block)
-    DeviceBuffer<unsigned> unfolded;   // folded B: tile-blocks left unfolded by the last call (int8_stages: tile-stages)
-    DeviceBuffer<uint32_t> a_tile_ok, b_tile_ok;  // int8_stages: per 128-line tile, every stage inside the window
+    DeviceBuffer<unsigned> unfolded;   // folded B: tile-blocks left unfolded by the last call (int8_stages: tile-chunks)
+    DeviceBuffer<uint32_t> a_tile_ok, b_tile_ok;  // int8_stages: per 128-line tile, every chunk inside the window
 };
 
-// How MXFP4 × MXFP4 products are scheduled. b_columns: FP8 tensor cores, B's column scales folded into its
+// How MXFP4 × MXFP4 products are scheduled (int8_stages is the fastest where the scales fit its window; the
+// others are kept for data outside it and as references). b_columns: FP8 tensor cores, B's column scales folded into its
 // values per tile-block (the header's "Scale folding"). none: FP8, every block promoted with per-column factors
 // (the v1 arithmetic: kept for measurement and as the reference of the folded path's tests). int8_stages: INT8
-// tensor cores with exact int32 sums over whole stages (the header's "INT8 stages"); other element types fall
+// tensor cores with exact int32 sums over chunks of 2 stages (the header's "INT8 stages"); other element types fall
 // back to b_columns.
 enum class MxGemmFold : uint8_t { none, b_columns, int8_stages };
 
@@ -142,7 +151,7 @@ void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m,
                       MxGemmFold fold = MxGemmFold::b_columns);
 
 // Tile-blocks of B the last call with this scratch left unfolded (their scales span more than the E4M3 window,
-// or hold NaN; computed exactly by the per-column path); for int8_stages, the (operand, 128-line tile, stage)
+// or hold NaN; computed exactly by the per-column path); for int8_stages, the (operand, 128-line tile, chunk)
 // triples outside the INT8 window (their output tiles are promoted per block). Waits for the device.
 unsigned mx_gemm_fp8_unfolded_blocks(const MxGemmScratch& scratch);
 
