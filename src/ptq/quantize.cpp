@@ -330,20 +330,22 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         const Clock::time_point t_block = Clock::now();
         if (o.stream_blocks) load_block(l);
         BlockWeights& bw = m.weights.blocks[size_t(l)];
-        const BlockWeights fpw = bw;  // the full-precision block
+        // The full-precision block, moved out (no copy of its gigabytes); bw keeps the norms and biases and gets
+        // each projection's dequantized weights as it is solved.
+        const BlockWeights fpw = std::move(bw);
+        bw = BlockWeights{fpw.attn_norm, {}, {}, {}, {}, fpw.bq, fpw.bk, fpw.bv, fpw.ffn_norm, {}, {}, {}};
         BlockStatistics st;
         if (calibrated) {
             const Clock::time_point tc = Clock::now();
             st = paths->statistics(fpw, l, BlockStatsOptions{two_sided, block_v, cross});
             rep.calibration_seconds += seconds_since(tc);
         }
-        // The seven solves.
-        const auto alpha_scaled = [&](const std::vector<float>& v) {
-            std::vector<float> s(v.size());
+        // The seven solves. F2's D = α·D_raw, scaled in place (the raw sums are not read again; gigabytes for 8B).
+        const auto alpha_scaled = [&](std::vector<float>& v) {
             parallel_for(int64_t(v.size()), int64_t(1) << 18, [&](int64_t i0, int64_t i1) {
-                for (int64_t i = i0; i < i1; ++i) s[size_t(i)] = v[size_t(i)] * float(o.alpha);
+                for (int64_t i = i0; i < i1; ++i) v[size_t(i)] *= float(o.alpha);
             });
-            return s;
+            return std::move(v);
         };
         std::vector<float> d_attn, d_o, d_ffn, d_down, d_v;
         if (cross) {

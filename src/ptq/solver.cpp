@@ -38,6 +38,11 @@ bool cholesky_upper_rowmajor(std::vector<double>& a, int64_t n) {
 
 }  // namespace
 
+void SolverDevice::rh_product(uint64_t id, ConstMatF a, MatF c) const {
+    (void)a, (void)c;
+    fail(ErrorKind::usage, "{}: no RH kept for input {} (this device keeps none)", name(), id);
+}
+
 void solver_gemm(const SolverDevice* device, ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) {
     if (device)
         device->gemm(a, ta, b, tb, c, beta);
@@ -46,7 +51,7 @@ void solver_gemm(const SolverDevice* device, ConstMatF a, Trans ta, ConstMatF b,
 }
 
 InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what,
-                                 const SolverDevice* device, bool want_h_inv, uint64_t factor_id) {
+                                 const SolverDevice* device, bool want_h_inv, uint64_t factor_id, bool want_u) {
     InverseCholesky out;
     out.dead.assign(size_t(n), 0);
     std::atomic<int64_t> first_bad{n * n};  // the scan of a large H runs on our threads
@@ -74,8 +79,9 @@ InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, floa
     for (int attempt = 0; attempt <= 50; ++attempt) {
         const double damp = damping * double(attempt + 1) * mean_diag;
         if (device) {
-            if (!device->inverse_cholesky_upper(h, n, out.dead, dead_value, damp, out.u, want_h_inv ? &out.h_inv : nullptr,
-                                                factor_id))
+            const bool u_on_host = want_u || !device->keeps_factors() || factor_id == 0;
+            if (!device->inverse_cholesky_upper(h, n, out.dead, dead_value, damp, u_on_host ? &out.u : nullptr,
+                                                want_h_inv ? &out.h_inv : nullptr, factor_id))
                 continue;
             out.damping = damping * double(attempt + 1);
             out.retries = attempt;
@@ -139,13 +145,14 @@ void fit_rows_span(QuantizedWeight& out, int64_t row0, int64_t n, int64_t s0, co
     }
 }
 
-// The column sweep of GPTQ over n rows (row-major, leading dimension cols, modified in place: afterwards
-// the rows hold their last compensated values). Columns are visited in `order` (act-order permutation;
+// The column sweep of GPTQ over n rows (row-major, leading dimension cols; a scratch copy: the CPU leaves the
+// rows' last compensated values in it, a device need not write them back). Columns are visited in `order` (act-order permutation;
 // identity otherwise); u, p are in that order too. Codes go to out rows [row0, row0 + n) at the original
 // columns. Grids: when `fit_at_group`, each span's grids are fitted from the rows' current values when the
 // sweep reaches the span (h = H_in in original order); otherwise they must already be in `out`.
 // With p (F2, GPTAQ): W[:, c:] −= e⊗U[c, c:] − w_c⊗P[c, c:], w_c the column's pre-quantization value.
-double sweep_rows(float* w, int64_t n, int64_t cols, const float* u, const float* p, uint64_t input_id,
+// p_kept: the device holds P (and u) of input_id; u and p are then null.
+double sweep_rows(float* w, int64_t n, int64_t cols, const float* u, const float* p, bool p_kept, uint64_t input_id,
                   const std::vector<int64_t>& order, bool fit_at_group, const float* h, int64_t lazy_block,
                   QuantizedWeight& out, int64_t row0, const SolverDevice* device) {
     const GridSpec& g = out.spec;
@@ -166,6 +173,7 @@ double sweep_rows(float* w, int64_t n, int64_t cols, const float* u, const float
         call.row0 = row0;
         call.u = u;
         call.p = p;
+        call.p_kept = p_kept;
         call.input_id = input_id;
         call.order = &order;
         call.out = &out;
@@ -234,9 +242,11 @@ std::vector<float> permute_square(const float* a, int64_t n, const std::vector<i
 struct InputSide {
     std::vector<int64_t> order;  // sweep position → original column
     InverseCholesky chol;
-    std::vector<float> u;        // chol.u in sweep order
-    std::vector<float> p;        // empty without D
-    std::vector<float> rh;       // D·H⁻¹ in original order (row blocks with F2), else empty
+    std::vector<float> u;        // chol.u in sweep order; empty when the solver device keeps it
+    std::vector<float> p;        // empty without D, or when terms_kept
+    std::vector<float> rh;       // D·H⁻¹ in original order (row blocks with F2), else empty; empty when terms_kept
+    bool terms_kept = false;     // P (and RH) live on the solver device (SolverDevice::keep_gptaq_terms)
+    bool has_rh = false;         // RH was made (here or on the device)
     const float* h = nullptr;    // H_in in original order (grid fitting)
     uint64_t id = 0;             // names (u, p) for a SolverDevice's cache
 };
@@ -260,9 +270,19 @@ InputSide prepare_input_uncached(const float* h, const float* d, int64_t n, cons
                          [&](int64_t a, int64_t b) { return h[a * n + a] > h[b * n + b]; });
     const bool permuted = o.sweep.act_order;
     const std::vector<float> hp = permuted ? permute_square(h, n, s.order) : std::vector<float>();
-    s.chol = inverse_cholesky(permuted ? hp.data() : h, n, o.damping, o.dead_value, what, o.device, d && need_rh, s.id);
+    LOWBIT_CHECK(!(d && need_rh && permuted), ErrorKind::usage, "{}: act-order is not supported with F2 row blocks", what);
+    // A device that keeps its factors makes F2's terms from them itself: nothing n × n crosses the bus. Else the
+    // host forms them from U (and H⁻¹) with the device's products.
+    const bool device_terms = o.device && o.device->keeps_factors();
+    s.chol = inverse_cholesky(permuted ? hp.data() : h, n, o.damping, o.dead_value, what, o.device,
+                              d && need_rh && !device_terms, s.id, d != nullptr && !device_terms);
     s.u = std::move(s.chol.u);  // chol.u is not read again
-    if (d) {
+    if (d && device_terms) {
+        LOWBIT_CHECK(o.device->keep_gptaq_terms(s.id, d, n, s.order, s.chol.dead, need_rh), ErrorKind::runtime,
+                     "{}: solver device {} keeps factors but not their GPTAQ terms", what, o.device->name());
+        s.terms_kept = true;
+        s.has_rh = need_rh;
+    } else if (d) {
         // D in sweep order with dead columns zeroed; P = triu₁(D·Uᵀ)·U.
         std::vector<float> dp(size_t(n * n));
         for (int64_t i = 0; i < n; ++i)
@@ -277,7 +297,7 @@ InputSide prepare_input_uncached(const float* h, const float* d, int64_t n, cons
         solver_gemm(o.device, ConstMatF(dut.data(), n, n), Trans::no, ConstMatF(s.u.data(), n, n), Trans::no,
                     MatF(s.p.data(), n, n));
         if (need_rh) {
-            LOWBIT_CHECK(!permuted, ErrorKind::usage, "{}: act-order is not supported with F2 row blocks", what);
+            s.has_rh = true;
             std::vector<float> hinv(s.chol.h_inv.begin(), s.chol.h_inv.end());
             s.rh.resize(size_t(n * n));
             solver_gemm(o.device, ConstMatF(dp.data(), n, n), Trans::no, ConstMatF(hinv.data(), n, n), Trans::no,
@@ -301,8 +321,10 @@ std::shared_ptr<const InputSide> prepare_input(const float* h, const float* d, i
 // Rows in sweep order: a copy of rows [r0, r0 + n) of w with columns permuted.
 std::vector<float> rows_in_order(const float* w, int64_t r0, int64_t n, int64_t cols, const std::vector<int64_t>& order) {
     std::vector<float> out(size_t(n * cols));
-    for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = w[(r0 + r) * cols + order[size_t(c)]];
+    parallel_for(n, 16, [&](int64_t i0, int64_t i1) {  // a large layer's rows are hundreds of MB
+        for (int64_t r = i0; r < i1; ++r)
+            for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = w[(r0 + r) * cols + order[size_t(c)]];
+    });
     return out;
 }
 
@@ -324,8 +346,9 @@ double solve_rows_one_sided(const float* w, int64_t r0, int64_t n, const InputSi
     const int64_t cols = out.cols;
     if (fit == GridFit::from_input) fit_rows_up_front(out, w, r0, n, in.h, o.device, in.id);
     std::vector<float> work = rows_in_order(w, r0, n, cols, in.order);
-    return sweep_rows(work.data(), n, cols, in.u.data(), in.p.empty() ? nullptr : in.p.data(), in.id, in.order,
-                      fit == GridFit::at_group, in.h, o.sweep.lazy_block, out, r0, o.device);
+    return sweep_rows(work.data(), n, cols, in.u.empty() ? nullptr : in.u.data(), in.p.empty() ? nullptr : in.p.data(),
+                      in.terms_kept, in.id, in.order, fit == GridFit::at_group, in.h, o.sweep.lazy_block, out, r0,
+                      o.device);
 }
 
 void check_problem(const LayerProblem& p, bool needs_hessian) {
@@ -452,9 +475,69 @@ void refine_scales_one_sided(const LayerProblem& p, const SolverOptions& o, Quan
     }
 }
 
+// Two-sided layers with one grid per row (per channel): the descent of refine_scales below in products. With
+// Z = level(q) − zero, A = (W − Q)·H_in + W·D and ZH = Z·H_in, a step Δ_k on row k's scale moves A_k by −Δ_k·ZH_k,
+// so row j's numerator Σ_k H_out[j,k]·A_k·Z_jᵀ is Σ_k H_out[j,k]·(N[j,k] − taken_k·G[k,j]) with, per head,
+// N = Z·Aᵀ and G = Z·ZHᵀ (hd × hd), and its denominator H_out[j,j]·G[j,j]. So the O(hd·cols²) per head of the
+// row-by-row loop becomes one rows × cols × cols product (ZH) and two hd × hd × cols products per head, on the
+// solver device, and the descent itself runs on hd × hd numbers.
+void refine_scales_two_sided_per_channel(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
+    const GridSpec& g = q.spec;
+    const int64_t rows = p.rows, cols = p.cols, hd = p.head_rows, heads = rows / hd;
+    const float* levels = grid_levels(g);
+    std::vector<float> z(size_t(rows * cols)), diff(size_t(rows * cols));
+    parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const GroupGrid& gg = q.grids[size_t(r)];
+            for (int64_t c = 0; c < cols; ++c) {
+                const uint32_t code = q.codes[size_t(r * cols + c)];
+                z[size_t(r * cols + c)] = (levels ? levels[code] : float(code)) - gg.zero;
+                diff[size_t(r * cols + c)] = p.w[r * cols + c] - grid_value(g, gg, code);
+            }
+        }
+    });
+    std::vector<float> a(size_t(rows * cols)), zh(size_t(rows * cols));
+    solver_gemm(o.device, ConstMatF(diff.data(), rows, cols), Trans::no, ConstMatF(p.h_in, cols, cols), Trans::no,
+                MatF(a.data(), rows, cols));
+    if (p.d)  // A += W·D
+        solver_gemm(o.device, ConstMatF(p.w, rows, cols), Trans::no, ConstMatF(p.d, cols, cols), Trans::no,
+                    MatF(a.data(), rows, cols), 1.0f);
+    solver_gemm(o.device, ConstMatF(z.data(), rows, cols), Trans::no, ConstMatF(p.h_in, cols, cols), Trans::no,
+                MatF(zh.data(), rows, cols));
+    std::vector<float> nm(size_t(heads * hd * hd)), gm(size_t(heads * hd * hd));
+    for (int64_t head = 0; head < heads; ++head) {
+        const ConstMatF zj(z.data() + head * hd * cols, hd, cols);
+        solver_gemm(o.device, zj, Trans::no, ConstMatF(a.data() + head * hd * cols, hd, cols), Trans::yes,
+                    MatF(nm.data() + head * hd * hd, hd, hd));
+        solver_gemm(o.device, zj, Trans::no, ConstMatF(zh.data() + head * hd * cols, hd, cols), Trans::yes,
+                    MatF(gm.data() + head * hd * hd, hd, hd));
+    }
+    parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
+        std::vector<double> taken(static_cast<size_t>(hd));
+        for (int64_t head = h0; head < h1; ++head) {
+            const float* hout = p.h_out + head * hd * hd;
+            const float* n = nm.data() + head * hd * hd;  // n[j * hd + k] = Z_j·A_kᵀ
+            const float* gr = gm.data() + head * hd * hd; // gr[j * hd + k] = Z_j·ZH_kᵀ
+            std::fill(taken.begin(), taken.end(), 0.0);
+            for (int iter = 0; iter < o.refine_iters; ++iter)
+                for (int64_t j = 0; j < hd; ++j) {
+                    const double den = double(hout[j * hd + j]) * double(gr[j * hd + j]);
+                    if (!(den > 0.0)) continue;  // all-zero Z, or a dead row
+                    double num = 0.0;
+                    for (int64_t k = 0; k < hd; ++k) {
+                        const double hk = double(hout[j * hd + k]);
+                        if (hk != 0.0) num += hk * (double(n[j * hd + k]) - taken[size_t(k)] * double(gr[j * hd + k]));
+                    }
+                    taken[size_t(j)] += refine_step(q, head * hd + j, 0, num, den);
+                }
+        }
+    });
+}
+
 // Two-sided layers: rows are refined head by head, coupled by H_out within a head of hd rows.
 void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
     if (!p.h_out) return refine_scales_one_sided(p, o, q);
+    if (q.groups_per_row() == 1) return refine_scales_two_sided_per_channel(p, o, q);
     const GridSpec& g = q.spec;
     const int64_t rows = p.rows, cols = p.cols, group = g.group_size(cols), per_row = cols / group;
     const int64_t hd = p.head_rows;
@@ -547,16 +630,22 @@ QuantizedWeight solve_gptq(const LayerProblem& p, const SolverOptions& o, SolveS
         const std::shared_ptr<const InputSide> side = prepare_input(h, d, p.cols, o, false, p.name);
         const InputSide& in = *side;
         st.factor_seconds += seconds_since(tf);
-        // Dead inputs: their weights are zeroed before the sweep (they never reach the output).
-        std::vector<float> w(p.w + hh * rows_per * p.cols, p.w + (hh + 1) * rows_per * p.cols);
-        for (int64_t c = 0; c < p.cols; ++c)
-            if (in.chol.dead[size_t(c)])
-                for (int64_t r = 0; r < rows_per; ++r) w[size_t(r * p.cols + c)] = 0.0f;
+        // Dead inputs: their weights are zeroed before the sweep (they never reach the output), in a copy made
+        // only when there are any (the sweep takes its own copy of the rows anyway).
+        const float* w = p.w + hh * rows_per * p.cols;
+        std::vector<float> w_live;
+        if (std::find(in.chol.dead.begin(), in.chol.dead.end(), uint8_t(1)) != in.chol.dead.end()) {
+            w_live.assign(w, w + rows_per * p.cols);
+            for (int64_t c = 0; c < p.cols; ++c)
+                if (in.chol.dead[size_t(c)])
+                    for (int64_t r = 0; r < rows_per; ++r) w_live[size_t(r * p.cols + c)] = 0.0f;
+            w = w_live.data();
+        }
         // One H_in for all rows: the sweep writes q itself; per head: a head's part, copied in below.
         QuantizedWeight part = heads == 1 ? QuantizedWeight{} : empty_result(o.grid, rows_per, p.cols);
         QuantizedWeight& dst = heads == 1 ? q : part;
         const Clock::time_point ts = Clock::now();
-        st.loss += solve_rows_one_sided(w.data(), 0, rows_per, in, o, up_front ? GridFit::from_input : GridFit::at_group, dst);
+        st.loss += solve_rows_one_sided(w, 0, rows_per, in, o, up_front ? GridFit::from_input : GridFit::at_group, dst);
         st.sweep_seconds += seconds_since(ts);
         st.damping = std::max(st.damping, in.chol.damping);
         st.retries = std::max(st.retries, in.chol.retries);
@@ -621,7 +710,9 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
                 for (int64_t c = 0; c < cols; ++c)
                     e[size_t(b * cols + c)] = before[size_t(b * cols + c)] -
                                               grid_value(q.spec, q.grid(row0 + b, c), q.codes[size_t((row0 + b) * cols + c)]);
-            if (!in.rh.empty())
+            if (in.terms_kept && in.has_rh)
+                o.device->rh_product(in.id, ConstMatF(before.data(), nb, cols), MatF(e.data(), nb, cols));
+            else if (in.has_rh)
                 solver_gemm(o.device, ConstMatF(before.data(), nb, cols), Trans::no, ConstMatF(in.rh.data(), cols, cols),
                             Trans::no, MatF(e.data(), nb, cols), 1.0f);
             // T = Uout[B,B]⁻¹·Uout[B, R] (nb × rest, in double), so that ΔW_R = −Tᵀ·E.

@@ -40,16 +40,19 @@ using FactorCache = std::map<std::string, std::shared_ptr<const InputSide>>;
 // on failure another `damping` is added, up to 50 times, before Error(input) naming `what`.
 // NaN/Inf in H: Error(input) naming `what`.
 struct InverseCholesky {
-    std::vector<float> u;          // [n, n] row-major, upper triangle (zeros below)
+    std::vector<float> u;          // [n, n] row-major, upper triangle (zeros below); empty when not asked for and
+                                   // the device keeps it (SolverDevice::keeps_factors)
     std::vector<double> h_inv;     // [n, n] H⁻¹ (damped), kept for F2's D·H⁻¹
     std::vector<uint8_t> dead;     // [n] inputs that were dead
     double damping = 0;            // the relative damping that succeeded (0.01 unless retried)
     int retries = 0;
 };
-// `device` (null: LAPACK on the CPU) runs the factorizations; without `want_h_inv` h_inv stays empty.
+// `device` (null: LAPACK on the CPU) runs the factorizations; without `want_h_inv` h_inv stays empty. Without
+// `want_u`, a device that keeps its factors leaves u on the device (nothing crosses the bus).
 // `factor_id` is passed on to the device (SolverDevice::inverse_cholesky_upper).
 InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what,
-                                 const SolverDevice* device = nullptr, bool want_h_inv = true, uint64_t factor_id = 0);
+                                 const SolverDevice* device = nullptr, bool want_h_inv = true, uint64_t factor_id = 0,
+                                 bool want_u = true);
 
 struct SweepOptions {
     int64_t lazy_block = 128;
@@ -81,9 +84,10 @@ struct LayerProblem {
     std::string name;                  // "blk.3.attn_q", for messages
 };
 
-// One GPTQ column sweep (see sweep_rows in solver.cpp): n rows of w [n, cols] (host, sweep order, updated
-// in place to their final values) against chol_U(H⁻¹) u [cols, cols] and GPTAQ's p (or null), in lazy blocks
-// of `block` columns; codes and loss go to `out` rows [row0, row0 + n) at original columns order[c].
+// One GPTQ column sweep (see sweep_rows in solver.cpp): n rows of w [n, cols] (host, sweep order; a scratch
+// copy: afterwards it holds unspecified values) against chol_U(H⁻¹) u [cols, cols] (null when the device keeps
+// the factor of input_id) and GPTAQ's p (or null), in lazy blocks of `block` columns; codes and loss go to
+// `out` rows [row0, row0 + n) at original columns order[c].
 // `fit_block(i1, i2)` fits the grids of the spans that start in [i1, i2) from w's current values (null:
 // the grids are already in `out`); the device must bring those columns of w up to date on the host first.
 // `input_id` names (u, p) for as long as they live, so a device may keep them between calls.
@@ -92,6 +96,7 @@ struct SweepCall {
     int64_t n = 0, cols = 0, block = 128, row0 = 0;
     const float* u = nullptr;
     const float* p = nullptr;
+    bool p_kept = false;  // GPTAQ's P of input_id is on the device (SolverDevice::keep_gptaq_terms); p is null
     uint64_t input_id = 0;
     const std::vector<int64_t>* order = nullptr;
     QuantizedWeight* out = nullptr;
@@ -105,13 +110,28 @@ class SolverDevice {
 public:
     virtual ~SolverDevice() = default;
     // For the damped H = h (row-major n × n FP32, the diagonal of `dead` inputs replaced by dead_value) + damp·I,
-    // factored in FP64: true and u = chol_U(H⁻¹) rounded to FP32 (upper, zeros below) and, when h_inv is not
+    // factored in FP64: true and *u = chol_U(H⁻¹) rounded to FP32 (upper, zeros below) and, when h_inv is not
     // null, *h_inv = H⁻¹; false when H or H⁻¹ is not numerically positive definite.
     // `factor_id` (0: none) names the factor for later sweeps: a device may keep u for a sweep whose
-    // input_id equals it instead of receiving it again.
+    // input_id equals it instead of receiving it again. u may be null (the factor not wanted on the host) only
+    // when keeps_factors() and factor_id != 0.
     virtual bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
-                                        double damp, std::vector<float>& u, std::vector<double>* h_inv,
+                                        double damp, std::vector<float>* u, std::vector<double>* h_inv,
                                         uint64_t factor_id) const = 0;
+    // True when every factorization with a factor_id keeps its factor on the device for the sweeps of that id
+    // until the next hold_inputs call (a block's solves), so that the host need not receive it.
+    virtual bool keeps_factors() const { return false; }
+    // F2's terms for the kept factor `id` (keeps_factors), made and kept on the device: D̂ = d (host n × n,
+    // original order) in sweep order `order` with the columns of `dead` inputs (sweep order) zeroed, GPTAQ's
+    // P = triu₁(D̂·Uᵀ)·U for the sweeps of id (SweepCall::p_kept) and, with want_rh, RH = D̂·H⁻¹ for rh_product.
+    // False: this device leaves them to the host.
+    virtual bool keep_gptaq_terms(uint64_t id, const float* d, int64_t n, const std::vector<int64_t>& order,
+                                  const std::vector<uint8_t>& dead, bool want_rh) const {
+        (void)id, (void)d, (void)n, (void)order, (void)dead, (void)want_rh;
+        return false;
+    }
+    // c (host, rows × n) += a (host, rows × n) · RH of input `id`, kept by keep_gptaq_terms with want_rh.
+    virtual void rh_product(uint64_t id, ConstMatF a, MatF c) const;  // default: Error(usage)
     // gemm_f32's contract.
     virtual void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const = 0;
     // sweep_rows' contract; returns the sweep's loss.

@@ -39,7 +39,7 @@ using testing_util::have_gpu;
 class CpuFactorGpuSweep final : public SolverDevice {
 public:
     bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value, double damp,
-                                std::vector<float>& u, std::vector<double>* h_inv, uint64_t) const override {
+                                std::vector<float>* u, std::vector<double>* h_inv, uint64_t) const override {
         std::vector<double> a(size_t(n * n));  // the damped H, as inverse_cholesky builds it for LAPACK
         for (int64_t i = 0; i < n * n; ++i) a[size_t(i)] = double(h[i]);
         for (int64_t j = 0; j < n; ++j) a[size_t(j * n + j)] = (dead[size_t(j)] ? double(dead_value) : double(h[j * n + j])) + damp;
@@ -60,7 +60,7 @@ public:
         dpotrf_("L", &nn, a.data(), &nn, &info);
         if (info != 0) return false;
         zero_lower();
-        u.assign(a.begin(), a.end());
+        u->assign(a.begin(), a.end());  // never null: this device keeps no factors
         return true;
     }
     void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override {
@@ -437,6 +437,43 @@ TEST(PtqCuda, CalibrationStatisticsBf16NearCpu) {
     }
     EXPECT_GT(gpu->phases().forwards, 0.0);
     EXPECT_GT(gpu->phases().products, 0.0);
+}
+
+// BF16 calibration with block_v and F2: the value Hessians and the cross terms run on the TF32 tensor cores over
+// the BF16 forward's activations. After a perturbed block 0 the two paths differ, so D ≠ 0 at block 1. H_v is a
+// Hessian like the input ones (BF16 accuracy, 3e-2). D is a difference of the two paths, each rounded by its own
+// BF16 forward (2^-9 of |X| per element) against a 10 % perturbation of wq: compared to the scale of the Hessian
+// it corrects (max |H|), as the FP32 test does, that noise is ≈ 2^-9·|X|² / |X|² per entry, far under 2e-2.
+TEST(PtqCuda, CalibrationStatisticsBf16BlockVAndCrossNearCpu) {
+    SKIP_WITHOUT_GPU();
+    const LlamaModel m = ptq_model();
+    const auto [cpu, gpu] = both_paths(m, true, CudaPrecision::bf16);
+    const BlockStatsOptions all{true, true, true};
+    BlockWeights q0 = m.weights.blocks[0];
+    for (float& v : q0.wq) v *= 0.9f;
+    cpu->propagate(q0, 0);
+    gpu->propagate(q0, 0);
+    const BlockStatistics a = cpu->statistics(m.weights.blocks[1], 1, all);
+    const BlockStatistics b = gpu->statistics(m.weights.blocks[1], 1, all);
+    const auto max_abs = [](const std::vector<float>& v) {
+        double mx = 0;
+        for (float x : v) mx = std::max(mx, double(std::fabs(x)));
+        return mx;
+    };
+    ASSERT_GT(max_abs(a.d_attn), 0.0);  // the perturbation reached block 1
+    const double rel_hv = max_rel(b.h_v, a.h_v);
+    std::printf("  bf16 + tf32 h_v: max relative difference %.2e\n", rel_hv);
+    EXPECT_LT(rel_hv, 3e-2);
+    for (const auto& [name, pd, ph, pdg] : {std::tuple{"d_attn", &a.d_attn, &a.h_attn, &b.d_attn},
+                                            std::tuple{"d_down", &a.d_down, &a.h_down, &b.d_down},
+                                            std::tuple{"d_v", &a.d_v, &a.h_v, &b.d_v}}) {
+        ASSERT_EQ(pd->size(), pdg->size()) << name;
+        double diff = 0;
+        for (size_t i = 0; i < pd->size(); ++i) diff = std::max(diff, std::fabs(double((*pdg)[i]) - double((*pd)[i])));
+        const double rel = diff / max_abs(*ph);
+        std::printf("  bf16 + tf32 %s: max difference %.2e of max |H|\n", name, rel);
+        EXPECT_LT(rel, 2e-2) << name;
+    }
 }
 
 // W·A calibration (--act-bits): the quantized path runs activation-quantized linears and its statistics are

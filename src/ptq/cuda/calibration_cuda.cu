@@ -257,6 +257,31 @@ private:
                                        blas_.stream()));
         }
     }
+    // The attention-weighted and cross products (block_v, F2) in BF16 precision: FP32 data on the TF32 tensor
+    // cores (inputs rounded to 11 significant bits, FP32 accumulation), 8× the FP32 rate; the BF16 forward that
+    // made these activations is coarser (8 bits). In FP32 precision they stay FP32 (SGEMM, SSYRK).
+    bool tf32_products() const { return precision_ == CudaPrecision::bf16; }
+    // Column-major C (m × n, ldc) = alpha·op(A)·op(B) + beta·C over FP32 data, on the TF32 tensor cores when
+    // tf32_products(), else SGEMM.
+    void product(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const char* what) {
+        const float one = 1.0f;
+        if (tf32_products())
+            cublas_check(cublasGemmEx(blas_.handle(), ta, tb, int(m), int(n), int(k), &one, a, CUDA_R_32F, int(lda), b,
+                                      CUDA_R_32F, int(ldb), &beta, c, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F_FAST_TF32,
+                                      CUBLAS_GEMM_DEFAULT),
+                         what);
+        else
+            cublas_check(cublasSgemm(blas_.handle(), ta, tb, int(m), int(n), int(k), &one, a, int(lda), b, int(ldb), &beta, c,
+                                     int(ldc)),
+                         what);
+    }
+    // dst (n × n) += xᵀx of an attention-weighted input: SSYRK in FP32 precision; on the TF32 tensor cores
+    // the full product (both triangles, twice the FLOPs at 8× the rate).
+    void gram(float* dst, const float* x, int64_t rows, int64_t n) {
+        if (!tf32_products()) return syrk(dst, x, rows, n, n);
+        product(CUBLAS_OP_N, CUBLAS_OP_T, n, n, rows, x, n, x, n, 1.0f, dst, n, "cublasGemmEx (TF32 value Hessian)");
+    }
     // dst (n × n, column-major lower = row-major upper) += xᵀx, x row-major rows × n with leading dimension ld.
     void syrk(float* dst, const float* x, int64_t rows, int64_t n, int64_t ld) {
         const float one = 1.0f;
@@ -269,11 +294,8 @@ private:
         float* diff = diff_.grow(size_t(rows * n));
         difference_kernel<<<blocks_for(rows * n, 256), 256, 0, blas_.stream()>>>(a, b, diff, rows * n);
         CUDA_CHECK(cudaGetLastError());
-        const float one = 1.0f;
         // Column-major C = bᵀ·diff over the row-major storage of b and diff.
-        cublas_check(cublasSgemm(blas_.handle(), CUBLAS_OP_N, CUBLAS_OP_T, int(n), int(n), int(rows), &one, b, int(n), diff,
-                                 int(n), &one, dst, int(n)),
-                     "cublasSgemm (cross)");
+        product(CUBLAS_OP_N, CUBLAS_OP_T, n, n, rows, b, n, diff, n, 1.0f, dst, n, "cross product (F2)");
     }
     // probs [T, T] = attention_probabilities of (seq, head) from the scratch's q, k.
     void probabilities(const CudaBlockScratch& s, int64_t seq, int64_t head, float* probs) {
@@ -292,10 +314,7 @@ private:
     // ax [T, d] = probs [T, T] · x [T, d] (row-major).
     void mix(const float* probs, const float* x, float* ax) {
         const int64_t T = length_, d = c_.hidden_size;
-        const float one = 1.0f, zero = 0.0f;
-        cublas_check(cublasSgemm(blas_.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(d), int(T), int(T), &one, x, int(d), probs,
-                                 int(T), &zero, ax, int(d)),
-                     "cublasSgemm (A·X)");
+        product(CUBLAS_OP_N, CUBLAS_OP_N, d, T, T, x, d, probs, T, 0.0f, ax, d, "A·X (block_v)");
     }
     // block_v: H_v[g] += Σ_h∈g (A_h X)ᵀ(A_h X); F2: D_v[g] += (Ã_h X̃ − A_h X)ᵀ(A_h X).
     void value_hessians(float* h_v, float* d_v, BatchShape shape) {
@@ -308,7 +327,7 @@ private:
                 const int64_t g = h / group;
                 probabilities(sq_, sq, h, probs);
                 mix(probs, sq_.attn_in.data() + sq * T * d, ax);
-                syrk(h_v + g * d * d, ax, T, d, d);
+                gram(h_v + g * d * d, ax, T, d);
                 if (d_v) {
                     probabilities(sfp_, sq, h, probs);
                     mix(probs, sfp_.attn_in.data() + sq * T * d, ax_fp);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <numeric>
 
 namespace lowbit {
@@ -35,6 +36,22 @@ __global__ void damped_hessian_kernel(const float* h, const uint8_t* dead, float
     if (idx >= n * n) return;
     const int64_t i = idx / n, j = idx % n;
     a[idx] = i == j ? (dead[i] ? double(dead_value) : double(h[idx])) + damp : double(h[idx]);
+}
+
+// D̂ = F2's D in sweep order with the columns of dead inputs zeroed: out[i][j] = dead[j] ? 0 : d[order[i]][order[j]]
+// (prepare_input's host loop).
+__global__ void sweep_order_d_kernel(const float* d, const int32_t* order, const uint8_t* dead, int64_t n, float* out) {
+    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= n * n) return;
+    const int64_t i = idx / n, j = idx % n;
+    out[idx] = dead[j] ? 0.0f : d[int64_t(order[i]) * n + order[j]];
+}
+
+// Row-major square: the diagonal and the lower triangle zeroed (triu₁).
+__global__ void strict_upper_kernel(float* a, int64_t n) {
+    const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= n * n) return;
+    if (idx / n >= idx % n) a[idx] = 0.0f;
 }
 
 __global__ void to_float_kernel(const double* a, float* out, int64_t n) {
@@ -222,6 +239,73 @@ struct CudaSolverDevice::State {
     DeviceBuffer<float> ga, gb, gc;                       // gemm operands
     uint64_t su_id = 0, sp_id = 0;                        // the input_id of the u in su / the p in sp (0: none)
     DeviceBuffer<float> su, sp, sw, serr, spre, sgrids;
+    // What this block's factorizations left here, by factor_id, until hold_inputs (the buffers then go to
+    // `spare` for the next block's): the factor U, and GPTAQ's P and RH (keep_gptaq_terms). The sweeps and
+    // rh_product read them here, so they never cross the bus.
+    struct Kept {
+        DeviceBuffer<float> u, p, rh;
+    };
+    std::map<uint64_t, Kept> kept;
+    std::vector<DeviceBuffer<float>> spare;
+    float* keep(DeviceBuffer<float>& b, size_t count) {
+        if (!b.data() && !spare.empty()) {
+            b = std::move(spare.back());
+            spare.pop_back();
+        }
+        return grown(b, count);
+    }
+    const Kept* kept_of(uint64_t id) const {
+        const auto it = id != 0 ? kept.find(id) : kept.end();
+        return it == kept.end() ? nullptr : &it->second;
+    }
+    void release_kept() {
+        for (auto& [id, k] : kept)
+            for (DeviceBuffer<float>* b : {&k.u, &k.p, &k.rh})
+                if (b->data()) spare.push_back(std::move(*b));
+        kept.clear();
+    }
+    DeviceBuffer<float> dhat, dut;  // keep_gptaq_terms' D̂ and D̂·Uᵀ
+
+    // Row-major C (m × n) = op(A)·op(B) + beta·C over dense device matrices: column-major Cᵀ = op(B)ᵀ·op(A)ᵀ
+    // over the same storage.
+    void row_major_sgemm(const float* a, Trans ta, const float* b, Trans tb, int64_t m, int64_t n, int64_t k, float* c,
+                         float beta) const {
+        const float one = 1.0f;
+        cublas_check(cublasSgemm(blas.handle(), tb == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 ta == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k), &one, b,
+                                 int(tb == Trans::yes ? k : n), a, int(ta == Trans::yes ? m : k), &beta, c, int(n)),
+                     "cublasSgemm");
+    }
+    // A host operand on the device, dense: its held copy (dense operands), else uploaded into `scratch`.
+    const float* operand(DeviceBuffer<float>& scratch, ConstMatF v) {
+        if (v.dense())
+            if (const float* held = held_copy(v.data, v.size())) return held;
+        float* dst = grown(scratch, size_t(v.rows * v.cols));
+        if (v.dense())
+            copy_host_to_device(dst, v.data, size_t(v.size()) * 4, blas.stream());
+        else
+            CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(v.cols) * 4, v.data, size_t(v.ld) * 4, size_t(v.cols) * 4,
+                                         size_t(v.rows), cudaMemcpyHostToDevice, blas.stream()));
+        return dst;
+    }
+    // The device buffer of a host result c (dense there), holding c's values when beta ≠ 0; result_out copies
+    // it back and waits.
+    float* result_in(MatF c, float beta) {
+        float* dc = grown(gc, size_t(c.rows * c.cols));
+        if (beta != 0.0f)
+            CUDA_CHECK(cudaMemcpy2DAsync(dc, size_t(c.cols) * 4, c.data, size_t(c.ld) * 4, size_t(c.cols) * 4,
+                                         size_t(c.rows), cudaMemcpyHostToDevice, blas.stream()));
+        ptq_sample_device_memory();
+        return dc;
+    }
+    void result_out(MatF c, const float* dc) {
+        if (c.dense())
+            copy_device_to_host(c.data, dc, size_t(c.rows * c.cols) * 4, blas.stream());
+        else
+            CUDA_CHECK(cudaMemcpy2DAsync(c.data, size_t(c.ld) * 4, dc, size_t(c.cols) * 4, size_t(c.cols) * 4,
+                                         size_t(c.rows), cudaMemcpyDeviceToHost, blas.stream()));
+        CUDA_CHECK(cudaStreamSynchronize(blas.stream()));
+    }
     DeviceBuffer<int32_t> sorder;
     DeviceBuffer<uint8_t> scodes;
     DeviceBuffer<double> sloss;
@@ -274,7 +358,7 @@ CudaSolverDevice::~CudaSolverDevice() {
 }
 
 bool CudaSolverDevice::inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
-                                              double damp, std::vector<float>& u, std::vector<double>* h_inv,
+                                              double damp, std::vector<float>* u, std::vector<double>* h_inv,
                                               uint64_t factor_id) const {
     State& s = *s_;
     const cudaStream_t st = s.blas.stream();
@@ -313,12 +397,17 @@ bool CudaSolverDevice::inverse_cholesky_upper(const float* h, int64_t n, const s
     cusolver_check(cusolverDnDpotrf(s.solver, CUBLAS_FILL_MODE_LOWER, nn, da, nn, work, lwork, info), "cusolverDnDpotrf");
     if (!ok()) return false;
     fill_lower_kernel<<<blocks, threads, 0, st>>>(da, n, false);
-    float* du = grown(s.su, size_t(n * n));  // kept for the sweeps of factor_id
+    float* du = factor_id != 0 ? s.keep(s.kept[factor_id].u, size_t(n * n)) : grown(s.su, size_t(n * n));
+    if (factor_id == 0) s.su_id = 0;
     to_float_kernel<<<blocks, threads, 0, st>>>(da, du, n * n);
     CUDA_CHECK(cudaGetLastError());
-    s.su_id = factor_id;
-    u.resize(size_t(n * n));
-    copy_device_to_host(u.data(), du, size_t(n * n) * sizeof(float), st);
+    ptq_sample_device_memory();
+    if (u) {
+        u->resize(size_t(n * n));
+        copy_device_to_host(u->data(), du, size_t(n * n) * sizeof(float), st);
+    } else {
+        LOWBIT_CHECK(factor_id != 0, ErrorKind::usage, "inverse_cholesky_upper: a factor without an id must come back");
+    }
     return true;
 }
 
@@ -326,6 +415,7 @@ void CudaSolverDevice::hold_inputs(const std::vector<ConstMatF>& mats) const {
     State& s = *s_;
     CUDA_CHECK(cudaStreamSynchronize(s.blas.stream()));  // nothing queued still reads the copies being replaced
     s.held_count = 0;
+    s.release_kept();
     if (s.held.size() < mats.size()) s.held.resize(mats.size());
     for (const ConstMatF& m : mats) {
         LOWBIT_CHECK(m.dense(), ErrorKind::usage, "hold_inputs: a matrix with a row stride");
@@ -412,38 +502,51 @@ void CudaSolverDevice::gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c
                  ErrorKind::usage, "gemm: shapes {}x{} · {}x{} → {}x{} do not agree", a.rows, a.cols, b.rows, b.cols, m, n);
     if (m == 0 || n == 0) return;
     State& s = *s_;
+    float* dc = s.result_in(c, beta);
+    s.row_major_sgemm(s.operand(s.ga, a), ta, s.operand(s.gb, b), tb, m, n, k, dc, beta);
+    s.result_out(c, dc);
+}
+
+bool CudaSolverDevice::keep_gptaq_terms(uint64_t id, const float* d, int64_t n, const std::vector<int64_t>& order,
+                                        const std::vector<uint8_t>& dead, bool want_rh) const {
+    State& s = *s_;
     const cudaStream_t st = s.blas.stream();
-    float* dc = grown(s.gc, size_t(m * n));
-    // An operand on the device: its held copy (dense operands), else uploaded into `scratch`.
-    const auto up = [&](DeviceBuffer<float>& scratch, ConstMatF v) -> const float* {
-        if (v.dense())
-            if (const float* held = s.held_copy(v.data, v.size())) return held;
-        float* dst = grown(scratch, size_t(v.rows * v.cols));
-        if (v.dense())
-            copy_host_to_device(dst, v.data, size_t(v.size()) * 4, st);
-        else
-            CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(v.cols) * 4, v.data, size_t(v.ld) * 4, size_t(v.cols) * 4,
-                                         size_t(v.rows), cudaMemcpyHostToDevice, st));
-        return dst;
-    };
-    const float* da = up(s.ga, a);
-    const float* db = up(s.gb, b);
-    if (beta != 0.0f)
-        CUDA_CHECK(cudaMemcpy2DAsync(dc, size_t(n) * 4, c.data, size_t(c.ld) * 4, size_t(n) * 4, size_t(m),
-                                     cudaMemcpyHostToDevice, st));
+    const auto it = s.kept.find(id);
+    LOWBIT_CHECK(id != 0 && it != s.kept.end() && it->second.u.data(), ErrorKind::usage,
+                 "keep_gptaq_terms: no factor kept for input {}", id);
+    State::Kept& k = it->second;
+    const float* dd = s.on_device(d, n * n, s.ga);
+    std::vector<int32_t> order32(order.begin(), order.end());
+    int32_t* dorder = grown(s.sorder, size_t(n));
+    CUDA_CHECK(cudaMemcpyAsync(dorder, order32.data(), size_t(n) * 4, cudaMemcpyHostToDevice, st));
+    uint8_t* ddead = grown(s.chol_dead, size_t(n));
+    CUDA_CHECK(cudaMemcpyAsync(ddead, dead.data(), size_t(n), cudaMemcpyHostToDevice, st));
+    float* dhat = grown(s.dhat, size_t(n * n));
+    float* dut = grown(s.dut, size_t(n * n));
+    const unsigned blocks = unsigned((n * n + 255) / 256);
+    sweep_order_d_kernel<<<blocks, 256, 0, st>>>(dd, dorder, ddead, n, dhat);
+    CUDA_CHECK(cudaGetLastError());
+    s.row_major_sgemm(dhat, Trans::no, k.u.data(), Trans::yes, n, n, n, dut, 0.0f);  // D̂·Uᵀ
+    if (want_rh)  // RH = D̂·H⁻¹ = (D̂·Uᵀ)·U
+        s.row_major_sgemm(dut, Trans::no, k.u.data(), Trans::no, n, n, n, s.keep(k.rh, size_t(n * n)), 0.0f);
+    strict_upper_kernel<<<blocks, 256, 0, st>>>(dut, n);
+    CUDA_CHECK(cudaGetLastError());
+    s.row_major_sgemm(dut, Trans::no, k.u.data(), Trans::no, n, n, n, s.keep(k.p, size_t(n * n)), 0.0f);  // P
     ptq_sample_device_memory();
-    const float one = 1.0f;
-    // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same storage.
-    cublas_check(cublasSgemm(s.blas.handle(), tb == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             ta == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k), &one, db, int(b.cols), da,
-                             int(a.cols), &beta, dc, int(n)),
-                 "cublasSgemm");
-    if (c.dense())
-        copy_device_to_host(c.data, dc, size_t(m * n) * 4, st);
-    else
-        CUDA_CHECK(cudaMemcpy2DAsync(c.data, size_t(c.ld) * 4, dc, size_t(n) * 4, size_t(n) * 4, size_t(m),
-                                     cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    CUDA_CHECK(cudaStreamSynchronize(st));  // order32 and dead are read before they go
+    return true;
+}
+
+void CudaSolverDevice::rh_product(uint64_t id, ConstMatF a, MatF c) const {
+    State& s = *s_;
+    const State::Kept* k = s.kept_of(id);
+    LOWBIT_CHECK(k && k->rh.data(), ErrorKind::usage, "rh_product: no RH kept for input {}", id);
+    LOWBIT_CHECK(a.rows == c.rows && a.cols == c.cols, ErrorKind::usage, "rh_product: {}x{} into {}x{}", a.rows, a.cols,
+                 c.rows, c.cols);
+    if (c.rows == 0 || c.cols == 0) return;
+    float* dc = s.result_in(c, 1.0f);
+    s.row_major_sgemm(s.operand(s.ga, a), Trans::no, k->rh.data(), Trans::no, c.rows, c.cols, c.cols, dc, 1.0f);
+    s.result_out(c, dc);
 }
 
 double CudaSolverDevice::sweep(const SweepCall& call) const {
@@ -454,16 +557,31 @@ double CudaSolverDevice::sweep(const SweepCall& call) const {
     const int64_t n = call.n, cols = call.cols, group = g.group_size(cols), per_row = cols / group;
     const int64_t span = g.fit_span(cols);
     if (n == 0) return 0.0;
-    // u (often already here: the factorization of this input_id left it) and p, unless held from an earlier call.
-    if (s.su_id != call.input_id || call.input_id == 0) {
-        s.su_id = 0;
-        copy_host_to_device(grown(s.su, size_t(cols * cols)), call.u, size_t(cols * cols) * sizeof(float), st);
-        s.su_id = call.input_id;
+    // u: the kept factor of this input_id, else the host's (once per input_id); p likewise.
+    const State::Kept* kept = s.kept_of(call.input_id);
+    const float* du = nullptr;
+    if (kept && kept->u.data()) {
+        du = kept->u.data();
+    } else {
+        LOWBIT_CHECK(call.u, ErrorKind::usage, "sweep: no factor for input {} on the device and none given", call.input_id);
+        if (s.su_id != call.input_id || call.input_id == 0) {
+            s.su_id = 0;
+            copy_host_to_device(grown(s.su, size_t(cols * cols)), call.u, size_t(cols * cols) * sizeof(float), st);
+            s.su_id = call.input_id;
+        }
+        du = s.su.data();
     }
-    if (call.p && (s.sp_id != call.input_id || call.input_id == 0)) {
-        s.sp_id = 0;
-        copy_host_to_device(grown(s.sp, size_t(cols * cols)), call.p, size_t(cols * cols) * sizeof(float), st);
-        s.sp_id = call.input_id;
+    const float* dp = nullptr;
+    if (call.p_kept) {
+        LOWBIT_CHECK(kept && kept->p.data(), ErrorKind::usage, "sweep: no GPTAQ P kept for input {}", call.input_id);
+        dp = kept->p.data();
+    } else if (call.p) {
+        if (s.sp_id != call.input_id || call.input_id == 0) {
+            s.sp_id = 0;
+            copy_host_to_device(grown(s.sp, size_t(cols * cols)), call.p, size_t(cols * cols) * sizeof(float), st);
+            s.sp_id = call.input_id;
+        }
+        dp = s.sp.data();
     }
     float* dw = grown(s.sw, size_t(n * cols));
     copy_host_to_device(dw, call.w, size_t(n * cols) * 4, st);
@@ -481,7 +599,7 @@ double CudaSolverDevice::sweep(const SweepCall& call) const {
     uint8_t* dcodes = grown(s.scodes, size_t(n * cols));
     const int64_t sub = std::min<int64_t>(kMaxSubBlock, call.block);
     float* derr = grown(s.serr, size_t(n * sub));
-    float* dpre = call.p ? grown(s.spre, size_t(n * sub)) : nullptr;
+    float* dpre = dp ? grown(s.spre, size_t(n * sub)) : nullptr;
     double* dloss = grown(s.sloss, size_t(n));
     CUDA_CHECK(cudaMemsetAsync(dloss, 0, size_t(n) * sizeof(double), st));
     ptq_sample_device_memory();
@@ -510,24 +628,23 @@ double CudaSolverDevice::sweep(const SweepCall& call) const {
         }
         for (int64_t j1 = i1; j1 < i2; j1 += sub) {  // sub-blocks of at most 128 columns, lazily coupled
             const int64_t j2 = std::min(i2, j1 + sub), nb = j2 - j1;
-            const size_t smem = size_t((call.p ? 2 : 1) * nb * nb + 2 * kSweepWarps * kMaxSubBlock) * sizeof(float);
+            const size_t smem = size_t((dp ? 2 : 1) * nb * nb + 2 * kSweepWarps * kMaxSubBlock) * sizeof(float);
             sweep_block_kernel<<<unsigned((n + kSweepWarps - 1) / kSweepWarps), kSweepWarps * 32, smem, st>>>(
-                dw, cols, int(n), j1, int(nb), s.su.data(), call.p ? s.sp.data() : nullptr, dorder, dcodes, dgrids, per_row,
+                dw, cols, int(n), j1, int(nb), du, dp, dorder, dcodes, dgrids, per_row,
                 group, sg, derr, dpre, dloss);
             CUDA_CHECK(cudaGetLastError());
             if (j2 < cols) {  // W[:, j2:] += err·U[j1:j2, j2:] (+ pre·P[j1:j2, j2:])
                 cublas_check(cublasSgemm(s.blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(cols - j2), int(n), int(nb), &one,
-                                         s.su.data() + j1 * cols + j2, int(cols), derr, int(nb), &one, dw + j2, int(cols)),
+                                         du + j1 * cols + j2, int(cols), derr, int(nb), &one, dw + j2, int(cols)),
                              "cublasSgemm (lazy update)");
-                if (call.p)
+                if (dp)
                     cublas_check(cublasSgemm(s.blas.handle(), CUBLAS_OP_N, CUBLAS_OP_N, int(cols - j2), int(n), int(nb), &one,
-                                             s.sp.data() + j1 * cols + j2, int(cols), dpre, int(nb), &one, dw + j2, int(cols)),
+                                             dp + j1 * cols + j2, int(cols), dpre, int(nb), &one, dw + j2, int(cols)),
                                  "cublasSgemm (lazy GPTAQ update)");
             }
         }
     }
-    copy_device_to_host(call.w, dw, size_t(n * cols) * 4, st);
-    copy_device_to_host(out.codes.data() + call.row0 * cols, dcodes, size_t(n * cols), st);
+    copy_device_to_host(out.codes.data() + call.row0 * cols, dcodes, size_t(n * cols), st);  // w stays: scratch
     std::vector<double> loss(static_cast<size_t>(n));
     CUDA_CHECK(cudaMemcpyAsync(loss.data(), dloss, size_t(n) * sizeof(double), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));

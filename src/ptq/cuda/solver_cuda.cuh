@@ -13,8 +13,11 @@
 // Residency: a block's statistics are copied once (hold_inputs) and read in place by the factorizations,
 // products, grid scores and layer objectives that name them; the factor of a factorization stays for the
 // sweeps of its factor_id, and (u, p) stay between sweeps with the same SweepCall::input_id (TurboBoA sweeps
-// each row block against one factorization), so per layer only weights, codes and grids cross the bus (and
-// the factor once, for the host's own uses). Every buffer grows and is reused.
+// each row block against one factorization), so per layer only weights, codes and grids cross the bus. The
+// factors of a block's factorizations stay on the device (keeps_factors) until its statistics are released, with
+// GPTAQ's P and TurboBoA's RH = D·H⁻¹ made from them there (keep_gptaq_terms: RH as (D̂·Uᵀ)·U, equal to the
+// host's D̂·H⁻¹ up to FP32 rounding); a sweep's rows do not come back (only codes and loss). Every buffer grows
+// and is reused.
 // layer_objective: ΔW·H, W·H and W·D by cuBLAS SGEMM, the row-pair dots in double (one warp per pair), summed
 // on the host in the CPU's association — equal to the CPU's objective up to FP32 summation order.
 // peak_bytes() is the largest device memory in use seen at the points where this object holds the most.
@@ -34,8 +37,12 @@ public:
     CudaSolverDevice& operator=(const CudaSolverDevice&) = delete;
 
     bool inverse_cholesky_upper(const float* h, int64_t n, const std::vector<uint8_t>& dead, float dead_value,
-                                double damp, std::vector<float>& u, std::vector<double>* h_inv,
+                                double damp, std::vector<float>* u, std::vector<double>* h_inv,
                                 uint64_t factor_id) const override;
+    bool keeps_factors() const override { return true; }
+    bool keep_gptaq_terms(uint64_t id, const float* d, int64_t n, const std::vector<int64_t>& order,
+                          const std::vector<uint8_t>& dead, bool want_rh) const override;
+    void rh_product(uint64_t id, ConstMatF a, MatF c) const override;
     void hold_inputs(const std::vector<ConstMatF>& mats) const override;
     bool layer_objective(const LayerProblem& p, const float* q, double* objective, double* scale) const override;
     void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override;
