@@ -1,6 +1,7 @@
 // test_ptq_pipeline.cpp — the PTQ pipeline around the solvers: calibration statistics against one-shot
 // products, RoPE averaging against explicit rotations, the block loop (every method on a tiny GGUF model),
-// the GGUF export read back bit for bit, resuming an interrupted run, and W·A quantization (--act-bits):
+// row act-order (act_order_row) reaching q/k only and recorded, the GGUF export read back bit for bit,
+// resuming an interrupted run, and W·A quantization (--act-bits):
 // the calibration sees the activation-quantized path, the exports record it, eval's reader finds it.
 #include <gtest/gtest.h>
 
@@ -178,6 +179,32 @@ TEST(PtqPipeline, EveryMethodQuantizesEveryLinear) {
             EXPECT_GT(total_loss(rep), 0.0) << ptq_method_name(method) << " " << format;
             EXPECT_EQ(rep.calibration_tokens, o.calibration.samples * o.calibration.length);
         }
+    }
+}
+
+// act_order_row through the block loop (boa, turboboa): block 0's q and k change, while its one-sided layers
+// (statistics from the full-precision block, no H_out) stay bit for bit; the record and the GGUF metadata say so.
+TEST(PtqPipeline, ActOrderRowReordersOnlyTwoSidedLayersAndIsRecorded) {
+    const LlamaModel m = ptq_model();
+    const std::string src = ptq_gguf(m, "ptq_act_order_row_src.gguf");
+    const auto reader = ModelReader::open(src);
+    for (PtqMethod method : {PtqMethod::boa, PtqMethod::turboboa}) {
+        PtqOptions o = tiny_options(method, "q4_0");
+        const QuantizedModel plain = quantize_model(*reader, tiny_windows(m.config, o), o, nullptr);
+        o.act_order_row = true;
+        const QuantizedModel q = quantize_model(*reader, tiny_windows(m.config, o), o, nullptr);
+        const std::string what = ptq_method_name(method);
+        EXPECT_FALSE(plain.record.act_order_row);
+        EXPECT_TRUE(q.record.act_order_row);
+        for (const char* name : {"blk.0.attn_q", "blk.0.attn_k"})
+            EXPECT_NE(q.linears.at(name).codes, plain.linears.at(name).codes) << what << " " << name;
+        for (const char* name : {"blk.0.attn_v", "blk.0.attn_output", "blk.0.ffn_gate", "blk.0.ffn_up", "blk.0.ffn_down"})
+            EXPECT_EQ(q.linears.at(name).codes, plain.linears.at(name).codes) << what << " " << name;
+        const std::string out = test::temp_path("ptq_act_order_row_" + what + ".gguf");
+        export_quantized_gguf(q, src, out, "q4_0");
+        EXPECT_TRUE(GgufFile::open(out).get_bool("lowbit.quantization.act_order_row")) << what;
+        export_quantized_gguf(plain, src, out, "q4_0");
+        EXPECT_FALSE(GgufFile::open(out).get_bool("lowbit.quantization.act_order_row")) << what;
     }
 }
 

@@ -7,7 +7,7 @@
 //   BoA/TurboBoA: N = 1 = dense GPTQ over vec_row(W) with H_out ⊗ H_in (C4), row blocks of N = a
 //     reference that solves ΔW_R = −H_RR⁻¹·H_RB·ΔW_B explicitly (C1; no trailing-Cholesky reuse), fixed
 //     and adaptive grids, F2, act-order; Prop. 3.1 and the trailing-Cholesky property (C2) on
-//     inverse_cholesky's U;
+//     inverse_cholesky's U; row act-order (act_order_row) = the plain solve of the row-permuted problem;
 //   F3b: every refined scale a stationary point of layer_objective (finite differences, C6), the
 //     objective never increases, constrained scales (FP16, E8M0, K-quant sub-scale codes) stay encodable;
 //   grids: the §1.1 min–max formulas, the searches never worse than min–max, GGUF bytes decoded by the
@@ -888,6 +888,153 @@ TEST(TurboBoa, ClosedFormCompensationAndTrailingCholesky) {
     const InverseCholesky trailing = inverse_cholesky(h_rr.data(), hd - nb, 0.0, 1.0f, "h_rr");
     const Dense tail = sub_block(u, hd, nb, hd, nb, hd);
     EXPECT_LT(max_abs_diff(Dense(trailing.u.begin(), trailing.u.end()), tail) / max_abs(tail), 1e-5);
+}
+
+// act_order_row (turboboa.md §3.4, §4.2): the rows of each head swept by descending diag(H_out).
+namespace {
+
+// The order written here: per head, its rows by descending diag(H_out[h]) (stable); entries are global rows.
+std::vector<int64_t> row_order_of(const Synthetic& s) {
+    const int64_t hd = s.head_rows;
+    std::vector<int64_t> order;
+    for (int64_t h = 0; h < s.rows / hd; ++h)
+        for (int64_t i : act_order_of(s.h_out.data() + h * hd * hd, hd)) order.push_back(h * hd + i);
+    return order;
+}
+
+// s with row r of W and of every H_out (both indices) taken from row order[r] (a permutation inside heads).
+Synthetic rows_permuted(const Synthetic& s, const std::vector<int64_t>& order) {
+    Synthetic t = s;
+    const int64_t hd = s.head_rows, cols = s.cols;
+    for (int64_t r = 0; r < s.rows; ++r) {
+        const int64_t head = r / hd, i = r % hd, from = order[size_t(r)] - head * hd;
+        for (int64_t c = 0; c < cols; ++c) t.w[size_t(r * cols + c)] = s.w[size_t(order[size_t(r)] * cols + c)];
+        for (int64_t j = 0; j < hd; ++j)
+            t.h_out[size_t((head * hd + i) * hd + j)] =
+                s.h_out[size_t((head * hd + from) * hd + order[size_t(head * hd + j)] - head * hd)];
+    }
+    return t;
+}
+
+// The result of a row-permuted problem moved back: its row r is original row order[r].
+QuantizedWeight rows_unpermuted(const QuantizedWeight& qp, const std::vector<int64_t>& order) {
+    QuantizedWeight q = qp;
+    const int64_t cols = qp.cols, gpr = qp.groups_per_row(), kpr = int64_t(qp.kscales.size()) / qp.rows;
+    for (int64_t r = 0; r < qp.rows; ++r) {
+        const int64_t to = order[size_t(r)];
+        for (int64_t c = 0; c < cols; ++c) q.codes[size_t(to * cols + c)] = qp.codes[size_t(r * cols + c)];
+        for (int64_t gi = 0; gi < gpr; ++gi) q.grids[size_t(to * gpr + gi)] = qp.grids[size_t(r * gpr + gi)];
+        for (int64_t k = 0; k < kpr; ++k) q.kscales[size_t(to * kpr + k)] = qp.kscales[size_t(r * kpr + k)];
+    }
+    return q;
+}
+
+bool same_kscales(const std::vector<KQuantScales>& a, const std::vector<KQuantScales>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(KQuantScales)) == 0);
+}
+
+bool same_result(const QuantizedWeight& a, const QuantizedWeight& b) {
+    return a.codes == b.codes && same_grids(a.grids, b.grids) && same_kscales(a.kscales, b.kscales);
+}
+
+}  // namespace
+
+// With act_order_row the solve is the plain solve of the explicitly row-permuted problem (W's rows and H_out's
+// rows and columns), moved back row by row here: codes, grids and K-quant sub-scales identical. BoA (N = 1, fixed
+// grids), TurboBoA with F2 and F3b, groups with N not dividing the head, a K-quant; two heads of unsorted diagonals.
+TEST(TurboBoa, ActOrderRowIsTheSolveOfTheRowPermutedProblem) {
+    struct Case {
+        std::string grid;
+        int64_t group, n_blk;
+        bool adaptive, with_d, refine;
+    };
+    for (const Case& c : {Case{"int3", 0, 1, false, false, false}, Case{"int3", 0, 4, true, true, true},
+                          Case{"int3", 8, 5, true, false, true}, Case{"q4_k", 0, 4, true, true, true}}) {
+        const Synthetic s = make_synthetic(24, c.grid == "q4_k" ? 256 : 32, 12, 300 + uint64_t(c.n_blk));
+        const std::vector<int64_t> order = row_order_of(s);
+        for (int64_t h = 0; h < 2; ++h)
+            ASSERT_FALSE(std::is_sorted(order.begin() + h * 12, order.begin() + (h + 1) * 12));
+        SolverOptions o = options(parse_grid(c.grid, c.group));
+        o.row_block = c.n_blk;
+        o.adaptive_grid = c.adaptive;
+        o.refine_scales = c.refine;
+        const LayerProblem p = s.problem(true, c.with_d);
+        const QuantizedWeight plain = solve_turboboa(p, o);
+        o.act_order_row = true;
+        const QuantizedWeight q = solve_turboboa(p, o);
+        o.act_order_row = false;
+        const Synthetic sp = rows_permuted(s, order);
+        const QuantizedWeight qp = solve_turboboa(sp.problem(true, c.with_d), o);
+        const QuantizedWeight want = rows_unpermuted(qp, order);
+        const std::string what = c.grid + " g" + std::to_string(c.group) + " N " + std::to_string(c.n_blk);
+        EXPECT_EQ(count_differences(q.codes, want.codes), 0) << what;
+        EXPECT_TRUE(same_grids(q.grids, want.grids)) << what;
+        EXPECT_TRUE(same_kscales(q.kscales, want.kscales)) << what;
+        EXPECT_EQ(q.kscales.empty(), c.grid != "q4_k") << what;
+        // The objective does not depend on the rows' order: the same on either side of the permutation.
+        const double obj = objective(p, q), obj_p = objective(sp.problem(true, c.with_d), qp);
+        EXPECT_NEAR(obj, obj_p, 1e-9 * std::fabs(obj_p)) << what;
+        // And the order matters (otherwise this test could not tell the option from a no-op).
+        EXPECT_GT(count_differences(q.codes, plain.codes), 0) << what;
+        std::printf("[ act-order-row ] %s: objective %.6g (rows in order %.6g), %lld codes differ\n", what.c_str(), obj,
+                    objective(p, plain), (long long)count_differences(q.codes, plain.codes));
+    }
+}
+
+// Deterministic, finite and below RTN; one-sided layers (no H_out) are unaffected; a NaN on an H_out diagonal
+// is an input error naming the layer.
+TEST(TurboBoa, ActOrderRowIsDeterministicAndOnlyTwoSided) {
+    const Synthetic s = make_synthetic(24, 32, 12, 310);
+    const LayerProblem p = s.problem(true, true);
+    SolverOptions o = options(parse_grid("int3"));
+    o.row_block = 4;
+    o.refine_scales = true;
+    o.act_order_row = true;
+    const QuantizedWeight a = solve_turboboa(p, o), b = solve_turboboa(p, o);
+    EXPECT_TRUE(same_result(a, b));
+    const double obj = objective(p, a), rtn = objective(p, solve_rtn(p, o.grid));
+    EXPECT_TRUE(std::isfinite(obj));
+    EXPECT_LT(obj, rtn);
+    const LayerProblem one = s.problem(false, true);
+    const QuantizedWeight one_row_order = solve_turboboa(one, o);
+    o.act_order_row = false;
+    EXPECT_TRUE(same_result(one_row_order, solve_turboboa(one, o)));
+    Synthetic bad = s;
+    bad.h_out[size_t(12 * 12 + 3 * 12 + 3)] = NAN;  // head 1, row 3
+    o.act_order_row = true;
+    expect_error_with([&] { solve_turboboa(bad.problem(true), o); }, ErrorKind::input, {"test.layer", "H_out", "NaN"});
+}
+
+// H_out's diagonals already descending, with ties (rescaled S·H·S, so the rows stay coupled and another order —
+// ascending, checked here — changes the codes): act_order_row changes nothing, bit for bit.
+TEST(TurboBoa, ActOrderRowOnADescendingDiagonalChangesNothing) {
+    Synthetic s = make_synthetic(24, 32, 12, 320);
+    const int64_t hd = 12;
+    const double target[hd] = {9, 8, 8, 8, 6, 5, 5, 4, 3, 2, 2, 1};
+    for (int64_t h = 0; h < 2; ++h) {
+        float* ho = s.h_out.data() + h * hd * hd;
+        std::vector<double> sc(static_cast<size_t>(hd));
+        for (int64_t i = 0; i < hd; ++i) sc[size_t(i)] = std::sqrt(target[i] / double(ho[i * hd + i]));
+        for (int64_t i = 0; i < hd; ++i)
+            for (int64_t j = 0; j < hd; ++j) ho[i * hd + j] = float(double(ho[i * hd + j]) * sc[size_t(i)] * sc[size_t(j)]);
+        for (int64_t i = 0; i < hd; ++i) ho[i * hd + i] = float(target[i]);
+    }
+    const std::vector<int64_t> order = row_order_of(s);
+    ASSERT_TRUE(std::is_sorted(order.begin(), order.end()));
+    // The rows are coupled: ordering them ascending instead gives other codes.
+    std::vector<int64_t> reversed(order.rbegin() + 12, order.rend());
+    for (auto it = order.rbegin(); it != order.rbegin() + 12; ++it) reversed.push_back(*it);
+    for (bool with_d : {false, true}) {
+        SolverOptions o = options(parse_grid("int3"));
+        o.row_block = 4;
+        o.refine_scales = with_d;
+        const QuantizedWeight plain = solve_turboboa(s.problem(true, with_d), o);
+        o.act_order_row = true;
+        EXPECT_TRUE(same_result(solve_turboboa(s.problem(true, with_d), o), plain)) << (with_d ? "F2 F3b" : "");
+        o.act_order_row = false;
+        const QuantizedWeight asc = rows_unpermuted(solve_turboboa(rows_permuted(s, reversed).problem(true, with_d), o), reversed);
+        EXPECT_GT(count_differences(asc.codes, plain.codes), 0) << (with_d ? "F2 F3b" : "");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ struct QuantizeArgs {
     int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
     uint64_t seed = 0;
     double alpha = 0.25, damping = 0.01, checkpoint_every = 60;
-    bool sym = false, act_order = false, no_block_v = false, resume = false, quiet = false;
+    bool sym = false, act_order = false, act_order_row = false, no_block_v = false, resume = false, quiet = false;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -66,6 +66,9 @@ void run_quantize(const QuantizeArgs& a) {
                  ErrorKind::usage, "--packing {}: auto | gptq | gptq-v2 | fake-quant", a.packing);
     PtqOptions o;
     o.method = parse_ptq_method(a.method);
+    LOWBIT_CHECK(!a.act_order_row || o.method == PtqMethod::boa || o.method == PtqMethod::turboboa, ErrorKind::usage,
+                 "--act-order-row orders the rows of two-sided layers (q and k of --method boa | turboboa); --method {} "
+                 "has none", a.method);
     if (o.method == PtqMethod::turboboa) {
         o.f1 = o.f2 = o.f3 = false;
         std::stringstream ss(a.features);
@@ -77,6 +80,10 @@ void run_quantize(const QuantizeArgs& a) {
             else if (f != "none" && !f.empty())
                 fail(ErrorKind::usage, "--features: unknown feature '{}' (f1, f2, f3, comma-separated, or none)", f);
     }
+    // Checked here, not after block 0's calibration: F2's row-block term D·H⁻¹ is formed in original column order.
+    LOWBIT_CHECK(!(a.act_order && o.method == PtqMethod::turboboa && o.f2), ErrorKind::usage,
+                 "--act-order (column order) does not combine with TurboBoA's F2 on q/k; drop one (e.g. --features "
+                 "f1,f3)");
     GridSearch search;
     LOWBIT_CHECK(parse_grid_search(a.grid_search, &search), ErrorKind::usage,
                  "--grid-search {}: minmax | mse | hessian", a.grid_search);
@@ -104,6 +111,7 @@ void run_quantize(const QuantizeArgs& a) {
     o.row_block = a.row_block;
     o.block_v = !a.no_block_v;
     o.act_order = a.act_order;
+    o.act_order_row = a.act_order_row;
     o.batch = a.batch;
     LOWBIT_CHECK(a.rotate == "none" || a.rotate == "hadamard", ErrorKind::usage, "--rotate {}: none | hadamard", a.rotate);
     o.rotate = a.rotate == "hadamard";
@@ -295,6 +303,9 @@ void register_quantize_command(CLI::App& app) {
     cq->add_option("--row-block", a->row_block, "F1's N rows per block (default 16; 1 = BoA)");
     cq->add_option("--damping", a->damping, "relative Hessian damping (default 0.01)");
     cq->add_flag("--act-order", a->act_order, "quantize columns by descending Hessian diagonal");
+    cq->add_flag("--act-order-row", a->act_order_row,
+                 "boa | turboboa: quantize the rows of each q/k head by descending diagonal of its output-side Hessian "
+                 "H_out (other layers have none and are unaffected; refused with rtn and gptq)");
     cq->add_flag("--no-block-v", a->no_block_v, "BoA/TurboBoA: v with the plain input Hessian");
     cq->add_option("--batch", a->batch, "calibration windows per forward pass (default 4)");
     cq->add_option("--device", a->device, "cpu (default) | cuda: calibration forwards, statistics, factorizations and "

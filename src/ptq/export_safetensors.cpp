@@ -26,7 +26,7 @@ float round_to_fp16(float x) {
 nlohmann::json record_json(const QuantizationRecord& r) {
     return {{"method", r.method},       {"features", r.features}, {"format", r.format},
             {"calibration", r.calibration}, {"rotation", r.rotation}, {"act_order", r.act_order},
-            {"damping", r.damping}, {"activations", r.activations}};
+            {"act_order_row", r.act_order_row}, {"damping", r.damping}, {"activations", r.activations}};
 }
 
 SafetensorsWriteTensor int32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {

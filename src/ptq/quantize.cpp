@@ -163,7 +163,8 @@ std::string fingerprint(const ModelReader& r, const PtqOptions& o) {
     return r.path() + "|" + ptq_method_name(o.method) + "|" + o.describe_features() + "|" + o.grid.describe() + "|" +
            o.calibration.describe() + "|" + std::to_string(o.alpha) + "|" + std::to_string(o.row_block) + "|" +
            (o.rotate ? describe(o.rotation) : "none") + "|" + std::to_string(o.act_order) + "|" +
-           std::to_string(o.block_v) + "|" + std::to_string(o.damping) + "|" + o.mix + "|" + o.activations.describe();
+           std::to_string(o.block_v) + "|" + std::to_string(o.damping) + "|" + o.mix + "|" + o.activations.describe() +
+           (o.act_order_row ? "|act_order_row" : "");  // appended only when set: older checkpoints still resume
 }
 
 bool is_projection_layer(const std::string& linear, Projection p) {
@@ -261,6 +262,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     out.record.format = o.mix.empty() ? o.grid.describe() : o.mix;
     out.record.rotation = o.rotate ? describe(o.rotation) : "none";
     out.record.act_order = o.act_order;
+    out.record.act_order_row = o.act_order_row;
     out.record.damping = o.damping;
     out.record.activations = o.activations.format ? o.activations.format->name : "none";
     PtqReport rep;
@@ -408,6 +410,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
             so.factor_cache = &factors;
             so.grid = g;
             so.sweep.act_order = o.act_order;
+            so.act_order_row = o.act_order_row;  // read by two-sided solves only
             so.damping = o.damping;
             so.dead_value = 1.0f / float(L);
             SolveStats ss;

@@ -13,7 +13,8 @@
 // Methods: rtn (no calibration); gptq (one-sided everywhere, grids fitted at each group from the current
 // weights, optional act-order); boa (two-sided q/k with one row at a time, grids fixed from the original
 // weights, block_v); turboboa with features f1 (rows in blocks of N = row_block), f2 (α·D propagated-error
-// terms), f3 (adaptive grids + scale refinement; without it: the fixed-grid mode). Which tensors the
+// terms), f3 (adaptive grids + scale refinement; without it: the fixed-grid mode); boa and turboboa may sweep
+// the rows of each q/k head by descending diag(H_out) (act_order_row). Which tensors the
 // statistics pass shares: q/k/v one H_in, gate/up one H_in (computed once each). With `activations` the
 // quantized path is the W·A-quantized model (its linear inputs quantized per token, as `lowbit eval --acts`
 // does), so the solvers see its Hessians and propagated activations; the full-precision path is not.
@@ -47,6 +48,7 @@ struct PtqOptions {
     int64_t row_block = 16;                   // F1's N
     bool block_v = true;
     bool act_order = false;
+    bool act_order_row = false;               // boa/turboboa q and k: rows by descending diag(H_out) per head
     double damping = 0.01;
     int refine_iters = 1;
     bool rotate = false;

@@ -26,6 +26,7 @@ struct QuantizationRecord {
     std::string activations = "none";  // the per-token activation format of W·A quantization ("int4"), or "none"
                                        // (parse_activation_spec reads it back; `lowbit eval` applies it by default)
     bool act_order = false;
+    bool act_order_row = false;  // rows of two-sided layers by descending diag(H_out) per head
     double damping = 0.01;
 };
 

@@ -660,6 +660,60 @@ QuantizedWeight solve_gptq(const LayerProblem& p, const SolverOptions& o, SolveS
     return q;
 }
 
+namespace {
+
+// act_order_row's order (turboboa.md §3.4, §4.2): for each head h, its rows [h·hd, (h+1)·hd) by descending
+// diag(H_out[h]), stably (ties keep their order). order[h·hd + i] = the row within head h swept at position i.
+std::vector<int64_t> row_act_order(const LayerProblem& p) {
+    const int64_t hd = p.head_rows, heads = p.rows / hd;
+    std::vector<int64_t> order(size_t(p.rows));
+    for (int64_t head = 0; head < heads; ++head) {
+        const float* h = p.h_out + head * hd * hd;
+        for (int64_t j = 0; j < hd; ++j)  // a NaN would break the sort's ordering
+            LOWBIT_CHECK(std::isfinite(h[j * hd + j]), ErrorKind::input, "{} (H_out of head {}): the Hessian holds "
+                         "NaN/Inf (diagonal element {}); the calibration activations overflowed", p.name, head, j);
+        const auto first = order.begin() + head * hd;
+        std::iota(first, first + hd, int64_t(0));
+        std::stable_sort(first, first + hd, [&](int64_t a, int64_t b) { return h[a * hd + a] > h[b * hd + b]; });
+    }
+    return order;
+}
+
+// The two-sided solve with act_order_row, as a wrapper: W's rows and both indices of every H_out[h] permuted into
+// row_act_order's order, that problem solved by the one two-sided path (so a SolverDevice only ever sees ordinary
+// host arrays), and every row-indexed part of the result — codes, grids, K-quant sub-scales — put back at its
+// original row. H_in and D are indexed by columns only (two-sided layers take one shared H_in and D), so they stay
+// as they are and the factorization cache still serves them. Costs one copy of W and of H_out.
+QuantizedWeight solve_two_sided_act_order_row(const LayerProblem& p, const SolverOptions& o, SolveStats* stats) {
+    const int64_t rows = p.rows, cols = p.cols, hd = p.head_rows, heads = rows / hd;
+    const std::vector<int64_t> order = row_act_order(p);
+    std::vector<float> w(size_t(rows * cols)), h_out(size_t(heads * hd * hd));
+    for (int64_t head = 0; head < heads; ++head) {
+        const std::vector<int64_t> in_head(order.begin() + head * hd, order.begin() + (head + 1) * hd);
+        const std::vector<float> hp = permute_square(p.h_out + head * hd * hd, hd, in_head);
+        std::copy(hp.begin(), hp.end(), h_out.begin() + head * hd * hd);
+        for (int64_t i = 0; i < hd; ++i)
+            std::copy_n(p.w + (head * hd + in_head[size_t(i)]) * cols, cols, w.begin() + (head * hd + i) * cols);
+    }
+    LayerProblem permuted = p;
+    permuted.w = w.data();
+    permuted.h_out = h_out.data();
+    SolverOptions plain = o;
+    plain.act_order_row = false;
+    const QuantizedWeight qp = solve_turboboa(permuted, plain, stats);
+    QuantizedWeight q = qp;
+    const int64_t gpr = qp.groups_per_row(), kpr = int64_t(qp.kscales.size()) / rows;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t orig = r / hd * hd + order[size_t(r)];
+        std::copy_n(qp.codes.begin() + r * cols, cols, q.codes.begin() + orig * cols);
+        std::copy_n(qp.grids.begin() + r * gpr, gpr, q.grids.begin() + orig * gpr);
+        std::copy_n(qp.kscales.begin() + r * kpr, kpr, q.kscales.begin() + orig * kpr);
+    }
+    return q;
+}
+
+}  // namespace
+
 QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, SolveStats* stats) {
     if (!p.h_out) {  // one-sided layers: GPTAQ sweep with TurboBoA's grid (+ F3b)
         SolverOptions one = o;
@@ -675,6 +729,7 @@ QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, So
     check_problem(p, true);
     LOWBIT_CHECK(p.h_in, ErrorKind::usage, "{}: two-sided layers take one shared H_in", p.name);
     o.grid.check_cols(p.cols, p.name);
+    if (o.act_order_row) return solve_two_sided_act_order_row(p, o, stats);
     const int64_t rows = p.rows, cols = p.cols, hd = p.head_rows, heads = rows / hd;
     const int64_t nblk = std::max<int64_t>(1, o.row_block);
     QuantizedWeight q = empty_result(o.grid, rows, cols);

@@ -5,7 +5,8 @@
 //   BoA / TurboBoA F1  rows of a head quantized N at a time (N = 1 is BoA) with the closed-form
 //             compensation of the remaining rows through chol_U(H_out⁻¹) (Prop. 3.1; one factorization
 //             serves every row block), F2's propagated-error term (Prop. 3.2), F3a adaptive grids
-//             (each row block's grids fitted from its compensated rows; fixed-grid mode: from the original W).
+//             (each row block's grids fitted from its compensated rows; fixed-grid mode: from the original W);
+//             optionally the rows of each head in order of descending diag(H_out) (act_order_row).
 //   F3b       coordinate-descent refinement of each (row, group) scale with the codes fixed (Prop. 3.3),
 //             also for group-wise grids; on formats whose scales are quantized (FP16, E8M0, UE4M3, K-quant
 //             6-bit sub-scales) the step is projected onto that scale grid and kept only if it lowers the loss.
@@ -161,6 +162,10 @@ struct SolverOptions {
     double damping = 0.01;
     float dead_value = 1.0f;     // H_jj for dead inputs (GPTQ: 1; BoA/TurboBoA: 1/seqlen)
     int64_t row_block = 16;      // N of TurboBoA's F1 (1 = BoA)
+    // Two-sided layers only (BoA/TurboBoA q and k; ignored elsewhere): the rows of each head are swept in order of
+    // descending diag(H_out) (stable), turboboa.md §3.4/§4.2's act_order_row — the problem is solved with its rows
+    // and H_out permuted, and the result's rows put back in place.
+    bool act_order_row = false;
     bool adaptive_grid = true;   // F3a (false: the fixed-grid mode of the paper's ablations)
     bool refine_scales = false;  // F3b
     int refine_iters = 1;
@@ -170,8 +175,8 @@ QuantizedWeight solve_rtn(const LayerProblem& p, const GridSpec& g, SolveStats* 
                           const SolverDevice* device = nullptr);
 // GPTQ (one-sided; with p.d: GPTAQ's column term, TurboBoA's F2 on one-sided layers).
 QuantizedWeight solve_gptq(const LayerProblem& p, const SolverOptions& o, SolveStats* stats = nullptr);
-// BoA / TurboBoA: two-sided when p.h_out is set (row blocks of o.row_block), one-sided otherwise; F2 when
-// p.d is set; F3b when o.refine_scales.
+// BoA / TurboBoA: two-sided when p.h_out is set (row blocks of o.row_block, in act_order_row's order when
+// set), one-sided otherwise; F2 when p.d is set; F3b when o.refine_scales.
 QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, SolveStats* stats = nullptr);
 
 // The layer's loss tr(H_out ΔW H_in ΔWᵀ) − 2 tr(H_out W D ΔWᵀ) (turboboa.md §4.1; H_out = I when null,
