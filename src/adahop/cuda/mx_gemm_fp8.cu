@@ -555,6 +555,24 @@ __device__ __forceinline__ void release_stage(uint64_t* empty, int lane) {
     if (lane == 0) mbarrier_arrive(empty);
 }
 
+// One stage's 4 blocks, each in a fresh partial: two partials alternate, block b + 1's wgmma issued before block b
+// is promoted, every group waited for before the stage is released (FP8 and the INT8 per-block path alike).
+template <typename Part, typename Issue, typename Promote>
+__device__ __forceinline__ void stage_block_by_block(Part (&part0)[64], Part (&part1)[64], Issue issue, Promote promote) {
+    issue(part0, 0);
+    issue(part1, 1);
+    wgmma_wait<1>();
+    promote(part0, 0);
+    issue(part0, 2);
+    wgmma_wait<1>();
+    promote(part1, 1);
+    issue(part1, 3);
+    wgmma_wait<1>();
+    promote(part0, 2);
+    wgmma_wait<0>();
+    promote(part1, 3);
+}
+
 // kChunks chunks from pipeline use `use` on: two partials alternate, each chunk's wgmmas issued before the
 // previous chunk is promoted, and every group opened here is also waited for here (a group still running at the
 // loop's back edge makes ptxas serialize every wgmma of the kernel).
@@ -682,18 +700,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int ks = 0; ks < k_stages; ++ks, ++use) {
                     const MxGemmStage& st = stage_at(use);
                     int32_t part0[64], part1[64];
-                    issue_int8_block(part0, st, consumer, 0);
-                    issue_int8_block(part1, st, consumer, 1);
-                    wgmma_wait<1>();
-                    promote_int8_block(acc, part0, st, 0, row_local, col_local);
-                    issue_int8_block(part0, st, consumer, 2);
-                    wgmma_wait<1>();
-                    promote_int8_block(acc, part1, st, 1, row_local, col_local);
-                    issue_int8_block(part1, st, consumer, 3);
-                    wgmma_wait<1>();
-                    promote_int8_block(acc, part0, st, 2, row_local, col_local);
-                    wgmma_wait<0>();
-                    promote_int8_block(acc, part1, st, 3, row_local, col_local);
+                    stage_block_by_block(
+                        part0, part1, [&](int32_t(&p)[64], int kb) { issue_int8_block(p, st, consumer, kb); },
+                        [&](int32_t(&p)[64], int kb) { promote_int8_block(acc, p, st, kb, row_local, col_local); });
                     release_stage(&sh.empty[use % kStages], lane);
                 }
             }
@@ -701,18 +710,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int ks = 0; ks < k_stages; ++ks, ++use) {
                 const MxGemmStage& st = stage_at(use);
                 float part0[64], part1[64];
-                issue_block(part0, st, consumer, 0);
-                issue_block(part1, st, consumer, 1);
-                wgmma_wait<1>();
-                promote_block(acc, part0, st, folded, 0, row_local, col_local);
-                issue_block(part0, st, consumer, 2);
-                wgmma_wait<1>();
-                promote_block(acc, part1, st, folded, 1, row_local, col_local);
-                issue_block(part1, st, consumer, 3);
-                wgmma_wait<1>();
-                promote_block(acc, part0, st, folded, 2, row_local, col_local);
-                wgmma_wait<0>();
-                promote_block(acc, part1, st, folded, 3, row_local, col_local);
+                stage_block_by_block(
+                    part0, part1, [&](float(&p)[64], int kb) { issue_block(p, st, consumer, kb); },
+                    [&](float(&p)[64], int kb) { promote_block(acc, p, st, folded, kb, row_local, col_local); });
                 release_stage(&sh.empty[use % kStages], lane);
             }
         }
