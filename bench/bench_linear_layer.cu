@@ -7,7 +7,10 @@
 // and the INT8 stages) and by its BF16 emulation (dequantize + cuBLAS BF16), so the table shows what the kernel
 // buys and what the other passes cost.
 // Floor next to each row: 3 GEMMs' FLOPs at the FP8 datasheet peak (1979 TFLOP/s); the BF16 row's at 989.
-//   bench_linear_layer [--reps N] [--quick] [--json PATH] [--commit HASH]
+//   bench_linear_layer [--reps N] [--quick | --shapes large|base] [--json PATH] [--commit HASH]
+// --shapes base: the six linears of the training engine's `base` model at its 16 × 1024-token step (d 768,
+// 4 KV heads of 64, FFN 3072), where the engine's MX recipes run slower on the tensor cores than emulated
+// (bench/results/train_cuda_h200.md): isolates the GEMM shapes from the training data's scale spread.
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
 #include <cuda_bf16.h>
@@ -57,21 +60,28 @@ struct Row {
 int main(int argc, char** argv) {
     int reps = 10;
     bool quick = false;
-    std::string json_path, commit = "unknown";
+    std::string json_path, commit = "unknown", shape_set = "large";
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
         else if (a == "--quick") quick = true;
+        else if (a == "--shapes" && i + 1 < argc) shape_set = argv[++i];
         else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (a == "--commit" && i + 1 < argc) commit = argv[++i];
         else {
-            std::fprintf(stderr, "usage: bench_linear_layer [--reps N] [--quick] [--json PATH] [--commit HASH]\n");
+            std::fprintf(stderr, "usage: bench_linear_layer [--reps N] [--quick | --shapes large|base] [--json PATH] "
+                                 "[--commit HASH]\n");
             return 2;
         }
     }
     try {
         std::vector<Shape> shapes = {{"8B up, T=8192", 8192, 4096, 14336}, {"8B down, T=8192", 8192, 14336, 4096},
                                      {"1B up, T=16384", 16384, 2048, 8192}};
+        if (shape_set == "base")
+            shapes = {{"base q/o, T=16384", 16384, 768, 768}, {"base k/v, T=16384", 16384, 768, 256},
+                      {"base gate/up", 16384, 768, 3072}, {"base down", 16384, 3072, 768}};
+        else if (shape_set != "large")
+            throw Error(ErrorKind::usage, "--shapes " + shape_set + ": large or base");
         if (quick) shapes = {{"quick 2048x1024x2048", 2048, 1024, 2048}};
         cudaStream_t stream = 0;
         CudaTrainGemm gemm(stream);
