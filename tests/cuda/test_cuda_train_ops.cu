@@ -1,10 +1,12 @@
 // test_cuda_train_ops.cu — the CUDA training engine's element-wise and row-wise ops (train/cuda/train_ops_cuda.cuh)
 // against their CPU references (train/backward_cpu.h, model/forward_cpu.h, train/optimizer.h) on random data:
-// RMSNorm forward and backward (the backward fed the forward's saved r; odd d, rows = 1, partial row chunks, a
-// row long enough to need opted-in shared memory), RoPE both pairings and directions (bit-exact, aligned and
-// unaligned), SwiGLU forward and backward (in place too), cross entropy up to a 49152 vocabulary with confident
-// and masked rows, and its mean through sum_to_double_cuda, the FP64 sums, the embedding backward (bit-exact)
-// and its plan, and AdamW over three steps against AdamW::step (bit-exact). Ops with a
+// RMSNorm forward and backward (the backward fed the forward's saved r; odd d, rows = 1, partial row chunks, each
+// variant of the tiled backward, unaligned x, a row long enough for the fallback with opted-in shared memory),
+// RoPE both pairings and directions (bit-exact, aligned and unaligned, the 8-pair path with partial CTAs and
+// many heads), SwiGLU forward and backward (in place too), cross entropy up to a 65536 vocabulary (float4 and
+// scalar rows) with confident and masked rows, and its mean through
+// sum_to_double_cuda, the FP64 sums, the embedding backward (bit-exact) and its plan, and AdamW over three steps
+// against AdamW::step (bit-exact, vector and element paths). Ops with a
 // reduction run twice and must give the same bytes. Every tolerance is the bound of train_ops_cuda.cu's
 // rounding contract (with a factor 2 of margin where stated), printed next to the observed worst case. The
 // argument checks run without a GPU; everything else skips without one.
@@ -14,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/counter_rng.h"
@@ -77,8 +80,12 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
 struct NormCase {
     int64_t rows, d;
 };
-// odd d, rows = 1, d = 1; 200 rows = three 64-row chunks and a partial one; d = 8192 needs 64 KB of shared memory.
-const NormCase kNormCases[] = {{1, 64}, {3, 1}, {7, 33}, {64, 768}, {200, 1001}, {5, 8192}};
+// odd d, rows = 1, d = 1; rows that end in a partial 32-row chunk (100, 200). The backward's tiled kernel: 4-column
+// units (d % 4 == 0: 64, 100 — a partial warp —, 768, 3000 with 2 units a thread, 8192 with 4 and no prefetch) and
+// 1-column ones (1, 33, 50, 1001 with 2 units a thread, 1999 with 4); d = 20001 takes the fallback kernel with
+// 160 KB of opted-in shared memory.
+const NormCase kNormCases[] = {{1, 64},    {3, 1},    {7, 33},   {64, 768}, {100, 768}, {37, 100},
+                               {9, 50},    {200, 1001}, {4, 1999}, {6, 3000}, {5, 8192},  {3, 20001}};
 constexpr float kEps = 1e-5f;
 
 // x with row magnitudes 2^-3 … 2^3, and a gain around 1.
@@ -138,27 +145,6 @@ TEST(CudaTrainOps, RmsNormBackwardMatchesTheCpuAndIsDeterministic) {
         std::vector<float> dx_cpu = dx0, dw_cpu = dw0;
         rms_norm_backward_rows(x.data(), w.data(), dy.data(), c.rows, c.d, kEps, dx_cpu.data(), dw_cpu.data());
 
-        // The pair: the forward saves r, the backward uses it.
-        DeviceBuffer<float> d_x = to_device(x), d_w = to_device(w), d_dy = to_device(dy), inv(size_t(c.rows));
-        DeviceBuffer<uint16_t> y(x.size());
-        rms_norm_forward_cuda(d_x.data(), d_w.data(), c.rows, c.d, kEps, bf16_ptr(y), inv.data());
-        RmsNormBackwardWorkspace ws;
-        const auto run = [&](bool with_bf16, std::vector<float>& dx_out, std::vector<float>& dw_out,
-                             std::vector<uint16_t>& dx_bf16_out) {
-            DeviceBuffer<float> d_dx = to_device(dx0), d_dw = to_device(dw0);
-            DeviceBuffer<uint16_t> d_bf16 = poisoned<uint16_t>(x.size());
-            rms_norm_backward_cuda(d_x.data(), d_w.data(), inv.data(), d_dy.data(), c.rows, c.d, d_dx.data(),
-                                   with_bf16 ? bf16_ptr(d_bf16) : nullptr, d_dw.data(), ws);
-            device_sync();
-            dx_out = to_host(d_dx);
-            dw_out = to_host(d_dw);
-            dx_bf16_out = to_host(d_bf16);
-        };
-        std::vector<float> dx_gpu, dw_gpu, dx_again, dw_again;
-        std::vector<uint16_t> dx_bf16, unused;
-        run(true, dx_gpu, dw_gpu, dx_bf16);
-        run(false, dx_again, dw_again, unused);
-
         // Bounds of the rounding contract, doubled: |Δdx| ≤ 16u·(|a| + |b|) + 4u·|dx|, |Δdw| ≤ 6u·Σ|dy·x·r| + 4u·|dw|.
         std::vector<double> bound_dx(dx_cpu.size()), gain_terms(size_t(c.d), 0.0), bound_dw(size_t(c.d));
         for (int64_t r = 0; r < c.rows; ++r) {
@@ -178,49 +164,88 @@ TEST(CudaTrainOps, RmsNormBackwardMatchesTheCpuAndIsDeterministic) {
         }
         for (int64_t i = 0; i < c.d; ++i)
             bound_dw[size_t(i)] = 6 * kU * gain_terms[size_t(i)] + 4 * kU * std::fabs(dw_cpu[size_t(i)]) + 1e-38;
-        expect_within(norm_name("rms backward dx", c), as_double(dx_cpu), as_double(dx_gpu), bound_dx);
-        expect_within(norm_name("rms backward dw", c), as_double(dw_cpu), as_double(dw_gpu), bound_dw);
-        EXPECT_TRUE(bf16_equal(to_bf16(dx_gpu), dx_bf16, norm_name("dx_bf16 = bf16(dx)", c)));
-        EXPECT_TRUE(floats_equal(dx_gpu, dx_again, norm_name("dx run twice", c)));
-        EXPECT_TRUE(floats_equal(dw_gpu, dw_again, norm_name("dw run twice", c)));
+
+        // The pair: the forward saves r, the backward uses it. x_offset 1 (d % 4 == 0 only): x is not 16-byte
+        // aligned, so the backward takes its 1-column units; w_offset 1: the gain (a slice of the flat parameters
+        // in the trainer) is not, which the 4-column units allow.
+        const auto check = [&](int64_t x_offset, int64_t w_offset) {
+            std::vector<float> x_padded(size_t(x_offset), 0.0f), w_padded(size_t(w_offset), 0.0f);
+            x_padded.insert(x_padded.end(), x.begin(), x.end());
+            w_padded.insert(w_padded.end(), w.begin(), w.end());
+            DeviceBuffer<float> d_x_padded = to_device(x_padded), d_w_padded = to_device(w_padded), d_dy = to_device(dy),
+                                inv(size_t(c.rows));
+            const float* d_x = d_x_padded.data() + x_offset;
+            const float* d_w = d_w_padded.data() + w_offset;
+            DeviceBuffer<uint16_t> y(x.size());
+            rms_norm_forward_cuda(d_x, d_w, c.rows, c.d, kEps, bf16_ptr(y), inv.data());
+            RmsNormBackwardWorkspace ws;
+            const auto run = [&](bool with_bf16, std::vector<float>& dx_out, std::vector<float>& dw_out,
+                                 std::vector<uint16_t>& dx_bf16_out) {
+                DeviceBuffer<float> d_dx = to_device(dx0), d_dw = to_device(dw0);
+                DeviceBuffer<uint16_t> d_bf16 = poisoned<uint16_t>(x.size());
+                rms_norm_backward_cuda(d_x, d_w, inv.data(), d_dy.data(), c.rows, c.d, d_dx.data(),
+                                       with_bf16 ? bf16_ptr(d_bf16) : nullptr, d_dw.data(), ws);
+                device_sync();
+                dx_out = to_host(d_dx);
+                dw_out = to_host(d_dw);
+                dx_bf16_out = to_host(d_bf16);
+            };
+            std::vector<float> dx_gpu, dw_gpu, dx_again, dw_again;
+            std::vector<uint16_t> dx_bf16, unused;
+            run(true, dx_gpu, dw_gpu, dx_bf16);
+            run(false, dx_again, dw_again, unused);
+            const std::string where = std::string(x_offset ? " (x unaligned)" : "") + (w_offset ? " (w unaligned)" : "");
+            expect_within(norm_name("rms backward dx", c) + where, as_double(dx_cpu), as_double(dx_gpu), bound_dx);
+            expect_within(norm_name("rms backward dw", c) + where, as_double(dw_cpu), as_double(dw_gpu), bound_dw);
+            EXPECT_TRUE(bf16_equal(to_bf16(dx_gpu), dx_bf16, norm_name("dx_bf16 = bf16(dx)", c) + where));
+            EXPECT_TRUE(floats_equal(dx_gpu, dx_again, norm_name("dx run twice", c) + where));
+            EXPECT_TRUE(floats_equal(dw_gpu, dw_again, norm_name("dw run twice", c) + where));
+        };
+        check(0, 0);
+        if (c.d % 4 == 0) {
+            check(1, 0);
+            check(0, 1);
+        }
     }
 }
 
 // ---------------------------------------------------------------------------------------------------
 // RoPE
 
+// head_dim % 16 == 0 (64, 128, 16) and aligned: 8 pairs a thread; 37 positions: a partial CTA of positions; 70 heads
+// of 64: more units in a position than threads in a CTA.
 TEST(CudaTrainOps, RopeIsBitExactBothPairingsAndDirections) {
     REQUIRE_GPU();
-    const BatchShape shape{2, 5};
-    const int64_t n_heads = 3;
-    for (const RopePairing pairing : {RopePairing::adjacent, RopePairing::halves})
-        for (const int64_t head_dim : {64, 8, 6, 2})
-            for (const bool inverse : {false, true})
-                for (const int64_t offset : {0, 1}) {  // offset 1: unaligned, the one-pair path
-                    LlamaConfig c;
-                    c.head_dim = head_dim;
-                    std::vector<float> cos_t, sin_t;
-                    rope_tables(c, shape.n_tok, cos_t, sin_t);
-                    const int64_t n = shape.rows() * n_heads * head_dim;
-                    const std::vector<uint16_t> x = to_bf16(gaussian_vector(n, 31 + uint64_t(head_dim)));
-                    std::vector<float> want = from_bf16(x);
-                    if (inverse)
-                        apply_rope_backward(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
-                    else
-                        apply_rope(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
-                    std::vector<uint16_t> padded(size_t(n + offset), 0);
-                    std::copy(x.begin(), x.end(), padded.begin() + offset);
-                    DeviceBuffer<uint16_t> d = to_device(padded);
-                    DeviceBuffer<float> dc = to_device(cos_t), ds = to_device(sin_t);
-                    rope_bf16_cuda(bf16_ptr(d) + offset, shape, n_heads, head_dim, pairing, dc.data(), ds.data(), inverse);
-                    device_sync();
-                    const std::vector<uint16_t> got_padded = to_host(d);
-                    const std::vector<uint16_t> got(got_padded.begin() + offset, got_padded.end());
-                    EXPECT_TRUE(bf16_equal(to_bf16(want), got,
-                                           std::string("rope ") + rope_pairing_name(pairing) + " hd " +
-                                               std::to_string(head_dim) + (inverse ? " inverse" : " forward") +
-                                               " offset " + std::to_string(offset)));
-                }
+    const BatchShape shape{3, 37};
+    for (const int64_t n_heads : {3, 70})
+        for (const RopePairing pairing : {RopePairing::adjacent, RopePairing::halves})
+            for (const int64_t head_dim : {64, 128, 16, 8, 6, 2})
+                for (const bool inverse : {false, true})
+                    for (const int64_t offset : {0, 1}) {  // offset 1: unaligned, the one-pair path
+                        LlamaConfig c;
+                        c.head_dim = head_dim;
+                        std::vector<float> cos_t, sin_t;
+                        rope_tables(c, shape.n_tok, cos_t, sin_t);
+                        const int64_t n = shape.rows() * n_heads * head_dim;
+                        const std::vector<uint16_t> x = to_bf16(gaussian_vector(n, 31 + uint64_t(head_dim)));
+                        std::vector<float> want = from_bf16(x);
+                        if (inverse)
+                            apply_rope_backward(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
+                        else
+                            apply_rope(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
+                        std::vector<uint16_t> padded(size_t(n + offset), 0);
+                        std::copy(x.begin(), x.end(), padded.begin() + offset);
+                        DeviceBuffer<uint16_t> d = to_device(padded);
+                        DeviceBuffer<float> dc = to_device(cos_t), ds = to_device(sin_t);
+                        rope_bf16_cuda(bf16_ptr(d) + offset, shape, n_heads, head_dim, pairing, dc.data(), ds.data(), inverse);
+                        device_sync();
+                        const std::vector<uint16_t> got_padded = to_host(d);
+                        const std::vector<uint16_t> got(got_padded.begin() + offset, got_padded.end());
+                        EXPECT_TRUE(bf16_equal(to_bf16(want), got,
+                                               std::string("rope ") + rope_pairing_name(pairing) + " heads " +
+                                                   std::to_string(n_heads) + " hd " + std::to_string(head_dim) +
+                                                   (inverse ? " inverse" : " forward") + " offset " + std::to_string(offset)));
+                    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -286,7 +311,9 @@ TEST(CudaTrainOps, SwigluForwardAndBackwardMatchTheCpu) {
 struct CeCase {
     int64_t rows, vocab;
 };
-const CeCase kCeCases[] = {{1, 1}, {1, 7}, {4, 1001}, {33, 512}, {3, 49152}};
+// Odd vocabularies take the scalar rows, multiples of 4 the float4 ones, up to 65536 (8196 and 32000: partial
+// strides of the CTA's 256 threads).
+const CeCase kCeCases[] = {{1, 1}, {1, 7}, {4, 1001}, {33, 512}, {2, 8196}, {5, 32000}, {3, 49152}, {2, 65536}};
 
 TEST(CudaTrainOps, CrossEntropyMatchesTheCpuAndItsMeanSums) {
     REQUIRE_GPU();
@@ -434,7 +461,8 @@ TEST(CudaTrainOps, EmbeddingBackwardIsBitExact) {
 // ---------------------------------------------------------------------------------------------------
 // AdamW
 
-// adamw_step_args + adamw_step_cuda against AdamW::step: bit for bit over several steps, one of them clipped.
+// adamw_step_args + adamw_step_cuda against AdamW::step: bit for bit over several steps, one of them clipped, on
+// the 4-element path with a tail and on the one-by-one path.
 TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
     REQUIRE_GPU();
     LlamaConfig c;
@@ -455,26 +483,49 @@ TEST(CudaTrainOps, AdamwIsBitIdenticalToTheCpuOverSeveralSteps) {
     std::vector<uint8_t> mask(size_t(n), 0);
     for (const ParamTensor& t : layout.tensors())
         std::fill(mask.begin() + t.offset, mask.begin() + t.offset + t.size(), uint8_t(t.weight_decay() ? 1 : 0));
-    DeviceBuffer<float> p = to_device(params), m = to_device(std::vector<float>(size_t(n), 0.0f)),
-                        v = to_device(std::vector<float>(size_t(n), 0.0f));
-    DeviceBuffer<uint8_t> d_mask = to_device(mask);
-    DeviceBuffer<uint16_t> p_bf16 = poisoned<uint16_t>(static_cast<size_t>(n));
-    DeviceBuffer<float> g(static_cast<size_t>(n));
+    // Two device copies: [0] aligned, each step in two calls split at n − 1 (the first ends in (n − 1) % 4 elements
+    // taken one by one, the second is a single element); [1] shifted by one element, so nothing is 16-byte aligned
+    // and every element takes the one-by-one path.
+    const auto shifted = [](const auto& host, int64_t offset) {
+        std::decay_t<decltype(host)> out(host.size() + static_cast<size_t>(offset));
+        std::copy(host.begin(), host.end(), out.begin() + offset);
+        return out;
+    };
+    const auto unshifted = [](const auto& host, int64_t offset) {
+        return std::decay_t<decltype(host)>(host.begin() + offset, host.end());
+    };
+    const std::vector<float> zeros(size_t(n), 0.0f);
+    DeviceBuffer<float> p[2] = {to_device(shifted(params, 0)), to_device(shifted(params, 1))};
+    DeviceBuffer<float> m[2] = {to_device(shifted(zeros, 0)), to_device(shifted(zeros, 1))};
+    DeviceBuffer<float> v[2] = {to_device(shifted(zeros, 0)), to_device(shifted(zeros, 1))};
+    DeviceBuffer<float> g[2] = {DeviceBuffer<float>(size_t(n)), DeviceBuffer<float>(size_t(n + 1))};
+    DeviceBuffer<uint8_t> d_mask[2] = {to_device(shifted(mask, 0)), to_device(shifted(mask, 1))};
+    DeviceBuffer<uint16_t> p_bf16[2] = {poisoned<uint16_t>(size_t(n)), poisoned<uint16_t>(size_t(n + 1))};
     for (int64_t t = 1; t <= 3; ++t) {
         std::vector<float> grads = gaussian_vector(n, 90 + uint64_t(t), 0.01f);
         for (size_t i = 0; i < grads.size(); i += 7) grads[i] *= 1000.0f;  // spread the magnitudes
         const double lr = 1e-3 * double(t);
         const float scale = t == 2 ? 0.37f : 1.0f;  // a clipped step
         cpu.step(params.data(), grads.data(), lr, scale);
-        g.upload(grads.data(), grads.size());
-        adamw_step_cuda(p.data(), g.data(), m.data(), v.data(), d_mask.data(), n, adamw_step_args(cfg, t, lr, scale),
-                        bf16_ptr(p_bf16));
+        const AdamwStepArgs a = adamw_step_args(cfg, t, lr, scale);
+        for (const int64_t o : {0, 1}) {
+            const std::vector<float> g_host = shifted(grads, o);
+            g[o].upload(g_host.data(), g_host.size());
+        }
+        const int64_t k = n - 1;
+        adamw_step_cuda(p[0].data(), g[0].data(), m[0].data(), v[0].data(), d_mask[0].data(), k, a, bf16_ptr(p_bf16[0]));
+        adamw_step_cuda(p[0].data() + k, g[0].data() + k, m[0].data() + k, v[0].data() + k, d_mask[0].data() + k, 1, a,
+                        bf16_ptr(p_bf16[0]) + k);
+        adamw_step_cuda(p[1].data() + 1, g[1].data() + 1, m[1].data() + 1, v[1].data() + 1, d_mask[1].data() + 1, n, a,
+                        bf16_ptr(p_bf16[1]) + 1);
         device_sync();
-        const std::string step = " step " + std::to_string(t);
-        EXPECT_TRUE(floats_equal(params, to_host(p), "AdamW params" + step));
-        EXPECT_TRUE(floats_equal(cpu.first_moment(), to_host(m), "AdamW m" + step));
-        EXPECT_TRUE(floats_equal(cpu.second_moment(), to_host(v), "AdamW v" + step));
-        EXPECT_TRUE(bf16_equal(to_bf16(params), to_host(p_bf16), "AdamW bf16 params" + step));
+        for (const int64_t o : {0, 1}) {
+            const std::string step = " step " + std::to_string(t) + (o ? " (unaligned)" : " (aligned)");
+            EXPECT_TRUE(floats_equal(params, unshifted(to_host(p[o]), o), "AdamW params" + step));
+            EXPECT_TRUE(floats_equal(cpu.first_moment(), unshifted(to_host(m[o]), o), "AdamW m" + step));
+            EXPECT_TRUE(floats_equal(cpu.second_moment(), unshifted(to_host(v[o]), o), "AdamW v" + step));
+            EXPECT_TRUE(bf16_equal(to_bf16(params), unshifted(to_host(p_bf16[o]), o), "AdamW bf16 params" + step));
+        }
     }
 }
 
