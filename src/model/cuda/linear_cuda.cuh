@@ -41,7 +41,8 @@ struct CudaMatrix {
     DeviceBuffer<float> f32;
     DeviceBuffer<__nv_bfloat16> bf16;
 
-    // Converts (BF16: round to nearest even, on the host) and copies; keeps the allocation when it fits.
+    // Copies (BF16: rounded to nearest even on the device, through a transient FP32 buffer); keeps the
+    // allocation when it fits.
     void upload(const float* host, int64_t rows, int64_t cols, CudaPrecision p, cudaStream_t stream = nullptr);
     bool empty() const { return rows == 0; }
     size_t bytes() const { return size_t(rows * cols) * (precision == CudaPrecision::bf16 ? 2 : 4); }

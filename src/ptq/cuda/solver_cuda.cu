@@ -619,8 +619,10 @@ double CudaSolverDevice::sweep(const SweepCall& call) const {
             const int64_t s_first = (i1 + span - 1) / span * span;
             if (s_first < i2) {  // bring the spans' columns up to date on the host, fit, send the grids
                 const int64_t s_last = (i2 - 1) / span * span, c_end = std::min(cols, s_last + span);
-                CUDA_CHECK(cudaMemcpy2DAsync(call.w + s_first, size_t(cols) * 4, dw + s_first, size_t(cols) * 4,
-                                             size_t(c_end - s_first) * 4, size_t(n), cudaMemcpyDeviceToHost, st));
+                if (i1 > 0)  // before the first block nothing has moved: the host's rows are current (per channel:
+                             // the whole matrix would come back for nothing)
+                    CUDA_CHECK(cudaMemcpy2DAsync(call.w + s_first, size_t(cols) * 4, dw + s_first, size_t(cols) * 4,
+                                                 size_t(c_end - s_first) * 4, size_t(n), cudaMemcpyDeviceToHost, st));
                 CUDA_CHECK(cudaStreamSynchronize(st));
                 call.fit_block(i1, i2);
                 upload_grids();
