@@ -335,7 +335,12 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         // The full-precision block, moved out (no copy of its gigabytes); bw keeps the norms and biases and gets
         // each projection's dequantized weights as it is solved.
         const BlockWeights fpw = std::move(bw);
-        bw = BlockWeights{fpw.attn_norm, {}, {}, {}, {}, fpw.bq, fpw.bk, fpw.bv, fpw.ffn_norm, {}, {}, {}};
+        bw = BlockWeights{};
+        bw.attn_norm = fpw.attn_norm;
+        bw.ffn_norm = fpw.ffn_norm;
+        bw.bq = fpw.bq;
+        bw.bk = fpw.bk;
+        bw.bv = fpw.bv;
         BlockStatistics st;
         if (calibrated) {
             const Clock::time_point tc = Clock::now();

@@ -146,9 +146,9 @@ void fit_rows_span(QuantizedWeight& out, int64_t row0, int64_t n, int64_t s0, co
 }
 
 // The column sweep of GPTQ over n rows (row-major, leading dimension cols; a scratch copy: the CPU leaves the
-// rows' last compensated values in it, a device need not write them back). Columns are visited in `order` (act-order permutation;
-// identity otherwise); u, p are in that order too. Codes go to out rows [row0, row0 + n) at the original
-// columns. Grids: when `fit_at_group`, each span's grids are fitted from the rows' current values when the
+// rows' last compensated values in it, a device need not write them back). Columns are visited in `order`
+// (act-order permutation; identity otherwise); u, p are in that order too. Codes go to out rows
+// [row0, row0 + n) at the original columns. Grids: when `fit_at_group`, each span's grids are fitted from the rows' current values when the
 // sweep reaches the span (h = H_in in original order); otherwise they must already be in `out`.
 // With p (F2, GPTAQ): W[:, c:] −= e⊗U[c, c:] − w_c⊗P[c, c:], w_c the column's pre-quantization value.
 // p_kept: the device holds P (and u) of input_id; u and p are then null.
