@@ -261,7 +261,7 @@ private:
     // cores (inputs rounded to 11 significant bits, FP32 accumulation), 8× the FP32 rate; the BF16 forward that
     // made these activations is coarser (8 bits). In FP32 precision they stay FP32 (SGEMM, SSYRK).
     bool tf32_products() const { return precision_ == CudaPrecision::bf16; }
-    // Column-major C (m × n, ldc) = alpha·op(A)·op(B) + beta·C over FP32 data, on the TF32 tensor cores when
+    // Column-major C (m × n, ldc) = op(A)·op(B) + beta·C over FP32 data, on the TF32 tensor cores when
     // tf32_products(), else SGEMM.
     void product(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc, const char* what) {
