@@ -1,7 +1,8 @@
 // test_ptq_pipeline.cpp — the PTQ pipeline around the solvers: calibration statistics against one-shot
 // products, RoPE averaging against explicit rotations, the block loop (every method on a tiny GGUF model),
 // row act-order (act_order_row) reaching q/k only and recorded, the GGUF export read back bit for bit,
-// resuming an interrupted run, and W·A quantization (--act-bits):
+// resuming an interrupted run, true-sequential statistics (by input, after the earlier layers were quantized),
+// and W·A quantization (--act-bits):
 // the calibration sees the activation-quantized path, the exports record it, eval's reader finds it.
 #include <gtest/gtest.h>
 
@@ -489,6 +490,149 @@ TEST(PtqPipeline, ResumedRunEqualsAnUninterruptedOne) {
     test::expect_error_mentions([&] { quantize_model(*reader, win, o, nullptr); }, "different run");
 }
 
+// --- true-sequential statistics ---
+
+// The statistics of the four inputs taken in four passes (the last one advancing Xfp) equal the one pass over
+// the whole block bit for bit, with the unmeasured fields left empty; a pass that does not advance Xfp leaves it
+// as it was, and after the four passes Xfp is where one whole pass leaves it.
+TEST(PtqCalibration, StatisticsByInputEqualTheWholeBlockAndXfpAdvancesOnce) {
+    const LlamaModel m = ptq_model();
+    const LlamaConfig& c = m.config;
+    const PtqOptions o = tiny_options(PtqMethod::turboboa, "q4_0");
+    const std::vector<int32_t> win = tiny_windows(c, o);
+    const int64_t S = o.calibration.samples, L = o.calibration.length;
+    const BlockWeights& b = m.weights.blocks[0];
+    const auto whole = cpu_calibration_paths(c, o.batch), by_input = cpu_calibration_paths(c, o.batch);
+    whole->embed(m, win, S, L, true);
+    by_input->embed(m, win, S, L, true);
+    std::vector<float> xq0, xfp0, xq, xfp;
+    by_input->save(xq0, xfp0);
+    const BlockStatistics all = whole->statistics(b, 0, BlockStatsOptions{true, true, true});
+    using Field = std::vector<float> BlockStatistics::*;
+    const std::vector<std::pair<BlockInput, std::vector<Field>>> fields = {
+        {attention_input,
+         {&BlockStatistics::h_attn, &BlockStatistics::h_out_q, &BlockStatistics::h_out_k, &BlockStatistics::h_v,
+          &BlockStatistics::d_attn, &BlockStatistics::d_v}},
+        {attention_output, {&BlockStatistics::h_o, &BlockStatistics::d_o}},
+        {mlp_input, {&BlockStatistics::h_ffn, &BlockStatistics::d_ffn}},
+        {mlp_hidden, {&BlockStatistics::h_down, &BlockStatistics::d_down}}};
+    for (size_t i = 0; i < fields.size(); ++i) {
+        BlockStatsOptions so{true, true, true};
+        so.inputs = fields[i].first;
+        so.advance_full_precision = i + 1 == fields.size();
+        const BlockStatistics part = by_input->statistics(b, 0, so, &b);
+        EXPECT_EQ(part.tokens, all.tokens);
+        for (const auto& [input, fs] : fields)
+            for (Field f : fs) {
+                if (input == fields[i].first) {
+                    ASSERT_FALSE((all.*f).empty());
+                    EXPECT_EQ(part.*f, all.*f) << "input " << int(input);
+                } else {
+                    EXPECT_TRUE((part.*f).empty()) << "pass " << i << " measured input " << int(input);
+                }
+            }
+        by_input->save(xq, xfp);
+        EXPECT_EQ(xq, xq0);  // statistics never advance Xq
+        if (!so.advance_full_precision) EXPECT_EQ(xfp, xfp0) << "pass " << i;
+    }
+    std::vector<float> xq_whole, xfp_whole;
+    whole->save(xq_whole, xfp_whole);
+    EXPECT_NE(xfp_whole, xfp0);
+    EXPECT_EQ(xfp, xfp_whole);
+}
+
+// GPTQ with true_sequential: q/k/v are solved from the same statistics as without it (nothing of the block is
+// quantized before them), while o and down get the Hessians of the inputs the partly quantized block gives them.
+// Checked by hand on block 0: the block forward with the run's own dequantized q/k/v (for o) or q/k/v/o/gate/up
+// (for down), the statistics over the same batches of windows, and solve_gptq on them give the run's codes.
+TEST(PtqPipeline, TrueSequentialStatisticsSeeTheLayersQuantizedBeforeThem) {
+    const LlamaModel m0 = ptq_model();
+    const std::string src = ptq_gguf(m0, "ptq_true_sequential_src.gguf");
+    const auto reader = ModelReader::open(src);
+    const LlamaModel fp = load_llama_model(*reader);
+    const LlamaConfig& c = fp.config;
+    PtqOptions o = tiny_options(PtqMethod::gptq, "q4_0");
+    const std::vector<int32_t> win = tiny_windows(c, o);
+    const QuantizedModel plain = quantize_model(*reader, win, o, nullptr);
+    o.true_sequential = true;
+    PtqReport rep;
+    const QuantizedModel seq = quantize_model(*reader, win, o, &rep);
+    EXPECT_TRUE(seq.record.true_sequential);
+    EXPECT_FALSE(plain.record.true_sequential);
+    ASSERT_EQ(rep.layers.size(), size_t(7 * c.n_layers));
+    for (const char* name : {"blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v"})
+        EXPECT_EQ(seq.linears.at(name).codes, plain.linears.at(name).codes) << name;
+    bool differs = false;
+    for (const char* name : {"blk.0.attn_output", "blk.0.ffn_gate", "blk.0.ffn_up", "blk.0.ffn_down"})
+        differs |= seq.linears.at(name).codes != plain.linears.at(name).codes;
+    EXPECT_TRUE(differs);
+
+    const int64_t S = o.calibration.samples, L = o.calibration.length, d = c.hidden_size;
+    const std::vector<float> x0 = embed_tokens(c, fp.weights.token_embd.data(), win.data(), BatchShape{S, L});
+    const BlockWeights& f0 = fp.weights.blocks[0];
+    const auto by_hand = [&](std::initializer_list<Projection> quantized, BlockInput input, Projection p) {
+        BlockWeights w = f0;
+        for (Projection q : quantized) projection_weight(w, q) = seq.linears.at(linear_name(0, q)).dequantize();
+        BlockStatsOptions so;
+        so.inputs = input;
+        BlockStatsAccumulator acc(c, so);
+        for (int64_t s0 = 0; s0 < S; s0 += o.batch) {
+            const BatchShape shape{std::min(o.batch, S - s0), L};
+            std::vector<float> x(x0.begin() + s0 * L * d, x0.begin() + (s0 + shape.n_seq) * L * d);
+            BlockScratch scratch;
+            block_forward(c, w, 0, x.data(), shape, scratch);
+            acc.add(scratch, nullptr, shape);
+        }
+        const BlockStatistics st = acc.finish(L);
+        LayerProblem pb;
+        pb.w = projection_weight(f0, p).data();
+        pb.rows = projection_out_features(c, p);
+        pb.cols = projection_in_features(c, p);
+        pb.h_in = p == Projection::o ? st.h_o.data() : st.h_down.data();
+        SolverOptions so2;
+        so2.grid = o.grid;
+        so2.damping = o.damping;
+        so2.dead_value = 1.0f / float(L);
+        return solve_gptq(pb, so2).codes;
+    };
+    using P = Projection;
+    EXPECT_EQ(by_hand({P::q, P::k, P::v}, attention_output, P::o), seq.linears.at("blk.0.attn_output").codes);
+    EXPECT_EQ(by_hand({P::q, P::k, P::v, P::o, P::gate, P::up}, mlp_hidden, P::down), seq.linears.at("blk.0.ffn_down").codes);
+    EXPECT_NE(by_hand({}, mlp_hidden, P::down), seq.linears.at("blk.0.ffn_down").codes);  // the full-precision block's
+
+    // Recorded in the GGUF metadata and the safetensors record.
+    const std::string out = test::temp_path("ptq_true_sequential.gguf");
+    export_quantized_gguf(seq, src, out, "q4_0");
+    EXPECT_TRUE(GgufFile::open(out).get_bool("lowbit.quantization.true_sequential"));
+    export_quantized_gguf(plain, src, out, "q4_0");
+    EXPECT_FALSE(GgufFile::open(out).get_bool("lowbit.quantization.true_sequential"));
+}
+
+// TurboBoA (F2: the full-precision path advances once per block, in the last pass) with true_sequential:
+// interrupted and resumed equals the uninterrupted run, and a checkpoint of the run without it is refused.
+TEST(PtqPipeline, TrueSequentialTurboBoaResumesAndIsNotMixedWithOtherCheckpoints) {
+    const LlamaModel m = ptq_model();
+    const std::string src = ptq_gguf(m, "ptq_true_sequential_resume_src.gguf");
+    const auto reader = ModelReader::open(src);
+    PtqOptions o = tiny_options(PtqMethod::turboboa, "q4_0");
+    const std::vector<int32_t> win = tiny_windows(m.config, o);
+    const QuantizedModel plain = quantize_model(*reader, win, o, nullptr);
+    o.true_sequential = true;
+    const QuantizedModel full = quantize_model(*reader, win, o, nullptr);
+    bool differs = false;
+    for (const auto& [name, qw] : full.linears) differs |= plain.linears.at(name).codes != qw.codes;
+    EXPECT_TRUE(differs);
+    PtqReport rep;
+    const QuantizedModel resumed = interrupted_then_resumed(*reader, win, o, "ptq_true_sequential.partial", &rep);
+    EXPECT_EQ(rep.resumed_from_block, 2);
+    for (const auto& [name, qw] : full.linears) EXPECT_EQ(resumed.linears.at(name).codes, qw.codes) << name;
+    PtqOptions other = o;
+    other.true_sequential = false;
+    other.checkpoint_dir = test::temp_path("ptq_true_sequential.partial");
+    other.resume = true;
+    test::expect_error_mentions([&] { quantize_model(*reader, win, other, nullptr); }, "different run");
+}
+
 // --- W·A quantization (--act-bits) ---
 
 // The CPU calibration paths, recording what the block loop hands the solvers: per block, the quantized path's
@@ -504,11 +648,12 @@ public:
     void embed(const LlamaModel& m, const std::vector<int32_t>& w, int64_t s, int64_t l, bool cross) override {
         inner_->embed(m, w, s, l, cross);
     }
-    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o) override {
+    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o,
+                               const BlockWeights* quantized_path) override {
         std::vector<float> xq, xfp;
         inner_->save(xq, xfp);
         rec_->xq.push_back(std::move(xq));
-        rec_->stats.push_back(inner_->statistics(fp, layer, o));
+        rec_->stats.push_back(inner_->statistics(fp, layer, o, quantized_path));
         return rec_->stats.back();
     }
     void propagate(const BlockWeights& q, int64_t layer) override { inner_->propagate(q, layer); }

@@ -38,7 +38,8 @@ struct QuantizeArgs {
     int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
     uint64_t seed = 0;
     double alpha = 0.25, damping = 0.01, checkpoint_every = 60;
-    bool sym = false, act_order = false, act_order_row = false, no_block_v = false, resume = false, quiet = false;
+    bool sym = false, act_order = false, act_order_row = false, true_sequential = false, no_block_v = false, resume = false;
+    bool quiet = false;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -112,6 +113,9 @@ void run_quantize(const QuantizeArgs& a) {
     o.block_v = !a.no_block_v;
     o.act_order = a.act_order;
     o.act_order_row = a.act_order_row;
+    LOWBIT_CHECK(!a.true_sequential || o.method != PtqMethod::rtn, ErrorKind::usage,
+                 "--true-sequential orders the calibration statistics; --method rtn takes none");
+    o.true_sequential = a.true_sequential;
     o.batch = a.batch;
     LOWBIT_CHECK(a.rotate == "none" || a.rotate == "hadamard", ErrorKind::usage, "--rotate {}: none | hadamard", a.rotate);
     o.rotate = a.rotate == "hadamard";
@@ -251,6 +255,7 @@ void run_quantize(const QuantizeArgs& a) {
         j["calibration"] = o.method == PtqMethod::rtn ? "" : o.calibration.describe();
         j["rotation"] = q.record.rotation;
         j["activations"] = q.record.activations;
+        j["true_sequential"] = q.record.true_sequential;
         j["seconds"] = rep.seconds;
         j["calibration_seconds"] = rep.calibration_seconds;
         if (rep.calibration_phases.forwards > 0)
@@ -306,6 +311,9 @@ void register_quantize_command(CLI::App& app) {
     cq->add_flag("--act-order-row", a->act_order_row,
                  "boa | turboboa: quantize the rows of each q/k head by descending diagonal of its output-side Hessian "
                  "H_out (other layers have none and are unaffected; refused with rtn and gptq)");
+    cq->add_flag("--true-sequential", a->true_sequential,
+                 "calibrated methods: each input's statistics (q/k/v, o, gate/up, down) taken after the block's earlier "
+                 "layers were quantized (GPTQ's --true-sequential): four calibration passes per block instead of one");
     cq->add_flag("--no-block-v", a->no_block_v, "BoA/TurboBoA: v with the plain input Hessian");
     cq->add_option("--batch", a->batch, "calibration windows per forward pass (default 4)");
     cq->add_option("--device", a->device, "cpu (default) | cuda: calibration forwards, statistics, factorizations and "

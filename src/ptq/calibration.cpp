@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -67,21 +68,21 @@ std::vector<int32_t> calibration_windows(const Tokenizer& tok, const Calibration
 
 BlockStatsAccumulator::BlockStatsAccumulator(const LlamaConfig& c, const BlockStatsOptions& o) : c_(c), o_(o) {
     const int64_t d = c.hidden_size, qd = c.q_dim(), f = c.ffn_size, hd = c.head_dim;
-    s_.h_attn.assign(size_t(d * d), 0.0f);
-    s_.h_o.assign(size_t(qd * qd), 0.0f);
-    s_.h_ffn.assign(size_t(d * d), 0.0f);
-    s_.h_down.assign(size_t(f * f), 0.0f);
-    if (o.attention_aware) {
+    for (const auto& [input, h, dd, n] : {std::tuple{attention_input, &s_.h_attn, &s_.d_attn, d},
+                                          std::tuple{attention_output, &s_.h_o, &s_.d_o, qd},
+                                          std::tuple{mlp_input, &s_.h_ffn, &s_.d_ffn, d},
+                                          std::tuple{mlp_hidden, &s_.h_down, &s_.d_down, f}}) {
+        if (!o.measures(input)) continue;
+        h->assign(size_t(n * n), 0.0f);
+        if (o.cross) dd->assign(size_t(n * n), 0.0f);
+    }
+    if (o.measures_h_out()) {
         c_k_.assign(size_t(c.n_kv_heads * hd * hd), 0.0f);
         c_q_.assign(size_t(c.n_heads * hd * hd), 0.0f);
     }
-    if (o.block_v) s_.h_v.assign(size_t(c.n_kv_heads * d * d), 0.0f);
-    if (o.cross) {
-        s_.d_attn.assign(size_t(d * d), 0.0f);
-        s_.d_o.assign(size_t(qd * qd), 0.0f);
-        s_.d_ffn.assign(size_t(d * d), 0.0f);
-        s_.d_down.assign(size_t(f * f), 0.0f);
-        if (o.block_v) s_.d_v.assign(size_t(c.n_kv_heads * d * d), 0.0f);
+    if (o.measures_block_v()) {
+        s_.h_v.assign(size_t(c.n_kv_heads * d * d), 0.0f);
+        if (o.cross) s_.d_v.assign(size_t(c.n_kv_heads * d * d), 0.0f);
     }
 }
 
@@ -90,17 +91,16 @@ void BlockStatsAccumulator::add(const BlockScratch& q, const BlockScratch* fp, B
     const int64_t rows = shape.rows(), d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), f = c_.ffn_size;
     const int64_t hd = c_.head_dim, T = shape.n_tok, group = c_.n_heads / c_.n_kv_heads;
     s_.tokens += rows;
-    add_gram(s_.h_attn, q.attn_in.data(), rows, d, d);
-    add_gram(s_.h_o, q.attn_ctx.data(), rows, qd, qd);
-    add_gram(s_.h_ffn, q.ffn_in.data(), rows, d, d);
-    add_gram(s_.h_down, q.ffn_act.data(), rows, f, f);
-    if (o_.cross) {
-        add_cross(s_.d_attn, fp->attn_in.data(), q.attn_in.data(), rows, d);
-        add_cross(s_.d_o, fp->attn_ctx.data(), q.attn_ctx.data(), rows, qd);
-        add_cross(s_.d_ffn, fp->ffn_in.data(), q.ffn_in.data(), rows, d);
-        add_cross(s_.d_down, fp->ffn_act.data(), q.ffn_act.data(), rows, f);
+    for (const auto& [input, h, dd, x, x_fp, n] :
+         {std::tuple{attention_input, &s_.h_attn, &s_.d_attn, &q.attn_in, fp ? &fp->attn_in : nullptr, d},
+          std::tuple{attention_output, &s_.h_o, &s_.d_o, &q.attn_ctx, fp ? &fp->attn_ctx : nullptr, qd},
+          std::tuple{mlp_input, &s_.h_ffn, &s_.d_ffn, &q.ffn_in, fp ? &fp->ffn_in : nullptr, d},
+          std::tuple{mlp_hidden, &s_.h_down, &s_.d_down, &q.ffn_act, fp ? &fp->ffn_act : nullptr, f}}) {
+        if (!o_.measures(input)) continue;
+        add_gram(*h, x->data(), rows, n, n);
+        if (o_.cross) add_cross(*dd, x_fp->data(), x->data(), rows, n);
     }
-    if (o_.attention_aware) {
+    if (o_.measures_h_out()) {
         for (int64_t g = 0; g < c_.n_kv_heads; ++g) {
             std::vector<float> tmp(size_t(hd * hd), 0.0f);
             add_gram(tmp, q.k.data() + g * hd, rows, hd, kvd);
@@ -112,7 +112,7 @@ void BlockStatsAccumulator::add(const BlockScratch& q, const BlockScratch* fp, B
             for (size_t i = 0; i < tmp.size(); ++i) c_q_[size_t(h * hd * hd) + i] += tmp[i];
         }
     }
-    if (o_.block_v) {
+    if (o_.measures_block_v()) {
         // Per (sequence, query head): AX = A_h·X (T × d); H_v[g] += AXᵀAX; F2: D_v[g] += (ÃX̃ − AX)ᵀ AX.
         std::vector<float> probs(size_t(T * T)), ax(size_t(T * d)), ax_fp(o_.cross ? size_t(T * d) : 0);
         for (int64_t sq = 0; sq < shape.n_seq; ++sq)
@@ -180,7 +180,7 @@ BlockStatistics finish_block_statistics(const LlamaConfig& c, const BlockStatsOp
     const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
     scale(s.h_v, f / double(group));  // mean over the query heads of a KV head
     scale(s.d_v, f / double(group));
-    if (o.attention_aware) {
+    if (o.measures_h_out()) {
         scale(c_k, f);
         scale(c_q, f);
         s.h_out_q.resize(size_t(c.n_heads * hd * hd));
@@ -220,17 +220,26 @@ public:
         if (cross) xfp_ = xq_;
     }
 
-    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o) override {
+    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o,
+                               const BlockWeights* quantized_path) override {
         const int64_t d = c_.hidden_size, L = length_;
         BlockStatsAccumulator acc(c_, o);
         BlockScratch sq, sfp;
-        std::vector<float> tmp;
-        const BlockLinears q_linears = quantized_path_linears(fp, layer);
+        std::vector<float> tmp, tmp_fp;
+        const BlockWeights& wq = quantized_path ? *quantized_path : fp;
+        const BlockLinears q_linears = quantized_path_linears(wq, layer);
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_) {
             const BatchShape shape{std::min(batch_, samples_ - s0), L};
-            if (o.cross) block_forward(c_, fp, layer, xfp_.data() + s0 * L * d, shape, sfp);  // Xfp advances here
+            if (o.cross) {
+                float* x_fp = xfp_.data() + s0 * L * d;  // Xfp advances here, or a copy of it runs the block
+                if (!o.advance_full_precision) {
+                    tmp_fp.assign(x_fp, x_fp + shape.rows() * d);
+                    x_fp = tmp_fp.data();
+                }
+                block_forward(c_, fp, layer, x_fp, shape, sfp);
+            }
             tmp.assign(xq_.begin() + s0 * L * d, xq_.begin() + (s0 + shape.n_seq) * L * d);
-            block_forward(c_, fp, q_linears, layer, tmp.data(), shape, sq);
+            block_forward(c_, wq, q_linears, layer, tmp.data(), shape, sq);
             if (acts_.format) quantize_linear_inputs(sq, shape.rows());
             acc.add(sq, o.cross ? &sfp : nullptr, shape);
         }

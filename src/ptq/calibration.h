@@ -35,12 +35,27 @@ struct CalibrationSpec {
 // [samples, length] token ids. Error(input) when the text has fewer than length + 1 tokens.
 std::vector<int32_t> calibration_windows(const Tokenizer& tok, const CalibrationSpec& spec);
 
+// The four distinct linear inputs of a block, one H_in (and D) each: the attention input (q, k, v — with it
+// H_out and block_v, which belong to q, k and v), the attention output (o), the MLP input (gate, up) and the
+// MLP's SwiGLU product (down). A bit set of them says which a statistics pass measures.
+enum BlockInput : uint8_t { attention_input = 1, attention_output = 2, mlp_input = 4, mlp_hidden = 8 };
+constexpr uint8_t kAllBlockInputs = attention_input | attention_output | mlp_input | mlp_hidden;
+
 struct BlockStatsOptions {
     bool attention_aware = false;  // H_out for q/k (BoA, TurboBoA)
     bool block_v = false;          // per-head value Hessians
     bool cross = false;            // F2's D (needs the full-precision path's scratch)
+    // Which inputs' statistics this pass takes (BlockInput bits; the others stay empty). True-sequential
+    // quantization takes one input at a time, each after the layers before it were quantized.
+    uint8_t inputs = kAllBlockInputs;
+    // F2: the full-precision path Xfp advances through the block in this pass (the block's last pass).
+    bool advance_full_precision = true;
+    bool measures(BlockInput i) const { return (inputs & i) != 0; }
+    bool measures_h_out() const { return attention_aware && measures(attention_input); }
+    bool measures_block_v() const { return block_v && measures(attention_input); }
 };
 
+// The inputs a pass did not measure (BlockStatsOptions::inputs) leave their fields empty.
 struct BlockStatistics {
     int64_t tokens = 0;
     std::vector<float> h_attn, h_o, h_ffn, h_down;   // [d,d], [qd,qd], [d,d], [f,f]
@@ -89,9 +104,12 @@ public:
     // Xq (and Xfp when `cross`) ← embeddings of `windows` ([samples, length]).
     virtual void embed(const LlamaModel& m, const std::vector<int32_t>& windows, int64_t samples, int64_t length,
                        bool cross) = 0;
-    // The statistics of block `layer` with its full-precision weights `fp` on Xq (and Xfp); advances Xfp
-    // through the block.
-    virtual BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o) = 0;
+    // The statistics of block `layer` on Xq (and Xfp) that `o` asks for. Xfp runs the full-precision weights
+    // `fp` and advances through the block when o.advance_full_precision; Xq runs `quantized_path` (true-sequential:
+    // the block with the projections quantized so far, the others full precision), or `fp` when null, and does
+    // not advance (propagate does).
+    virtual BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o,
+                                       const BlockWeights* quantized_path = nullptr) = 0;
     // Xq ← the block with weights `q` (the quantized ones) applied to Xq.
     virtual void propagate(const BlockWeights& q, int64_t layer) = 0;
     // The activations as host vectors (checkpoints), and back (resume); xfp empty without F2.

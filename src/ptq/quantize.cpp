@@ -164,7 +164,23 @@ std::string fingerprint(const ModelReader& r, const PtqOptions& o) {
            o.calibration.describe() + "|" + std::to_string(o.alpha) + "|" + std::to_string(o.row_block) + "|" +
            (o.rotate ? describe(o.rotation) : "none") + "|" + std::to_string(o.act_order) + "|" +
            std::to_string(o.block_v) + "|" + std::to_string(o.damping) + "|" + o.mix + "|" + o.activations.describe() +
-           (o.act_order_row ? "|act_order_row" : "");  // appended only when set: older checkpoints still resume
+           (o.act_order_row ? "|act_order_row" : "") +  // appended only when set: older checkpoints still resume
+           (o.true_sequential ? "|true_sequential" : "");
+}
+
+// A statistics pass of the block loop: the inputs it measures and the layers solved from them. One pass for
+// the whole block, or with true-sequential quantization one per input in the forward's order.
+struct StatisticsPass {
+    uint8_t inputs;
+    std::vector<Projection> layers;
+};
+
+std::vector<StatisticsPass> statistics_passes(bool true_sequential) {
+    if (!true_sequential) return {{kAllBlockInputs, {kProjections.begin(), kProjections.end()}}};
+    return {{attention_input, {Projection::q, Projection::k, Projection::v}},
+            {attention_output, {Projection::o}},
+            {mlp_input, {Projection::gate, Projection::up}},
+            {mlp_hidden, {Projection::down}}};
 }
 
 bool is_projection_layer(const std::string& linear, Projection p) {
@@ -263,6 +279,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     out.record.rotation = o.rotate ? describe(o.rotation) : "none";
     out.record.act_order = o.act_order;
     out.record.act_order_row = o.act_order_row;
+    out.record.true_sequential = o.method != PtqMethod::rtn && o.true_sequential;
     out.record.damping = o.damping;
     out.record.activations = o.activations.format ? o.activations.format->name : "none";
     PtqReport rep;
@@ -341,122 +358,136 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
         bw.bq = fpw.bq;
         bw.bk = fpw.bk;
         bw.bv = fpw.bv;
-        BlockStatistics st;
-        if (calibrated) {
-            const Clock::time_point tc = Clock::now();
-            st = paths->statistics(fpw, l, BlockStatsOptions{two_sided, block_v, cross});
-            rep.calibration_seconds += seconds_since(tc);
-        }
-        // The seven solves. F2's D = α·D_raw, scaled in place (the raw sums are not read again; gigabytes for 8B).
-        const auto alpha_scaled = [&](std::vector<float>& v) {
-            parallel_for(int64_t(v.size()), int64_t(1) << 18, [&](int64_t i0, int64_t i1) {
-                for (int64_t i = i0; i < i1; ++i) v[size_t(i)] *= float(o.alpha);
-            });
-            return std::move(v);
-        };
-        std::vector<float> d_attn, d_o, d_ffn, d_down, d_v;
-        if (cross) {
-            d_attn = alpha_scaled(st.d_attn);
-            d_o = alpha_scaled(st.d_o);
-            d_ffn = alpha_scaled(st.d_ffn);
-            d_down = alpha_scaled(st.d_down);
-            if (block_v) d_v = alpha_scaled(st.d_v);
-        }
-        // The device keeps copies of the block's statistics while the seven solves read them (released at the
-        // end of the block, also when a solve throws).
-        struct HeldInputs {
-            const SolverDevice* device;
-            ~HeldInputs() {
-                if (device) device->hold_inputs({});
-            }
-        } held{calibrated ? o.solver_device : nullptr};
-        if (held.device) {
-            std::vector<ConstMatF> mats;
-            for (const std::vector<float>* v : {&st.h_attn, &st.h_o, &st.h_ffn, &st.h_down, &st.h_v, &d_attn, &d_o, &d_ffn,
-                                                &d_down, &d_v})
-                if (!v->empty()) mats.emplace_back(v->data(), 1, int64_t(v->size()));
-            held.device->hold_inputs(mats);
-        }
+        // The statistics passes: one for the whole block, or with true_sequential one per input (q/k/v, o,
+        // gate/up, down), each on the quantized path with the layers before it already quantized (bw), so that a
+        // layer's Hessian is that of the inputs the quantized model gives it. The solves of a pass read only its
+        // statistics; they are released before the next pass.
+        const bool sequential = calibrated && o.true_sequential;
+        const std::vector<StatisticsPass> passes = statistics_passes(sequential);
+        if (sequential)  // the quantized path's block: full precision until a pass quantizes its layers
+            for (Projection p : {Projection::o, Projection::gate, Projection::up, Projection::down})
+                projection_weight(bw, p) = projection_weight(fpw, p);
         std::string block_bin;
         const bool write_block = !o.checkpoint_dir.empty() && (calibrated || o.spill_blocks);
-        FactorCache factors;  // q/k/v and gate/up share their H_in's factorization
-        for (Projection p : kProjections) {
-            const Clock::time_point tl = Clock::now();
-            const std::string name = linear_name(l, p);
-            const std::vector<float>& w = projection_weight(fpw, p);
-            LayerProblem pb;
-            pb.w = w.data();
-            pb.rows = projection_out_features(c, p);
-            pb.cols = projection_in_features(c, p);
-            pb.name = name;
-            const bool attn_in = p == Projection::q || p == Projection::k || p == Projection::v;
-            const bool ffn_in = p == Projection::gate || p == Projection::up;
+        for (size_t pass = 0; pass < passes.size(); ++pass) {
+            BlockStatistics st;
             if (calibrated) {
-                pb.h_in = attn_in ? st.h_attn.data()
-                          : p == Projection::o ? st.h_o.data()
-                          : ffn_in ? st.h_ffn.data()
-                                   : st.h_down.data();
-                if (cross)
-                    pb.d = attn_in ? d_attn.data() : p == Projection::o ? d_o.data() : ffn_in ? d_ffn.data() : d_down.data();
-                if (two_sided && (p == Projection::q || p == Projection::k)) {
-                    pb.h_out = p == Projection::q ? st.h_out_q.data() : st.h_out_k.data();
-                    pb.head_rows = c.head_dim;
+                const Clock::time_point tc = Clock::now();
+                BlockStatsOptions what{two_sided, block_v, cross};
+                what.inputs = passes[pass].inputs;
+                what.advance_full_precision = pass + 1 == passes.size();
+                st = paths->statistics(fpw, l, what, pass > 0 ? &bw : nullptr);
+                rep.calibration_seconds += seconds_since(tc);
+            }
+            // The pass's solves. F2's D = α·D_raw, scaled in place (the raw sums are not read again; gigabytes for 8B).
+            const auto alpha_scaled = [&](std::vector<float>& v) {
+                parallel_for(int64_t(v.size()), int64_t(1) << 18, [&](int64_t i0, int64_t i1) {
+                    for (int64_t i = i0; i < i1; ++i) v[size_t(i)] *= float(o.alpha);
+                });
+                return std::move(v);
+            };
+            std::vector<float> d_attn, d_o, d_ffn, d_down, d_v;
+            if (cross) {
+                d_attn = alpha_scaled(st.d_attn);
+                d_o = alpha_scaled(st.d_o);
+                d_ffn = alpha_scaled(st.d_ffn);
+                d_down = alpha_scaled(st.d_down);
+                if (block_v) d_v = alpha_scaled(st.d_v);
+            }
+            // The device keeps copies of the pass's statistics while its solves read them (released at the end of
+            // the pass, also when a solve throws).
+            struct HeldInputs {
+                const SolverDevice* device;
+                ~HeldInputs() {
+                    if (device) device->hold_inputs({});
                 }
-                if (block_v && p == Projection::v) {
-                    pb.h_in = nullptr;
-                    pb.h_in_heads = st.h_v.data();
-                    pb.head_rows = c.head_dim;
-                    if (cross) pb.d = d_v.data();
+            } held{calibrated ? o.solver_device : nullptr};
+            if (held.device) {
+                std::vector<ConstMatF> mats;
+                for (const std::vector<float>* v : {&st.h_attn, &st.h_o, &st.h_ffn, &st.h_down, &st.h_v, &d_attn, &d_o, &d_ffn,
+                                                    &d_down, &d_v})
+                    if (!v->empty()) mats.emplace_back(v->data(), 1, int64_t(v->size()));
+                held.device->hold_inputs(mats);
+            }
+            FactorCache factors;  // q/k/v and gate/up share their H_in's factorization
+            for (Projection p : passes[pass].layers) {
+                const Clock::time_point tl = Clock::now();
+                const std::string name = linear_name(l, p);
+                const std::vector<float>& w = projection_weight(fpw, p);
+                LayerProblem pb;
+                pb.w = w.data();
+                pb.rows = projection_out_features(c, p);
+                pb.cols = projection_in_features(c, p);
+                pb.name = name;
+                const bool attn_in = p == Projection::q || p == Projection::k || p == Projection::v;
+                const bool ffn_in = p == Projection::gate || p == Projection::up;
+                if (calibrated) {
+                    pb.h_in = attn_in ? st.h_attn.data()
+                              : p == Projection::o ? st.h_o.data()
+                              : ffn_in ? st.h_ffn.data()
+                                       : st.h_down.data();
+                    if (cross)
+                        pb.d = attn_in ? d_attn.data() : p == Projection::o ? d_o.data() : ffn_in ? d_ffn.data() : d_down.data();
+                    if (two_sided && (p == Projection::q || p == Projection::k)) {
+                        pb.h_out = p == Projection::q ? st.h_out_q.data() : st.h_out_k.data();
+                        pb.head_rows = c.head_dim;
+                    }
+                    if (block_v && p == Projection::v) {
+                        pb.h_in = nullptr;
+                        pb.h_in_heads = st.h_v.data();
+                        pb.head_rows = c.head_dim;
+                        if (cross) pb.d = d_v.data();
+                    }
                 }
+                const GridSpec g = o.per_tensor_grid ? o.per_tensor_grid(name, pb.rows, pb.cols) : o.grid;
+                SolverOptions so;
+                so.device = o.solver_device;
+                so.factor_cache = &factors;
+                so.grid = g;
+                so.sweep.act_order = o.act_order;
+                so.act_order_row = o.act_order_row;  // read by two-sided solves only
+                so.damping = o.damping;
+                so.dead_value = 1.0f / float(L);
+                SolveStats ss;
+                QuantizedWeight q;
+                switch (o.method) {
+                    case PtqMethod::rtn: q = solve_rtn(pb, g, &ss, o.solver_device); break;
+                    case PtqMethod::gptq: q = solve_gptq(pb, so, &ss); break;
+                    case PtqMethod::boa:
+                        so.row_block = 1;
+                        so.adaptive_grid = false;
+                        q = solve_turboboa(pb, so, &ss);
+                        break;
+                    case PtqMethod::turboboa:
+                        so.row_block = o.f1 ? o.row_block : 1;
+                        so.adaptive_grid = o.f3;
+                        so.refine_scales = o.f3;
+                        so.refine_iters = o.refine_iters;
+                        q = solve_turboboa(pb, so, &ss);
+                        break;
+                }
+                projection_weight(bw, p) = q.dequantize();
+                LayerReport lr;
+                lr.name = name;
+                lr.grid = g.describe();
+                lr.factor_seconds = ss.factor_seconds;
+                lr.sweep_seconds = ss.sweep_seconds;
+                lr.refine_seconds = ss.refine_seconds;
+                if (calibrated) {
+                    const Clock::time_point to = Clock::now();
+                    const LayerObjective obj = layer_objective_and_scale(pb, projection_weight(bw, p), o.solver_device);
+                    lr.loss = obj.objective;
+                    lr.rel_loss = obj.scale > 0 ? obj.objective / obj.scale : 0.0;
+                    lr.objective_seconds = seconds_since(to);
+                }
+                lr.damping = ss.damping;
+                lr.retries = ss.retries;
+                lr.dead = ss.dead;
+                lr.seconds = seconds_since(tl);
+                rep.layers.push_back(lr);
+                if (write_block) put_weight(block_bin, q);
+                out.linears[name] = std::move(q);
             }
-            const GridSpec g = o.per_tensor_grid ? o.per_tensor_grid(name, pb.rows, pb.cols) : o.grid;
-            SolverOptions so;
-            so.device = o.solver_device;
-            so.factor_cache = &factors;
-            so.grid = g;
-            so.sweep.act_order = o.act_order;
-            so.act_order_row = o.act_order_row;  // read by two-sided solves only
-            so.damping = o.damping;
-            so.dead_value = 1.0f / float(L);
-            SolveStats ss;
-            QuantizedWeight q;
-            switch (o.method) {
-                case PtqMethod::rtn: q = solve_rtn(pb, g, &ss, o.solver_device); break;
-                case PtqMethod::gptq: q = solve_gptq(pb, so, &ss); break;
-                case PtqMethod::boa:
-                    so.row_block = 1;
-                    so.adaptive_grid = false;
-                    q = solve_turboboa(pb, so, &ss);
-                    break;
-                case PtqMethod::turboboa:
-                    so.row_block = o.f1 ? o.row_block : 1;
-                    so.adaptive_grid = o.f3;
-                    so.refine_scales = o.f3;
-                    so.refine_iters = o.refine_iters;
-                    q = solve_turboboa(pb, so, &ss);
-                    break;
-            }
-            projection_weight(bw, p) = q.dequantize();
-            LayerReport lr;
-            lr.name = name;
-            lr.grid = g.describe();
-            lr.factor_seconds = ss.factor_seconds;
-            lr.sweep_seconds = ss.sweep_seconds;
-            lr.refine_seconds = ss.refine_seconds;
-            if (calibrated) {
-                const Clock::time_point to = Clock::now();
-                const LayerObjective obj = layer_objective_and_scale(pb, projection_weight(bw, p), o.solver_device);
-                lr.loss = obj.objective;
-                lr.rel_loss = obj.scale > 0 ? obj.objective / obj.scale : 0.0;
-                lr.objective_seconds = seconds_since(to);
-            }
-            lr.damping = ss.damping;
-            lr.retries = ss.retries;
-            lr.dead = ss.dead;
-            lr.seconds = seconds_since(tl);
-            rep.layers.push_back(lr);
-            if (write_block) put_weight(block_bin, q);
-            out.linears[name] = std::move(q);
         }
         if (calibrated) {  // propagate the quantized path
             const Clock::time_point tc = Clock::now();

@@ -3,7 +3,9 @@
 //   Xq ← embeddings of the calibration windows (Xfp ← the same, for F2)
 //   for each block: statistics of all seven linears from the full-precision block on Xq (and Xfp), then
 //   the linears quantized (q, k two-sided for BoA/TurboBoA; v with per-KV-head value Hessians; o and the
-//   MLP one-sided), then Xq ← quantized block(Xq), Xfp ← full-precision block(Xfp).
+//   MLP one-sided), then Xq ← quantized block(Xq), Xfp ← full-precision block(Xfp). With true_sequential
+//   (GPTQ's --true-sequential) the statistics are taken one input at a time — q/k/v, o, gate/up, down — each
+//   on Xq through the block with the layers before it already quantized.
 // Only one block's statistics are in flight (and, with stream_blocks, one block's FP32 weights: the others
 // are read when their turn comes and dropped to their codes after, and with spill_blocks the codes go to disk
 // too); the calibration activations are the rest of the memory. After every block its codes, and the state
@@ -49,6 +51,10 @@ struct PtqOptions {
     bool block_v = true;
     bool act_order = false;
     bool act_order_row = false;               // boa/turboboa q and k: rows by descending diag(H_out) per head
+    // Statistics per input in the forward's order (q/k/v, o, gate/up, down), each after the layers before it in
+    // the block were quantized: four statistics passes per block instead of one (GPTQ's --true-sequential;
+    // GPTQModel's default). Off: every statistic from the full-precision block, as TurboBoA's reference does.
+    bool true_sequential = false;
     double damping = 0.01;
     int refine_iters = 1;
     bool rotate = false;

@@ -27,6 +27,7 @@ struct QuantizationRecord {
                                        // (parse_activation_spec reads it back; `lowbit eval` applies it by default)
     bool act_order = false;
     bool act_order_row = false;  // rows of two-sided layers by descending diag(H_out) per head
+    bool true_sequential = false;  // statistics per input, after the block's earlier layers were quantized
     double damping = 0.01;
 };
 

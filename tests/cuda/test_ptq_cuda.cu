@@ -6,8 +6,9 @@
 //                     level tables, offsets), and equal in objective across lazy blocks (cuBLAS vs OpenBLAS
 //                     summation order only);
 //   cuda_calibration_paths  every block statistic (H_in, H_out, block_v, F2's D) and the propagated
-//                     activations vs cpu_calibration_paths, FP32;
-//   quantize_model    end to end on a tiny GGUF model with both devices: same codes nearly everywhere, same loss.
+//                     activations vs cpu_calibration_paths, FP32, whole blocks and the true-sequential passes;
+//   quantize_model    end to end on a tiny GGUF model with both devices (also true-sequential): same codes nearly
+//                     everywhere, same loss.
 #include "cuda_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
 #include <cmath>
@@ -418,6 +419,38 @@ TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
     }
 }
 
+// True-sequential passes: one input at a time on a quantized path that differs from the full-precision block
+// (its own upload), Xfp advanced only by the last pass; every measured statistic as the CPU's, the others empty,
+// and both paths' activations afterwards as the CPU's.
+TEST(PtqCuda, CalibrationStatisticsByInputMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    const LlamaModel m = ptq_model();
+    const auto [cpu, gpu] = both_paths(m, true, CudaPrecision::fp32);
+    const BlockWeights& fp = m.weights.blocks[0];
+    BlockWeights partly = fp;  // "q/k/v/o quantized"
+    for (std::vector<float>* w : {&partly.wq, &partly.wk, &partly.wv, &partly.wo})
+        for (float& v : *w) v *= 0.9f;
+    for (const BlockInput input : {attention_input, attention_output, mlp_input, mlp_hidden}) {
+        BlockStatsOptions so{true, true, true};
+        so.inputs = input;
+        so.advance_full_precision = input == mlp_hidden;
+        const BlockStatistics a = cpu->statistics(fp, 0, so, &partly);
+        const BlockStatistics b = gpu->statistics(fp, 0, so, &partly);
+        for (const auto& [name, pa, pb] :
+             {std::tuple{"h_attn", &a.h_attn, &b.h_attn}, std::tuple{"h_o", &a.h_o, &b.h_o},
+              std::tuple{"h_ffn", &a.h_ffn, &b.h_ffn}, std::tuple{"h_down", &a.h_down, &b.h_down},
+              std::tuple{"h_out_q", &a.h_out_q, &b.h_out_q}, std::tuple{"h_v", &a.h_v, &b.h_v},
+              std::tuple{"d_attn", &a.d_attn, &b.d_attn}, std::tuple{"d_o", &a.d_o, &b.d_o},
+              std::tuple{"d_ffn", &a.d_ffn, &b.d_ffn}, std::tuple{"d_down", &a.d_down, &b.d_down},
+              std::tuple{"d_v", &a.d_v, &b.d_v}}) {
+            ASSERT_EQ(pa->empty(), pb->empty()) << name << " input " << int(input);
+            if (!pa->empty()) EXPECT_LT(max_rel(*pb, *pa), name[0] == 'd' ? 1e-3 : 1e-4) << name << " input " << int(input);
+        }
+        EXPECT_FALSE(a.h_attn.empty() && a.h_o.empty() && a.h_ffn.empty() && a.h_down.empty());
+    }
+    expect_same_propagation(*cpu, *gpu, m, 0, 1e-5, 1e-5);
+}
+
 // BF16 calibration: the input Hessians are sums of the BF16 GEMM inputs on the tensor cores, so they equal
 // the FP32 statistics only to BF16 accuracy (8 significant bits per input, compounded through the block).
 TEST(PtqCuda, CalibrationStatisticsBf16NearCpu) {
@@ -509,9 +542,11 @@ TEST(PtqCuda, QuantizeModelMatchesCpu) {
     const int64_t S = 4, L = 32;
     const std::vector<int32_t> windows = test::random_tokens(S * L, m.config.vocab_size, 3);
     const CudaSolverDevice dev;
-    for (PtqMethod method : {PtqMethod::gptq, PtqMethod::turboboa}) {
+    for (const auto& [method, sequential] : {std::pair{PtqMethod::gptq, false}, std::pair{PtqMethod::turboboa, false},
+                                             std::pair{PtqMethod::gptq, true}, std::pair{PtqMethod::turboboa, true}}) {
         PtqOptions o;
         o.method = method;
+        o.true_sequential = sequential;
         o.grid = parse_grid("int3", 32, false);
         o.calibration.samples = S;
         o.calibration.length = L;
@@ -533,8 +568,8 @@ TEST(PtqCuda, QuantizeModelMatchesCpu) {
             loss_c += rc.layers[i].loss;
             loss_g += rg.layers[i].loss;
         }
-        std::printf("  %s: codes differing %lld of %lld, loss cpu %.6g gpu %.6g\n", ptq_method_name(method),
-                    (long long)differ, (long long)codes, loss_c, loss_g);
+        std::printf("  %s%s: codes differing %lld of %lld, loss cpu %.6g gpu %.6g\n", ptq_method_name(method),
+                    sequential ? " true-sequential" : "", (long long)differ, (long long)codes, loss_c, loss_g);
         EXPECT_LT(double(differ) / double(codes), 0.02) << ptq_method_name(method);
         EXPECT_NEAR(loss_g, loss_c, 0.02 * loss_c) << ptq_method_name(method);
     }

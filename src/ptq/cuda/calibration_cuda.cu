@@ -77,62 +77,70 @@ public:
         load(x, cross ? x : std::vector<float>(), samples, length);
     }
 
-    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o) override {
+    BlockStatistics statistics(const BlockWeights& fp, int64_t layer, const BlockStatsOptions& o,
+                               const BlockWeights* quantized_path) override {
         const cudaStream_t st = blas_.stream();
         const int64_t d = c_.hidden_size, qd = c_.q_dim(), kvd = c_.kv_dim(), f = c_.ffn_size, hd = c_.head_dim;
         const int64_t L = length_, nkv = c_.n_kv_heads;
         LOWBIT_CHECK(!o.cross || !xfp_empty_, ErrorKind::usage, "calibration: F2 statistics need the full-precision path");
-        // The full-precision path runs the block as loaded; the quantized path with activation-quantized linears
-        // when --act-bits asks (the CPU's quantized_path_linears).
-        const CudaBlockWeights& wq = upload_quantized_path(fp, layer);  // weights_ itself without --act-bits
-        if (acts_.format && o.cross) weights_.upload(c_, fp, layer, precision_, st);
-        const auto zeroed = [&](DeviceBuffer<float>& b, int64_t n) {
+        // The full-precision path runs the block as loaded; the quantized path `quantized_path` (or the block as
+        // loaded), with activation-quantized linears when --act-bits asks (the CPU's quantized_path_linears).
+        const CudaBlockWeights& wq =
+            upload_quantized_path(quantized_path ? *quantized_path : fp, layer, quantized_path != nullptr);
+        if (o.cross && &wq != &weights_) weights_.upload(c_, fp, layer, precision_, st);
+        const auto zeroed = [&](DeviceBuffer<float>& b, int64_t n, bool wanted) -> float* {
+            if (!wanted) return nullptr;
             b.grow(size_t(n));
             CUDA_CHECK(cudaMemsetAsync(b.data(), 0, size_t(n) * sizeof(float), st));
             return b.data();
         };
-        float* h_attn = zeroed(h_attn_, d * d);
-        float* h_o = zeroed(h_o_, qd * qd);
-        float* h_ffn = zeroed(h_ffn_, d * d);
-        float* h_down = zeroed(h_down_, f * f);
-        float* c_k = o.attention_aware ? zeroed(c_k_, nkv * hd * hd) : nullptr;
-        float* c_q = o.attention_aware ? zeroed(c_q_, c_.n_heads * hd * hd) : nullptr;
-        float* h_v = o.block_v ? zeroed(h_v_, nkv * d * d) : nullptr;
-        float *d_attn = nullptr, *d_o = nullptr, *d_ffn = nullptr, *d_down = nullptr, *d_v = nullptr;
-        if (o.cross) {
-            d_attn = zeroed(d_attn_, d * d);
-            d_o = zeroed(d_o_, qd * qd);
-            d_ffn = zeroed(d_ffn_, d * d);
-            d_down = zeroed(d_down_, f * f);
-            if (o.block_v) d_v = zeroed(d_v_, nkv * d * d);
-        }
+        const bool a_in = o.measures(attention_input), a_out = o.measures(attention_output);
+        const bool m_in = o.measures(mlp_input), m_hid = o.measures(mlp_hidden);
+        float* h_attn = zeroed(h_attn_, d * d, a_in);
+        float* h_o = zeroed(h_o_, qd * qd, a_out);
+        float* h_ffn = zeroed(h_ffn_, d * d, m_in);
+        float* h_down = zeroed(h_down_, f * f, m_hid);
+        float* c_k = zeroed(c_k_, nkv * hd * hd, o.measures_h_out());
+        float* c_q = zeroed(c_q_, c_.n_heads * hd * hd, o.measures_h_out());
+        float* h_v = zeroed(h_v_, nkv * d * d, o.measures_block_v());
+        float* d_attn = zeroed(d_attn_, d * d, o.cross && a_in);
+        float* d_o = zeroed(d_o_, qd * qd, o.cross && a_out);
+        float* d_ffn = zeroed(d_ffn_, d * d, o.cross && m_in);
+        float* d_down = zeroed(d_down_, f * f, o.cross && m_hid);
+        float* d_v = zeroed(d_v_, nkv * d * d, o.cross && o.measures_block_v());
         int64_t tokens = 0;
         clock_.mark(st, "upload");
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_) {
             const BatchShape shape{std::min(batch_, samples_ - s0), L};
             const int64_t rows = shape.rows();
             tokens += rows;
-            if (o.cross) cuda_block_forward(c_, weights_, layer, xfp_.data() + s0 * L * d, shape, sfp_, blas_);  // Xfp advances
+            if (o.cross) {
+                float* x_fp = xfp_.data() + s0 * L * d;  // Xfp advances here, or a copy of it runs the block
+                if (!o.advance_full_precision) {
+                    float* copy = tmp_fp_.grow(size_t(rows * d));
+                    CUDA_CHECK(cudaMemcpyAsync(copy, x_fp, size_t(rows * d) * 4, cudaMemcpyDeviceToDevice, st));
+                    x_fp = copy;
+                }
+                cuda_block_forward(c_, weights_, layer, x_fp, shape, sfp_, blas_);
+            }
             float* tmp = tmp_.grow(size_t(rows * d));
             CUDA_CHECK(cudaMemcpyAsync(tmp, xq_.data() + s0 * L * d, size_t(rows * d) * 4, cudaMemcpyDeviceToDevice, st));
             cuda_block_forward(c_, wq, layer, tmp, shape, sq_, blas_);
             if (acts_.format) quantize_linear_inputs(rows);
             clock_.mark(st, "forwards");
-            input_hessian(wq, h_attn, sq_.attn_in.data(), sq_.attn_in_bf16.data(), Projection::q, rows, d);
-            input_hessian(wq, h_o, sq_.attn_ctx.data(), sq_.attn_ctx_bf16.data(), Projection::o, rows, qd);
-            input_hessian(wq, h_ffn, sq_.ffn_in.data(), sq_.ffn_in_bf16.data(), Projection::gate, rows, d);
-            input_hessian(wq, h_down, sq_.ffn_act.data(), sq_.ffn_act_bf16.data(), Projection::down, rows, f);
-            if (o.cross) {
-                cross(d_attn, sfp_.attn_in.data(), sq_.attn_in.data(), rows, d);
-                cross(d_o, sfp_.attn_ctx.data(), sq_.attn_ctx.data(), rows, qd);
-                cross(d_ffn, sfp_.ffn_in.data(), sq_.ffn_in.data(), rows, d);
-                cross(d_down, sfp_.ffn_act.data(), sq_.ffn_act.data(), rows, f);
-            }
-            if (o.attention_aware) {
+            if (h_attn) input_hessian(wq, h_attn, sq_.attn_in.data(), sq_.attn_in_bf16.data(), Projection::q, rows, d);
+            if (h_o) input_hessian(wq, h_o, sq_.attn_ctx.data(), sq_.attn_ctx_bf16.data(), Projection::o, rows, qd);
+            if (h_ffn) input_hessian(wq, h_ffn, sq_.ffn_in.data(), sq_.ffn_in_bf16.data(), Projection::gate, rows, d);
+            if (h_down) input_hessian(wq, h_down, sq_.ffn_act.data(), sq_.ffn_act_bf16.data(), Projection::down, rows, f);
+            if (d_attn) cross(d_attn, sfp_.attn_in.data(), sq_.attn_in.data(), rows, d);
+            if (d_o) cross(d_o, sfp_.attn_ctx.data(), sq_.attn_ctx.data(), rows, qd);
+            if (d_ffn) cross(d_ffn, sfp_.ffn_in.data(), sq_.ffn_in.data(), rows, d);
+            if (d_down) cross(d_down, sfp_.ffn_act.data(), sq_.ffn_act.data(), rows, f);
+            if (c_k) {
                 for (int64_t g = 0; g < nkv; ++g) syrk(c_k + g * hd * hd, sq_.k.data() + g * hd, rows, hd, kvd);
                 for (int64_t h = 0; h < c_.n_heads; ++h) syrk(c_q + h * hd * hd, sq_.q.data() + h * hd, rows, hd, qd);
             }
-            if (o.block_v) value_hessians(h_v, d_v, shape);
+            if (h_v) value_hessians(h_v, d_v, shape);
             clock_.mark(st, "products");
             ptq_sample_device_memory();
         }
@@ -172,7 +180,7 @@ public:
 
     void propagate(const BlockWeights& q, int64_t layer) override {
         const int64_t d = c_.hidden_size, L = length_;
-        const CudaBlockWeights& wq = upload_quantized_path(q, layer);
+        const CudaBlockWeights& wq = upload_quantized_path(q, layer, false);
         clock_.mark(blas_.stream(), "upload");
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_)
             cuda_block_forward(c_, wq, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L},
@@ -235,13 +243,16 @@ private:
                                   CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx (BF16 Hessian)");
     }
-    // The quantized path's block: `b` with the activation-quantized linears of --act-bits, else dense.
-    const CudaBlockWeights& upload_quantized_path(const BlockWeights& b, int64_t layer) {
-        if (!acts_.format) {
+    // The quantized path's block: `b` with the activation-quantized linears of --act-bits, else dense; in
+    // weights_ (shared with the full-precision path) unless either those linears or `separate` (b is not the
+    // full-precision block) ask for weights_q_.
+    const CudaBlockWeights& upload_quantized_path(const BlockWeights& b, int64_t layer, bool separate) {
+        if (!acts_.format && !separate) {
             weights_.upload(c_, b, layer, precision_, blas_.stream());
             return weights_;
         }
-        weights_q_.upload(c_, b, layer, precision_, blas_.stream(), cuda_fake_quant_linears(QuantSpec{}, acts_));
+        weights_q_.upload(c_, b, layer, precision_, blas_.stream(),
+                          acts_.format ? cuda_fake_quant_linears(QuantSpec{}, acts_) : cuda_dense_linears());
         return weights_q_;
     }
     // The quantized path's linear inputs in the scratch replaced by what its linears multiplied, Qa(x) (the
@@ -345,7 +356,7 @@ private:
     DeviceBuffer<float> act_tmp_;
     FormatRoundtripScratch act_scratch_;
     CudaBlockScratch sq_, sfp_;
-    DeviceBuffer<float> xq_, xfp_, tmp_;
+    DeviceBuffer<float> xq_, xfp_, tmp_, tmp_fp_;
     bool xfp_empty_ = true;
     DeviceBuffer<float> h_attn_, h_o_, h_ffn_, h_down_, c_k_, c_q_, h_v_, d_attn_, d_o_, d_ffn_, d_down_, d_v_;
     DeviceBuffer<float> diff_, probs_, ax_, ax_fp_;
