@@ -5,12 +5,17 @@
 // Warm-up steps are excluded; each step synchronizes (the loss and gradient norm come back to the host).
 //
 //   bench_train [--shape base|smollm2|small|tiny] [--batch 16] [--seq 1024] [--steps 10] [--warmup 3]
-//               [--precision bf16,mxfp4-iht,…] [--profile] [--json PATH]
+//               [--precision bf16,mxfp4-iht,…] [--profile] [--mx-census] [--json PATH]
 // A precision written P:tensor-cores runs recipe P with its MXFP4 main products on the INT8 tensor cores
 // (Recipe::mx_tensor_cores) instead of the BF16 emulation (the engine's default).
 // --profile: a second pass of the same steps with the engine's phase clock on (CUDA events at phase
 // boundaries; trainer.h phase_seconds) prints where a step's time goes, with the FLOP floor of the GEMM and
 // attention phases at the 989 TFLOP/s peak next to it (the timed pass above runs without the events).
+// --mx-census: every precision runs as P:tensor-cores, and after the timed (and profiled) steps one more pass of
+// the same steps counts, per projection and slot summed over layers, the (operand, 128-line tile, 256-deep chunk)
+// triples of the INT8 GEMM outside its window against all its triples, and the 128 × 128 output tiles these sent to
+// the slow per-block path against all output tiles (Trainer::mx_census). The count adds one tiny kernel per
+// product, so the timed pass runs without it.
 //
 // Model FLOPs per token (the figure MFU divides by; PaLM's accounting with the causal half of attention):
 //   6·P_matmul + 6·n_layers·q_dim·T,  P_matmul = every projection and the LM head (d·vocab), T = sequence length
@@ -18,6 +23,7 @@
 // cuBLAS reaches ~780 of it on 8192³ here (bench/results), so MFU ≈ 0.8 is the GEMM-bound ceiling.
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -89,6 +95,82 @@ nlohmann::json print_profile(const std::map<std::string, double>& phases, const 
     return out;
 }
 
+nlohmann::json tally_json(const MxCensusTally& t) {
+    const auto fraction = [](int64_t part, int64_t all) {
+        return all > 0 ? nlohmann::json(double(part) / double(all)) : nlohmann::json();  // null: nothing counted
+    };
+    return {{"calls", t.calls},
+            {"units", t.units},
+            {"off_window", t.off_window},
+            {"off_window_fraction", fraction(t.off_window, t.units)},
+            {"output_tiles", t.output_tiles},
+            {"slow_tiles", t.slow_tiles},
+            {"slow_tile_fraction", fraction(t.slow_tiles, t.output_tiles)}};
+}
+
+// The MX tensor-core census of `steps` steps (Trainer::mx_census) summed over layers: two tables of projection ×
+// slot, the (operand, tile, chunk) triples outside the INT8 window / all triples, and the output tiles these sent to
+// the per-block path / all output tiles; "-" where no product ran on the tensor cores. Returns the same sums, the
+// totals and the per-layer entries as JSON.
+nlohmann::json print_mx_census(const std::vector<MxCensusEntry>& entries, int64_t steps) {
+    constexpr const char* kProjectionLabels[kProjectionCount] = {"q", "k", "v", "o", "gate", "up", "down"};
+    constexpr size_t kSlots = 3;
+    constexpr const char* kSlotLabels[kSlots] = {"fwd", "dgrad", "wgrad"};
+    // [projection][slot], with one more row and column for the sums over projections and over slots
+    std::array<std::array<MxCensusTally, kSlots + 1>, kProjectionCount + 1> sums{};
+    const auto add = [](MxCensusTally& into, const MxCensusTally& t) {
+        into.calls += t.calls;
+        into.units += t.units;
+        into.off_window += t.off_window;
+        into.output_tiles += t.output_tiles;
+        into.slow_tiles += t.slow_tiles;
+    };
+    nlohmann::json by_layer = nlohmann::json::array();
+    for (const MxCensusEntry& e : entries) {
+        const size_t p = size_t(e.projection), s = size_t(e.slot);
+        for (size_t row : {p, size_t(kProjectionCount)})
+            for (size_t col : {s, kSlots}) add(sums[row][col], e.tally);
+        nlohmann::json j = tally_json(e.tally);
+        j["layer"] = e.layer;
+        j["projection"] = kProjectionLabels[p];
+        j["slot"] = kSlotLabels[s];
+        by_layer.push_back(j);
+    }
+    const auto print_table = [&](const char* title, int64_t MxCensusTally::*part, int64_t MxCensusTally::*all) {
+        std::printf("  %s\n  %-6s %26s %26s %26s %26s\n", title, "proj", "fwd", "dgrad", "wgrad", "all slots");
+        for (size_t p = 0; p <= size_t(kProjectionCount); ++p) {
+            std::printf("  %-6s", p < size_t(kProjectionCount) ? kProjectionLabels[p] : "all");
+            for (size_t s = 0; s <= kSlots; ++s) {
+                const MxCensusTally& t = sums[p][s];
+                char cell[64] = "-";
+                if (t.*all > 0)
+                    std::snprintf(cell, sizeof cell, "%lld/%lld (%.1f%%)", (long long)(t.*part), (long long)(t.*all),
+                                  100.0 * double(t.*part) / double(t.*all));
+                std::printf(" %26s", cell);
+            }
+            std::printf("\n");
+        }
+        std::printf("\n");
+    };
+    std::printf("  MX tensor-core census over %lld steps, summed over layers\n", (long long)steps);
+    print_table("(operand, 128-line tile, 256-deep chunk) triples outside the INT8 window / all", &MxCensusTally::off_window,
+                &MxCensusTally::units);
+    print_table("128 x 128 output tiles on the per-block path / all", &MxCensusTally::slow_tiles, &MxCensusTally::output_tiles);
+    nlohmann::json table = nlohmann::json::array();
+    for (size_t p = 0; p <= size_t(kProjectionCount); ++p)
+        for (size_t s = 0; s <= kSlots; ++s) {
+            nlohmann::json j = tally_json(sums[p][s]);
+            j["projection"] = p < size_t(kProjectionCount) ? kProjectionLabels[p] : "all";
+            j["slot"] = s < kSlots ? kSlotLabels[s] : "all";
+            table.push_back(j);
+        }
+    return {{"steps", steps},
+            {"window_unit", "(operand, 128-line tile, 256-deep chunk) triple of the INT8-stage GEMM"},
+            {"by_projection_and_slot", table},
+            {"total", tally_json(sums[kProjectionCount][kSlots])},
+            {"by_layer", by_layer}};
+}
+
 std::vector<std::string> split(const std::string& s) {
     std::vector<std::string> out;
     std::stringstream ss(s);
@@ -101,11 +183,11 @@ std::vector<std::string> split(const std::string& s) {
 int main(int argc, char** argv) {
     std::string shape = "base", precisions = "bf16", json_path;
     int64_t batch = 16, seq = 1024, steps = 10, warmup = 3;
-    bool profile = false;
+    bool profile = false, mx_census = false;
     for (int i = 1; i < argc; i += 2) {
         const std::string k = argv[i];
-        if (k == "--profile") {
-            profile = true;
+        if (k == "--profile" || k == "--mx-census") {
+            (k == "--profile" ? profile : mx_census) = true;
             --i;
             continue;
         }
@@ -151,9 +233,10 @@ int main(int argc, char** argv) {
     for (const std::string& p : split(precisions)) {
         Recipe r;
         const std::string suffix = ":tensor-cores";  // the MX main products on the INT8 tensor cores
-        const bool tc = p.size() > suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0;
-        r.precision = parse_precision(tc ? p.substr(0, p.size() - suffix.size()) : p);
-        r.mx_tensor_cores = tc;
+        const bool suffixed = p.size() > suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0;
+        r.precision = parse_precision(suffixed ? p.substr(0, p.size() - suffix.size()) : p);
+        r.mx_tensor_cores = suffixed || mx_census;
+        const std::string label = r.mx_tensor_cores && !suffixed ? p + suffix : p;
         r.calibration_steps = int(warmup);  // AdaHOP: calibrate during the warm-up, time the planned steps
         auto trainer = make_cuda_trainer(cfg, r);
         double seconds = 0, loss = 0;
@@ -170,15 +253,21 @@ int main(int argc, char** argv) {
         const double mfu = tps * fpt / kPeakBf16;
         const double ratio = double(trainer->saved_operand_bytes()) / double(trainer->saved_operand_bytes_bf16());
         const double peak = double(trainer->peak_device_bytes()) / double(1ll << 30);
-        std::printf("%-14s %10.1f %12.0f %7.3f %10.1f %12.3f %10.4f\n", p.c_str(), ms, tps, mfu, peak, ratio, loss);
+        std::printf("%-14s %10.1f %12.0f %7.3f %10.1f %12.3f %10.4f\n", label.c_str(), ms, tps, mfu, peak, ratio, loss);
         std::fflush(stdout);
-        nlohmann::json row = {{"precision", p}, {"ms_per_step", ms}, {"tokens_per_s", tps}, {"mfu", mfu}, {"peak_gib", peak},
+        nlohmann::json row = {{"precision", label}, {"ms_per_step", ms}, {"tokens_per_s", tps}, {"mfu", mfu}, {"peak_gib", peak},
                               {"saved_operand_ratio", ratio}, {"loss", loss},
                               {"strategies", trainer->recipe().strategy_counts()}};
         if (profile) {
             trainer->set_profiling(true);
             for (int64_t s = 0; s < steps; ++s) trainer->step({inputs.data(), targets.data(), {batch, seq}});
             row["phases_ms_per_step"] = print_profile(trainer->phase_seconds(), cfg.model, batch, seq, steps);
+        }
+        if (mx_census) {
+            trainer->set_mx_census(true);
+            for (int64_t s = 0; s < steps; ++s) trainer->step({inputs.data(), targets.data(), {batch, seq}});
+            row["mx_census"] = print_mx_census(trainer->mx_census(), steps);
+            trainer->set_mx_census(false);
         }
         rows.push_back(row);
     }

@@ -95,6 +95,16 @@ struct PreparedOperandOf {
 
 using PreparedOperand = PreparedOperandOf<HostBuffer>;
 
+// One call site's tally in the census of the MX tensor-core GEMM (LpMatmulCuda::set_mx_census; CUDA only, declared
+// here so host-only code such as the Trainer interface can carry it).
+struct MxCensusTally {
+    int64_t calls = 0;         // main products run on the tensor cores
+    int64_t units = 0;         // their window units (MxGemmWindowGeometry; INT8 stages: (operand, tile, chunk) triples)
+    int64_t off_window = 0;    // of those, outside the window
+    int64_t output_tiles = 0;  // their 128 × 128 output tiles whose path the window decides (INT8 stages only)
+    int64_t slow_tiles = 0;    // of those, computed block by block over all of K (an A or B tile with a unit outside)
+};
+
 PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts);
 // c: M×N row-major. The operands must have been prepared for the same strategy, random signs and matching K.
 void lp_matmul_prepared(const PreparedOperand& a, const PreparedOperand& b, const LpMatmulOptions& opts, float* c);

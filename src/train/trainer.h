@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adahop/lp_matmul.h"
 #include "core/error.h"
 #include "train/backward_cpu.h"
 #include "train/recipe.h"
@@ -55,6 +56,17 @@ struct SlotError {
     std::array<double, kProbeStrategies.size()> error{};
 };
 
+// What the census of the MX tensor-core products (Recipe::mx_tensor_cores; LpMatmulCuda::set_mx_census) holds for
+// one slot of one block projection, over its products on the tensor cores since the census was switched on: their
+// INT8 window units ((operand, 128-line tile, 256-deep chunk) triples) and output tiles, and of those the units
+// outside the window and the tiles these sent to the GEMM's slow per-block path.
+struct MxCensusEntry {
+    int64_t layer = 0;
+    Projection projection = Projection::q;
+    Slot slot = Slot::fwd;
+    MxCensusTally tally;
+};
+
 class Trainer {
 public:
     virtual ~Trainer() = default;
@@ -87,6 +99,14 @@ public:
         (void)batch;
         throw Error(ErrorKind::usage, "the slot-error probe runs on the CUDA training engine only (--device cuda)");
     }
+    // The MX tensor-core census: on (tallies zeroed) or off; CUDA engine with Recipe::mx_tensor_cores only
+    // (Error(usage) otherwise). mx_census() returns one entry per block projection and slot (layer-major, then
+    // projection, then fwd/dgrad/wgrad), empty while off; it waits for the device. The products of step() and
+    // loss() count, a probe's do not.
+    virtual void set_mx_census(bool on) {
+        if (on) throw Error(ErrorKind::usage, "the MX tensor-core census runs on the CUDA training engine only (--device cuda)");
+    }
+    virtual std::vector<MxCensusEntry> mx_census() const { return {}; }
     // Peak device memory of the run so far (0 on the CPU).
     virtual int64_t peak_device_bytes() const = 0;
     // One line: device and linears, e.g. "cuda (NVIDIA H200 …), bf16 activations, recipe adahop-lv1".

@@ -1,8 +1,10 @@
 // test_cuda_lp_matmul.cu — lp_matmul on the GPU (adahop/cuda/lp_matmul_cuda.cuh) against the CPU's lp_matmul:
 // quantized operands bit for bit, products within FP32 summation-order tolerance, the identities that
-// hold without quantization, and the same with the random signs of the randomized Hadamard.
+// hold without quantization, and the same with the random signs of the randomized Hadamard; the census of the
+// tensor-core products' window against direct calls of the GEMM and a hand count.
 #include "adahop_test_util.h"  // first: it includes core/cuda_device.h, which prepares fmt for nvcc
 
+#include <cmath>
 #include <vector>
 
 #include "adahop/cuda/lp_matmul_cuda.cuh"
@@ -266,4 +268,138 @@ TEST(AdahopCuda, LpMatmulOfBf16OperandsMatchesCpu) {
                 }
     expect_error(ErrorKind::usage, [&] { gpu.matmul_prepared(pa, pb, LpMatmulOptions{}, LpMatmulOutput{}); });
     expect_error(ErrorKind::usage, [&] { gpu.matmul_prepared(pa, pb, LpMatmulOptions{}, LpMatmulOutput{nullptr, c16.data(), 1.0f}); });
+}
+
+namespace {
+
+// x[outer][kk] = ((7·outer + 13·kk) mod 17 − 8) / 8, stored with K along the columns (A, M × K) or the rows (B, K × N):
+// every 32 consecutive kk hold a −1, so every MX block of it has the same scale.
+std::vector<float> level_operand(int64_t rows, int64_t cols, Side side) {
+    std::vector<float> x(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            const int64_t outer = side == Side::left ? r : c, kk = side == Side::left ? c : r;
+            x[size_t(r * cols + c)] = float((7 * outer + 13 * kk) % 17 - 8) / 8.0f;
+        }
+    return x;
+}
+
+// Multiplies MX block `block` (along K) of outer line `outer` by 2^binades: its scale moves by exactly that much.
+void shift_block(std::vector<float>& x, int64_t cols, Side side, int64_t outer, int64_t block, int binades) {
+    for (int64_t kk = block * kMxBlock; kk < (block + 1) * kMxBlock; ++kk) {
+        float& v = side == Side::left ? x[size_t(outer * cols + kk)] : x[size_t(kk * cols + outer)];
+        v = std::ldexp(v, binades);
+    }
+}
+
+// mx_gemm_fp8_unfolded_blocks of one direct call on prepared operands, with a scratch of its own.
+unsigned direct_unfolded_count(const PreparedOperandCuda& a, const PreparedOperandCuda& b, MxGemmFold fold) {
+    MxGemmScratch scratch;
+    DeviceBuffer<float> c(size_t(a.rows * b.cols));
+    mx_gemm_fp8_cuda({a.codes.data(), a.scales.data(), a.element}, {b.codes.data(), b.scales.data(), b.element}, a.rows, b.cols,
+                     a.cols, c.data(), nullptr, 0, &scratch, fold);
+    return mx_gemm_fp8_unfolded_blocks(scratch);
+}
+
+}  // namespace
+
+// The census of the tensor-core products (LpMatmulCuda::set_mx_census) on MXFP4 operands whose block scales spread
+// in known places. M 200, K 544, N 300: A 2 tiles of 128 rows, B 3 tiles of 128 columns, K 3 chunks of 256 (the last
+// 32 deep, the rest padding), so (2 + 3) · 3 = 15 (operand, tile, chunk) triples and 2 · 3 = 6 output tiles per
+// product. A chunk whose live scales (per row of A, per tile of B) span more than 3 binades is outside the INT8
+// window; by hand 4 triples are, in A's tile 0 and B's tile 1, so only the output tiles (1, 0) and (1, 2) keep the
+// chained path: 4 slow. Each site adds exactly what the direct calls count (mx_gemm_fp8_unfolded_blocks), and
+// nothing is counted while the census is off, away from every site, or for products not on the tensor cores.
+TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
+    REQUIRE_GPU();
+    if (!cuda_tma_usable()) GTEST_SKIP() << "the tensor-core MX GEMM is the sm_90a kernel's";
+    const int64_t m = 200, k = 544, n = 300;
+    const std::vector<float> level_a = level_operand(m, k, Side::left), level_b = level_operand(k, n, Side::right);
+    std::vector<float> a = level_a, b = level_b;
+    // (line, block, binades)
+    shift_block(a, k, Side::left, 5, 9, 6);      // A tile 0, chunk 1: 6 binades → outside
+    shift_block(a, k, Side::left, 100, 2, -5);   // A tile 0, chunk 0: 5 binades → outside
+    shift_block(a, k, Side::left, 130, 3, 3);    // A tile 1, chunk 0: 3 binades, the window's edge → inside
+    shift_block(a, k, Side::left, 150, 12, -3);  // A tile 1, chunk 1: 3 binades → inside
+    shift_block(b, n, Side::right, 140, 5, 15);  // B tile 1, chunk 0: 15 binades → outside (unfolded for b_columns)
+    shift_block(b, n, Side::right, 200, 12, 4);  // B tile 1, chunk 1: 4 binades → outside
+    shift_block(b, n, Side::right, 10, 0, 2);    // B tile 0, chunk 0: 2 binades → inside
+    const int64_t off_by_hand = 4, triples_by_hand = (2 + 3) * 3, tiles_by_hand = 2 * 3, slow_by_hand = 4;
+    const auto da = to_device(a), db = to_device(b), dla = to_device(level_a), dlb = to_device(level_b);
+    LpMatmulCuda gpu;
+    gpu.set_tensor_core_mx(true, MxGemmFold::int8_stages);
+    const LpMatmulOptions o;
+    const PreparedOperandCuda pa = gpu.prepare(da.data(), m, k, Side::left, Strategy::plain, o);
+    const PreparedOperandCuda pb = gpu.prepare(db.data(), k, n, Side::right, Strategy::plain, o);
+    const PreparedOperandCuda la = gpu.prepare(dla.data(), m, k, Side::left, Strategy::plain, o);
+    const PreparedOperandCuda lb = gpu.prepare(dlb.data(), k, n, Side::right, Strategy::plain, o);
+    ASSERT_TRUE(gpu.uses_tensor_core_mx(pa, pb));
+    const unsigned per_call = direct_unfolded_count(pa, pb, MxGemmFold::int8_stages);
+    EXPECT_EQ(int64_t(per_call), off_by_hand);
+    EXPECT_EQ(direct_unfolded_count(la, lb, MxGemmFold::int8_stages), 0u);
+    const MxGemmWindowGeometry g =
+        mx_gemm_fp8_window_geometry(m, n, k, MxElement::e2m1, MxElement::e2m1, MxGemmFold::int8_stages);
+    EXPECT_EQ(g.units, triples_by_hand);
+    EXPECT_EQ(g.row_tiles * g.column_tiles, tiles_by_hand);
+    DeviceBuffer<float> c32(size_t(m * n));
+    DeviceBuffer<__nv_bfloat16> c16(size_t(m * n));
+
+    // Off (the default): products count nowhere, and there is no site to pick.
+    gpu.matmul_prepared(pa, pb, o, c32.data());
+    EXPECT_TRUE(gpu.mx_census().empty());
+    expect_error(ErrorKind::usage, [&] { gpu.set_mx_census_site(0); });
+
+    gpu.set_mx_census(2);
+    gpu.matmul_prepared(pa, pb, o, c32.data());  // no site picked yet
+    gpu.set_mx_census_site(0);
+    gpu.matmul_prepared(pa, pb, o, c32.data());
+    gpu.matmul_prepared(pa, pb, o, LpMatmulOutput{nullptr, c16.data(), 0.0f});  // the BF16 output as well
+    gpu.set_tensor_core_mx(false);
+    gpu.matmul_prepared(pa, pb, o, c32.data());  // emulated: not a tensor-core product
+    gpu.set_tensor_core_mx(true, MxGemmFold::int8_stages);
+    gpu.set_mx_census_site(1);
+    gpu.matmul_prepared(la, lb, o, c32.data());
+    gpu.set_mx_census_site(-1);
+    gpu.matmul_prepared(pa, pb, o, c32.data());
+    expect_error(ErrorKind::usage, [&] { gpu.set_mx_census_site(2); });
+    std::vector<MxCensusTally> tallies = gpu.mx_census();
+    ASSERT_EQ(tallies.size(), 2u);
+    EXPECT_EQ(tallies[0].calls, 2);
+    EXPECT_EQ(tallies[0].off_window, 2 * int64_t(per_call));
+    EXPECT_EQ(tallies[0].units, 2 * triples_by_hand);
+    EXPECT_EQ(tallies[0].output_tiles, 2 * tiles_by_hand);
+    EXPECT_EQ(tallies[0].slow_tiles, 2 * slow_by_hand);
+    EXPECT_EQ(tallies[1].calls, 1);
+    EXPECT_EQ(tallies[1].off_window, 0);
+    EXPECT_EQ(tallies[1].units, triples_by_hand);
+    EXPECT_EQ(tallies[1].output_tiles, tiles_by_hand);
+    EXPECT_EQ(tallies[1].slow_tiles, 0);
+
+    // B folded per (128-column tile, MX block): 3 · 17 pairs, one of them (tile 1, block 5) unfolded; no output tile
+    // is decided by the window. Switching the census on again zeroes it.
+    gpu.set_mx_census(1);
+    gpu.set_tensor_core_mx(true, MxGemmFold::b_columns);
+    gpu.set_mx_census_site(0);
+    gpu.matmul_prepared(pa, pb, o, c32.data());
+    tallies = gpu.mx_census();
+    ASSERT_EQ(tallies.size(), 1u);
+    EXPECT_EQ(tallies[0].calls, 1);
+    EXPECT_EQ(tallies[0].units, 3 * 17);
+    EXPECT_EQ(tallies[0].off_window, int64_t(direct_unfolded_count(pa, pb, MxGemmFold::b_columns)));
+    EXPECT_EQ(tallies[0].off_window, 1);
+    EXPECT_EQ(tallies[0].output_tiles, 0);
+    EXPECT_EQ(tallies[0].slow_tiles, 0);
+
+    // Without the sm_90a kernels the products are emulated: counted nowhere.
+    gpu.set_mx_census(1);
+    gpu.set_mx_census_site(0);
+    cuda_set_tma_allowed(false);
+    gpu.matmul_prepared(pa, pb, o, c32.data());
+    cuda_set_tma_allowed(true);
+    tallies = gpu.mx_census();
+    EXPECT_EQ(tallies[0].calls, 0);
+    EXPECT_EQ(tallies[0].off_window, 0);
+
+    gpu.set_mx_census(0);
+    EXPECT_TRUE(gpu.mx_census().empty());
 }

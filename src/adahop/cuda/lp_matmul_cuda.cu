@@ -1,6 +1,7 @@
 // lp_matmul_cuda.cu — GPU emulation of the low-precision GEMM: kernels for BF16 rounding/conversion and the
 // random signs along K, the cuBLAS products, and the orchestration of split → sign → rotate → quantize →
-// dequantize → GEMM → slivers (FP32 operands), or of the fused quantization straight from BF16 operands.
+// dequantize → GEMM → slivers (FP32 operands), or of the fused quantization straight from BF16 operands; the
+// census of the tensor-core products' window per call site.
 #include "adahop/cuda/lp_matmul_cuda.cuh"
 
 #include "core/cuda_blas.h"
@@ -138,6 +139,29 @@ void round_bf16(float* x, int64_t n, cudaStream_t s) {
 
 int k_axis(Side s) { return s == Side::left ? 1 : 0; }
 
+// One product's census into its call site's device tally, in stream order (the census never waits for the device):
+// tally[0] += its units outside the window (mx_gemm_fp8's per-call counter), tally[1] += its output tiles on the
+// per-block path: all row_tiles × column_tiles but those whose A tile and B tile are both flagged inside (INT8
+// stages; without flags, row_tiles = column_tiles = 0). Napkin math: ≤ a few hundred flags read once, ~µs.
+constexpr int kCensusThreads = 256;
+
+__global__ void __launch_bounds__(kCensusThreads)
+    add_census_kernel(const unsigned* off_window, const uint32_t* a_tile_ok, int row_tiles, const uint32_t* b_tile_ok,
+                      int column_tiles, unsigned long long* tally) {
+    unsigned long long ok_a = 0, ok_b = 0;
+    for (int i0 = 0; i0 < row_tiles; i0 += kCensusThreads) {
+        const int i = i0 + int(threadIdx.x);
+        ok_a += __syncthreads_count(i < row_tiles && a_tile_ok[i] != 0);
+    }
+    for (int i0 = 0; i0 < column_tiles; i0 += kCensusThreads) {
+        const int i = i0 + int(threadIdx.x);
+        ok_b += __syncthreads_count(i < column_tiles && b_tile_ok[i] != 0);
+    }
+    if (threadIdx.x != 0) return;
+    tally[0] += *off_window;
+    tally[1] += (unsigned long long)row_tiles * (unsigned long long)column_tiles - ok_a * ok_b;
+}
+
 }  // namespace
 
 struct LpMatmulCuda::State {
@@ -156,6 +180,25 @@ struct LpMatmulCuda::State {
     MxGemmScratch mx;                                        // the tensor-core MX GEMM's E4M3 copies
     bool tensor_core_mx = false;
     MxGemmFold mx_fold = MxGemmFold::b_columns;
+    // The census (set_mx_census): per site, calls, units and output tiles on the host; on the device
+    // census_counts[2·site] the units outside the window, [2·site + 1] the output tiles on the per-block path.
+    std::vector<MxCensusTally> census;
+    DeviceBuffer<unsigned long long> census_counts;
+    int census_site = -1;
+
+    // Tallies one product on the tensor cores, just enqueued with these sizes, at the current site.
+    void census_product(int64_t m, int64_t n, int64_t k, MxElement a, MxElement b) {
+        MxCensusTally& tally = census[size_t(census_site)];
+        const MxGemmWindowGeometry g = mx_gemm_fp8_window_geometry(m, n, k, a, b, mx_fold);
+        ++tally.calls;
+        tally.units += g.units;
+        tally.output_tiles += g.row_tiles * g.column_tiles;
+        if (g.units == 0) return;  // the call counted nothing: the counter is not this call's
+        add_census_kernel<<<1, kCensusThreads, 0, stream>>>(mx.unfolded.data(), mx.a_tile_ok.data(), int(g.row_tiles),
+                                                            mx.b_tile_ok.data(), int(g.column_tiles),
+                                                            census_counts.data() + 2 * census_site);
+        CUDA_CHECK(cudaGetLastError());
+    }
 
     const float* hadamard_matrix(int64_t n) {
         auto it = dense_hadamard.find(n);
@@ -180,6 +223,39 @@ cudaStream_t LpMatmulCuda::stream() const { return st_->stream; }
 void LpMatmulCuda::set_tensor_core_mx(bool on, MxGemmFold fold) {
     st_->tensor_core_mx = on;
     st_->mx_fold = fold;
+}
+
+void LpMatmulCuda::set_mx_census(int sites) {
+    if (sites < 0) cuda_usage_error("lp_matmul: the MX census needs a number of sites >= 0, got " + std::to_string(sites));
+    st_->census.assign(size_t(sites), MxCensusTally{});
+    st_->census_site = -1;
+    if (sites == 0) {
+        st_->census_counts.release();
+        return;
+    }
+    st_->census_counts.fit(2 * size_t(sites));
+    CUDA_CHECK(cudaMemsetAsync(st_->census_counts.data(), 0, st_->census_counts.bytes(), st_->stream));
+}
+
+void LpMatmulCuda::set_mx_census_site(int site) {
+    if (site < -1 || site >= int(st_->census.size()))
+        cuda_usage_error("lp_matmul: MX census site " + std::to_string(site) + " outside [-1, " +
+                         std::to_string(st_->census.size()) + ") (set_mx_census sets the number of sites; 0: off)");
+    st_->census_site = site;
+}
+
+std::vector<MxCensusTally> LpMatmulCuda::mx_census() const {
+    std::vector<MxCensusTally> tallies = st_->census;
+    if (tallies.empty()) return tallies;
+    std::vector<unsigned long long> counts(2 * tallies.size());
+    CUDA_CHECK(cudaMemcpyAsync(counts.data(), st_->census_counts.data(), st_->census_counts.bytes(), cudaMemcpyDeviceToHost,
+                               st_->stream));
+    CUDA_CHECK(cudaStreamSynchronize(st_->stream));
+    for (size_t i = 0; i < tallies.size(); ++i) {
+        tallies[i].off_window = int64_t(counts[2 * i]);
+        tallies[i].slow_tiles = int64_t(counts[2 * i + 1]);
+    }
+    return tallies;
 }
 
 bool LpMatmulCuda::uses_tensor_core_mx(const PreparedOperandCuda& a, const PreparedOperandCuda& b) const {
@@ -435,6 +511,7 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
         const bool to_bf16 = direct && out.bf16 != nullptr;
         mx_gemm_fp8_cuda({a.codes.data(), a.scales.data(), a.element}, {b.codes.data(), b.scales.data(), b.element}, m, n, k,
                          to_bf16 ? nullptr : c, to_bf16 ? out.bf16 : nullptr, stream, &st_->mx, st_->mx_fold);
+        if (st_->census_site >= 0) st_->census_product(m, n, k, a.element, b.element);
         stored = to_bf16;
     } else if (a.quantized && b.quantized && !a.nvfp4) {
         // MX values are exact in BF16: both operands dequantized in their stored order [outer][K], one TN product

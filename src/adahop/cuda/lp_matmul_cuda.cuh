@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "adahop/cuda/mx_gemm_fp8.cuh"
 #include "adahop/cuda/outlier_extraction.cuh"
@@ -78,6 +79,18 @@ public:
     // BF16 emulation (off, the default).
     void set_tensor_core_mx(bool on, MxGemmFold fold = MxGemmFold::b_columns);
     bool uses_tensor_core_mx(const PreparedOperandCuda& a, const PreparedOperandCuda& b) const;
+
+    // Census of the tensor-core products' window, per call site (MxCensusTally): how many of each product's window
+    // units (MxGemmWindowGeometry; INT8 stages: (operand, 128-line tile, 256-deep chunk) triples) fell outside the
+    // window (mx_gemm_fp8_unfolded_blocks), and how many of its output tiles that sent to the slow per-block path.
+    // Off by default: nothing is counted or launched. set_mx_census(sites) turns it on with `sites` zeroed tallies
+    // (0 turns it off); set_mx_census_site picks the tally the following main products add to (-1, the default:
+    // none). A product on the tensor cores at a site then adds its denominators on the host and enqueues one
+    // one-CTA kernel that adds the call's device counter and tile flags into the site's device tally (no
+    // synchronization). mx_census() synchronizes the stream and returns the tallies (empty when off).
+    void set_mx_census(int sites);
+    void set_mx_census_site(int site);
+    std::vector<MxCensusTally> mx_census() const;
 
     // C (m × n) = A (m × k) · B (k × n), row-major FP32 in and out; BF16 operands (values must be exact in
     // BF16 — callers round first) or FP32 ones.

@@ -850,16 +850,30 @@ void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t 
     pack(b, n, s.b_e4m3, s.b_scale_chunks, s.b_tile_ok, false);
 }
 
+// Which schedule the wgmma kernel runs for these element types under `fold` (the INT8 stages need MXFP4 on both
+// sides; B's folding needs MXFP4 B), and how many stages of kStageK it multiplies (the INT8 path whole chunks).
+struct WgmmaSchedule {
+    bool int8 = false, folded = false;
+    int k_stages = 0;
+};
+
+WgmmaSchedule wgmma_schedule(MxElement a, MxElement b, int64_t k, MxGemmFold fold) {
+    WgmmaSchedule w;
+    w.int8 = fold == MxGemmFold::int8_stages && a == MxElement::e2m1 && b == MxElement::e2m1;
+    w.folded = (fold == MxGemmFold::b_columns || fold == MxGemmFold::int8_stages) && !w.int8 && b == MxElement::e2m1;
+    const int k_blocks = int(k / kMxBlock);
+    w.k_stages = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage;
+    if (w.int8) w.k_stages = (w.k_stages + kInt8ChunkStages - 1) / kInt8ChunkStages * kInt8ChunkStages;
+    return w;
+}
+
 void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
                   __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch, MxGemmFold fold) {
     MxGemmScratch local;  // freed at return: its destructors wait for the device (only callers without scratch)
     MxGemmScratch& s = scratch ? *scratch : local;
-    const bool both_e2m1 = a.element == MxElement::e2m1 && b.element == MxElement::e2m1;
-    const bool int8 = fold == MxGemmFold::int8_stages && both_e2m1;
-    const bool folded = (fold == MxGemmFold::b_columns || fold == MxGemmFold::int8_stages) && !int8 && b.element == MxElement::e2m1;
-    const int k_blocks = int(k / kMxBlock);
-    int k_stages = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage;
-    if (int8) k_stages = (k_stages + kInt8ChunkStages - 1) / kInt8ChunkStages * kInt8ChunkStages;
+    const WgmmaSchedule schedule = wgmma_schedule(a.element, b.element, k, fold);
+    const bool int8 = schedule.int8, folded = schedule.folded;
+    const int k_blocks = int(k / kMxBlock), k_stages = schedule.k_stages;
     const uint8_t *a8 = nullptr, *b8 = nullptr, *a_chunks = nullptr, *b_chunks = nullptr;
     if (int8) {
         pack_int8_operands(a, b, m, n, k, k_stages, s, stream);
@@ -959,6 +973,21 @@ void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m,
     const dim3 grid(unsigned((n + kSimtTile - 1) / kSimtTile), unsigned((m + kSimtTile - 1) / kSimtTile));
     mx_gemm_simt_kernel<<<grid, dim3(kSimtTile, kSimtTile), 0, stream>>>(a, b, int(m), int(n), int(k / kMxBlock), c_f32, c_bf16);
     CUDA_CHECK(cudaGetLastError());
+}
+
+MxGemmWindowGeometry mx_gemm_fp8_window_geometry(int64_t m, int64_t n, int64_t k, MxElement a, MxElement b, MxGemmFold fold) {
+    MxGemmWindowGeometry g;
+    if (m <= 0 || n <= 0 || k <= 0 || !cuda_tma_usable()) return g;  // nothing launched, or the CUDA-core kernel
+    const WgmmaSchedule schedule = wgmma_schedule(a, b, k, fold);
+    const int64_t tiles_a = (m + kTileM - 1) / kTileM, tiles_b = (n + kTileN - 1) / kTileN;
+    if (schedule.int8) {
+        g.units = (tiles_a + tiles_b) * (schedule.k_stages / kInt8ChunkStages);  // pack_int8_kernel's chunks
+        g.row_tiles = tiles_a;
+        g.column_tiles = tiles_b;
+    } else if (schedule.folded) {
+        g.units = tiles_b * (k / kMxBlock);  // fold_b_kernel's tile-blocks (the padding past K never counts)
+    }
+    return g;
 }
 
 unsigned mx_gemm_fp8_unfolded_blocks(const MxGemmScratch& scratch) {

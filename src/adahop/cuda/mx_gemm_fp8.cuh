@@ -152,8 +152,25 @@ void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m,
 
 // Tile-blocks of B the last call with this scratch left unfolded (their scales span more than the E4M3 window,
 // or hold NaN; computed exactly by the per-column path); for int8_stages, the (operand, 128-line tile, chunk)
-// triples outside the INT8 window (their output tiles are promoted per block). Waits for the device.
+// triples outside the INT8 window (their output tiles are promoted per block). Waits for the device. The count
+// lives in scratch.unfolded[0], reset by every call that counts (MxGemmWindowGeometry::units > 0), so a caller may
+// also read it on the device, in stream order after the call (LpMatmulCuda's census does).
 unsigned mx_gemm_fp8_unfolded_blocks(const MxGemmScratch& scratch);
+
+// What a call mx_gemm_fp8_cuda(a, b, m, n, k, …, fold) with these element types checks against its window: the
+// denominators of what it counts. Host only.
+struct MxGemmWindowGeometry {
+    // Of mx_gemm_fp8_unfolded_blocks. INT8 stages (MXFP4 × MXFP4): (⌈M/128⌉ + ⌈N/128⌉) · ⌈K/256⌉ (operand, 128-line
+    // tile, 256-deep chunk) triples; B folded (MXFP4 B, fold b_columns, or int8_stages with MXFP8 A): ⌈N/128⌉ · K/32
+    // (128-column tile, MX block) pairs. 0 where a call counts nothing: fold none and MXFP8 B (the counter reads 0),
+    // an empty product and the CUDA-core kernel (cuda_tma_usable() false; both leave the counter as it was).
+    int64_t units = 0;
+    // INT8 stages only (else 0): A's 128-row tiles and B's 128-column tiles, whose first row_tiles / column_tiles
+    // entries of scratch.a_tile_ok / b_tile_ok the call sets (non-zero: every chunk of the tile inside the window).
+    // Output tile (i, j) takes the chained INT8 path when both flags are set, else the per-block path for all of K.
+    int64_t row_tiles = 0, column_tiles = 0;
+};
+MxGemmWindowGeometry mx_gemm_fp8_window_geometry(int64_t m, int64_t n, int64_t k, MxElement a, MxElement b, MxGemmFold fold);
 
 // E2M1 codes [rows][k/2] (two per byte, low nibble first) → the same values as E4M3 bytes [rows][k], exactly
 // (sign kept, −0 → 0x80). k % 32 == 0; both pointers 16-byte aligned.

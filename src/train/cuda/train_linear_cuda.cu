@@ -64,6 +64,9 @@ CudaTrainGemm::CudaTrainGemm(cudaStream_t stream) : st_(std::make_unique<State>(
 CudaTrainGemm::~CudaTrainGemm() = default;
 
 void CudaTrainGemm::set_tensor_core_mx(bool on, MxGemmFold fold) { st_->lp.set_tensor_core_mx(on, fold); }
+void CudaTrainGemm::set_mx_census(int sites) { st_->lp.set_mx_census(sites); }
+void CudaTrainGemm::set_mx_census_site(int site) { st_->lp.set_mx_census_site(site); }
+std::vector<MxCensusTally> CudaTrainGemm::mx_census() const { return st_->lp.mx_census(); }
 
 // In lp_matmul's terms C = A·B with A [M, K'] and B [K', N'] (K' the reduction): the BF16 tensors are A or Aᵀ
 // and B or Bᵀ as they lie in memory (prepare_bf16's t_transposed).

@@ -60,6 +60,10 @@ public:
 
     // The MX products on the tensor cores or by BF16 emulation (the default; LpMatmulCuda::set_tensor_core_mx).
     void set_tensor_core_mx(bool on, MxGemmFold fold = MxGemmFold::b_columns);
+    // The census of the tensor-core products' window per call site (LpMatmulCuda::set_mx_census: off by default).
+    void set_mx_census(int sites);
+    void set_mx_census_site(int site);
+    std::vector<MxCensusTally> mx_census() const;
 
     // AdaHOP's forward-time quantization (adahop.md §6): a tensor t [rows, cols] prepared now as the right
     // operand of a backward GEMM whose reduction runs along its rows — X [M, K] for wgrad (blocks along M),

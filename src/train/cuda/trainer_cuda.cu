@@ -22,6 +22,8 @@
 // probe_slot_errors (`--probe-every`) runs one more forward and backward with probe_ set: every projection slot
 // is also computed in BF16 and under each MXFP4 strategy (slot_relative_errors), with all inputs kept in BF16
 // and no detector labels recorded; the state, the saved-operand figures and the peak stay as they were.
+// set_mx_census (bench_train --mx-census): every projection slot is one site of LpMatmulCuda's census of the
+// tensor-core products' window, set before each of its GEMMs; a probe's products count nowhere.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -67,6 +69,12 @@ struct BlockState {
 // Whether a strategy's backward operand is kept quantized from the forward (adahop.md §6).
 bool keeps_prepared(Strategy s) { return s == Strategy::plain || s == Strategy::iht || s == Strategy::iht_oe_right; }
 
+// The MX census's sites: one per block projection and slot, layer-major, then projection, then fwd/dgrad/wgrad.
+constexpr int kSlotsPerProjection = 3;
+int census_site(int64_t layer, Projection p, Slot s) {
+    return int((layer * kProjectionCount + int64_t(p)) * kSlotsPerProjection + int64_t(s));
+}
+
 std::string step_prefix(int64_t step) { return "step " + std::to_string(step) + ": "; }
 
 class CudaTrainer final : public Trainer {
@@ -93,6 +101,8 @@ public:
     int64_t saved_operand_bytes_bf16() const override { return saved_bytes_bf16_; }
     int64_t peak_device_bytes() const override { return peak_bytes_; }
     void set_profiling(bool on) override { clock_.enable(on); }
+    void set_mx_census(bool on) override;
+    std::vector<MxCensusEntry> mx_census() const override;
     std::map<std::string, double> phase_seconds() const override { return clock_.totals(); }
     std::string describe() const override;
 
@@ -110,6 +120,11 @@ private:
     bool wgrad_keeps_prepared(int64_t layer, Projection p) const;
     void track_memory();
     void probe(int64_t layer, Projection p, Slot s, const bf16* a, const bf16* b, int64_t m, int64_t k, int64_t n);
+    // Where the following MX tensor-core products count while the census is on: `site`, or nowhere in a probe's
+    // forward and backward (its products are not the run's).
+    void count_census_at(int site) {
+        if (mx_census_on_) gemm_->set_mx_census_site(probe_ ? -1 : site);
+    }
 
     TrainConfig config_;
     ParamLayout layout_;
@@ -146,6 +161,7 @@ private:
     // probe_slot_errors: where this forward/backward records (null outside a probe) and its scratch.
     std::vector<SlotError>* probe_ = nullptr;
     SlotProbeScratch probe_scratch_;
+    bool mx_census_on_ = false;
     PhaseClock clock_;
     void mark(const char* phase) { clock_.mark(stream_, phase); }
 };
@@ -209,6 +225,26 @@ void CudaTrainer::set_state(const TrainerState& s) {
     t_ = s.steps_done;
     if (!s.recipe_state.is_null()) recipe_ = RecipeState::from_json(s.recipe_state, mc(), "training state");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaTrainer::set_mx_census(bool on) {
+    if (on && !recipe_.recipe().mx_tensor_cores)
+        cuda_usage_error("the MX census counts the tensor-core products: it needs a recipe with mx_tensor_cores on "
+                         "(bench_train: --precision P:tensor-cores)");
+    gemm_->set_mx_census(on ? int(mc().n_layers) * kProjectionCount * kSlotsPerProjection : 0);
+    mx_census_on_ = on;
+}
+
+std::vector<MxCensusEntry> CudaTrainer::mx_census() const {
+    const std::vector<MxCensusTally> tallies = gemm_->mx_census();
+    std::vector<MxCensusEntry> entries(tallies.size());
+    for (size_t i = 0; i < tallies.size(); ++i) {
+        entries[i].layer = int64_t(i) / (kProjectionCount * kSlotsPerProjection);
+        entries[i].projection = kProjections[i / kSlotsPerProjection % kProjectionCount];
+        entries[i].slot = Slot(i % kSlotsPerProjection);
+        entries[i].tally = tallies[i];
+    }
+    return entries;
 }
 
 std::string CudaTrainer::describe() const {
@@ -359,6 +395,7 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
                 detect(l, p, Operand::w, wp, n, k);
                 mark("adahop detector");
             }
+            count_census_at(census_site(l, p, Slot::fwd));
             gemm_->forward(mode(l, p, Slot::fwd), x, wp, R, k, n, y);
             mark("linear forward");
             if (probe_) probe(l, p, Slot::fwd, x, wp, R, k, n);
@@ -489,9 +526,11 @@ void CudaTrainer::backward() {
                 probe(l, p, Slot::wgrad, dy, x, R, k, n);
             }
             const TrainGemmMode dg = mode(l, p, Slot::dgrad), wg = mode(l, p, Slot::wgrad);
+            count_census_at(census_site(l, p, Slot::dgrad));
             if (b.has_saved_w[ip]) gemm_->backward_data(dg, dy, b.saved_w[ip], R, k, n, dx);
             else gemm_->backward_data(dg, dy, weight_bf16(w[p]), R, k, n, dx);
             mark("linear dgrad");
+            count_census_at(census_site(l, p, Slot::wgrad));
             if (b.has_saved_x[ip]) {
                 gemm_->backward_weight(wg, dy, b.saved_x[size_t(b.saved_x_from[ip])], R, k, n, grad_of(w[p]), 0.0f);
             } else {
