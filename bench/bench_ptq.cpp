@@ -6,7 +6,8 @@
 //
 //   bench_ptq --shape smollm2|llama-1b|llama-8b|llama-70b [--layers K] [--method gptq|turboboa|boa|rtn]
 //             [--features f1,f2,f3] [--format int4] [--group G] [--grid-search minmax|mse|hessian]
-//             [--calib-samples 128] [--calib-len 2048] [--calib-precision fp32|bf16] [--batch 4] [--json PATH]
+//             [--calib-samples 128] [--calib-len 2048] [--calib-precision fp32|bf16] [--batch 4] [--true-sequential]
+//             [--json PATH]
 //
 // Floors (written next to the times in the output): per block, the calibration forwards are
 // 2 passes · 2·T·P_block FLOP (T calibration tokens, P_block the block's projection parameters), the input
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
     std::string shape = "smollm2", method = "gptq", features = "f1,f2,f3", format = "int4", search = "minmax";
     std::string calib_precision = "bf16", json_path, commit = "unknown";
     int64_t layers = 0, group = 0, samples = 128, length = 2048, batch = 4;
+    bool true_sequential = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -139,6 +141,7 @@ int main(int argc, char** argv) {
         else if (a == "--calib-len") length = std::atoll(next().c_str());
         else if (a == "--calib-precision") calib_precision = next();
         else if (a == "--batch") batch = std::atoll(next().c_str());
+        else if (a == "--true-sequential") true_sequential = true;
         else if (a == "--json") json_path = next();
         else if (a == "--commit") commit = next();
         else {
@@ -165,6 +168,7 @@ int main(int argc, char** argv) {
         o.calibration.samples = samples;
         o.calibration.length = length;
         o.batch = batch;
+        o.true_sequential = true_sequential;
         o.stream_blocks = true;  // as lowbit quantize (since f503f4f; the runs before held the whole model)
         CudaSolverDevice dev;
         o.solver_device = &dev;
@@ -173,11 +177,11 @@ int main(int argc, char** argv) {
         std::vector<int32_t> windows(size_t(samples * length));
         for (size_t i = 0; i < windows.size(); ++i) windows[i] = int32_t((i * 2654435761ull + 12345) % uint64_t(c.vocab_size));
 
-        std::printf("bench_ptq: %s, %lld of %lld blocks, %s %s%s%s, %s, calibration %lldx%lld (%s forward), GPU %s\n",
+        std::printf("bench_ptq: %s, %lld of %lld blocks, %s %s%s%s, %s, calibration %lldx%lld (%s forward%s), GPU %s\n",
                     c.name.c_str(), (long long)c.n_layers, (long long)full_layers, method.c_str(),
                     o.grid.describe().c_str(), o.method == PtqMethod::turboboa ? " " : "", o.describe_features().c_str(),
                     search.c_str(), (long long)samples, (long long)length, calib_precision.c_str(),
-                    cuda_device_description().c_str());
+                    true_sequential ? ", true-sequential" : "", cuda_device_description().c_str());
         ptq_reset_peak_device_bytes();
         const auto t0 = std::chrono::steady_clock::now();
         PtqReport rep;
@@ -238,6 +242,7 @@ int main(int argc, char** argv) {
             j["features"] = o.describe_features();
             j["grid"] = o.grid.describe();
             j["grid_search"] = search;
+            j["true_sequential"] = true_sequential;
             j["calibration"] = {{"samples", samples}, {"length", length}, {"precision", calib_precision}};
             j["seconds"] = total;
             j["calibration_seconds"] = rep.calibration_seconds;

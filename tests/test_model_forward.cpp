@@ -1,7 +1,7 @@
 // test_model_forward.cpp — the CPU forward of the Llama-family model (model/forward_cpu.h): RMSNorm, RoPE
 // (pairings and llama3 scaling), GQA causal attention against a naive double-precision implementation, and
-// the forward's invariants: causality, block streaming, batching, the two RoPE pairings under the
-// converter's permutation, and out-of-vocabulary tokens.
+// the forward's invariants: causality, block streaming, stopping early, batching, the two RoPE pairings under
+// the converter's permutation, and out-of-vocabulary tokens.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -196,6 +196,34 @@ TEST(ModelForward, BlockAtATimeEqualsWholeForward) {
                               hidden.data() + (sq * T + 3) * c.hidden_size, T - 3,
                               logits.data() + sq * (T - 3) * c.vocab_size);
     EXPECT_EQ(logits, whole);
+}
+
+// A stopped forward computes what the full one computes up to its stop, bit for bit: the scratch of the linear
+// inputs (and q, k after RoPE) it reached equals the full forward's.
+TEST(ModelForward, StoppedBlockForwardEqualsTheFullOneUpToItsStop) {
+    const LlamaModel m = tiny_model(true, false);
+    const LlamaConfig& c = m.config;
+    const BatchShape shape{2, 7};
+    const std::vector<int32_t> tok = random_tokens(shape.rows(), c.vocab_size, 4);
+    const std::vector<float> x = embed_tokens(c, m.weights.token_embd.data(), tok.data(), shape);
+    std::vector<float> full_out = x;
+    BlockScratch full;
+    block_forward(c, m.weights.blocks[0], 0, full_out.data(), shape, full);
+    using F = std::vector<float> BlockScratch::*;
+    const std::vector<std::pair<BlockStop, std::vector<F>>> reached = {
+        {BlockStop::qkv, {&BlockScratch::attn_in, &BlockScratch::q, &BlockScratch::k, &BlockScratch::v}},
+        {BlockStop::attention, {&BlockScratch::attn_ctx}},
+        {BlockStop::mlp_input, {&BlockScratch::ffn_in}},
+        {BlockStop::mlp_hidden, {&BlockScratch::ffn_act}}};
+    std::vector<F> fields;
+    for (const auto& [stop, more] : reached) {
+        fields.insert(fields.end(), more.begin(), more.end());
+        std::vector<float> h = x;
+        BlockScratch s;
+        block_forward(c, m.weights.blocks[0], 0, h.data(), shape, s, stop);
+        for (F f : fields) EXPECT_EQ(s.*f, full.*f) << "stop " << int(stop);
+        EXPECT_NE(h, full_out) << "stop " << int(stop);  // the block's output is not there yet
+    }
 }
 
 TEST(ModelForward, BatchOfSequencesEqualsEachSequenceAlone) {

@@ -633,6 +633,45 @@ TEST(PtqPipeline, TrueSequentialTurboBoaResumesAndIsNotMixedWithOtherCheckpoints
     test::expect_error_mentions([&] { quantize_model(*reader, win, other, nullptr); }, "different run");
 }
 
+// --static-groups: every group's grid from the input W (on) instead of at each group from the compensated values
+// (off, the default of gptq and of turboboa with f3). Block 0's two-sided q/k are untouched (their grids follow
+// F3a either way), the one-sided layers change; the records and the GGUF say which. BoA and TurboBoA without f3
+// (fixed grids) are static, and refuse off. "At each group" is GPTQ's reference timing, at the start of the lazy
+// block of 128 columns that holds the group: only ffn_down's 256 columns span two lazy blocks here.
+TEST(PtqPipeline, StaticGroupsSwitchesTheGridTimingAndIsRecorded) {
+    LlamaModel m = ptq_model(3, 64);
+    m.config.ffn_size = 256;
+    m.weights = random_llama_weights(m.config, 3, 0.3f);
+    const std::string src = ptq_gguf(m, "ptq_static_groups_src.gguf");
+    const auto reader = ModelReader::open(src);
+    const std::vector<int32_t> win = tiny_windows(m.config, tiny_options(PtqMethod::gptq, "q4_0"));
+    for (PtqMethod method : {PtqMethod::gptq, PtqMethod::turboboa}) {
+        PtqOptions o = tiny_options(method, "q4_0");
+        const QuantizedModel at_group = quantize_model(*reader, win, o, nullptr);
+        o.static_groups = true;
+        const QuantizedModel q = quantize_model(*reader, win, o, nullptr);
+        const std::string what = ptq_method_name(method);
+        EXPECT_FALSE(at_group.record.static_groups) << what;
+        EXPECT_TRUE(q.record.static_groups) << what;
+        if (method == PtqMethod::turboboa)
+            for (const char* name : {"blk.0.attn_q", "blk.0.attn_k"})
+                EXPECT_EQ(q.linears.at(name).codes, at_group.linears.at(name).codes) << what << " " << name;
+        EXPECT_NE(q.linears.at("blk.0.ffn_down").codes, at_group.linears.at("blk.0.ffn_down").codes) << what;
+        const std::string out = test::temp_path("ptq_static_groups_" + what + ".gguf");
+        export_quantized_gguf(q, src, out, "q4_0");
+        EXPECT_TRUE(GgufFile::open(out).get_bool("lowbit.quantization.static_groups")) << what;
+        export_quantized_gguf(at_group, src, out, "q4_0");
+        EXPECT_FALSE(GgufFile::open(out).get_bool("lowbit.quantization.static_groups")) << what;
+    }
+    PtqOptions fixed = tiny_options(PtqMethod::turboboa, "q4_0");
+    fixed.f3 = false;
+    EXPECT_TRUE(quantize_model(*reader, win, fixed, nullptr).record.static_groups);
+    for (PtqOptions o : {tiny_options(PtqMethod::boa, "q4_0"), fixed}) {
+        o.static_groups = false;
+        test::expect_error_mentions([&] { quantize_model(*reader, win, o, nullptr); }, "adaptive grids");
+    }
+}
+
 // --- W·A quantization (--act-bits) ---
 
 // The CPU calibration paths, recording what the block loop hands the solvers: per block, the quantized path's

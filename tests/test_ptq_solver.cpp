@@ -838,6 +838,34 @@ TEST(TurboBoa, WholeHeadBlockIsGptq) {
     EXPECT_EQ(q.codes, solve_gptq(s.problem(), o).codes);
 }
 
+// One-sided layers: TurboBoA's solve is the GPTAQ sweep (then F3b). With static groups (the reference) every
+// group's grid comes from the input W first; with one_sided_static_groups off it is fitted at each group from the
+// compensated values, GPTQ's way (as GPTQ's reference: at the start of the lazy block that holds the group, so 256
+// columns = two lazy blocks of 128 make the difference); in fixed-grid mode they stay static regardless, and per
+// channel the two are the same.
+TEST(TurboBoa, OneSidedStaticGroupsSwitchIsGptaqsGridTiming) {
+    const Synthetic s = make_synthetic(16, 256, 8, 91, 0.5);
+    const LayerProblem p = s.problem(false, true);  // one-sided, with F2's D
+    for (const char* grid : {"int3", "q4_0"}) {
+        SolverOptions o = options(parse_grid(grid, 32));
+        SolverOptions gptq_static = o, gptq_at_group = o;
+        gptq_static.sweep.grids_up_front = true;
+        const QuantizedWeight reference = solve_turboboa(p, o);
+        EXPECT_EQ(reference.codes, solve_gptq(p, gptq_static).codes) << grid;
+        o.one_sided_static_groups = false;
+        const QuantizedWeight at_group = solve_turboboa(p, o);
+        EXPECT_EQ(at_group.codes, solve_gptq(p, gptq_at_group).codes) << grid;
+        EXPECT_NE(at_group.codes, reference.codes) << grid;  // compensation moved some group's range
+        o.adaptive_grid = false;
+        EXPECT_EQ(solve_turboboa(p, o).codes, reference.codes) << grid;
+    }
+    // Per channel there is one span per row, fitted at column 0 from the input either way.
+    SolverOptions pc = options(parse_grid("int3"));
+    const QuantizedWeight static_pc = solve_turboboa(p, pc);
+    pc.one_sided_static_groups = false;
+    EXPECT_EQ(solve_turboboa(p, pc).codes, static_pc.codes);
+}
+
 // Prop. 3.1 on inverse_cholesky's factor (C1): ΔW_R = U_BRᵀ·U_BB⁻ᵀ·ΔW_B equals the explicit solution of
 // the constrained least squares min tr(H ΔW H_in ΔWᵀ) s.t. ΔW_B fixed, solved densely over the Kronecker
 // system (H_RR ⊗ H_in)·x_R = −(H_RB ⊗ H_in)·x_B; and for the second block with U's trailing part (C2).

@@ -34,7 +34,7 @@ struct QuantizeArgs {
     std::string model, method = "turboboa", features = "f1,f2,f3", format, out, report, rotate = "none", tokenizer;
     std::string packing = "auto", mix;
     std::string calib_corpus = "sotu-train", calib_text, grid_search = "hessian", device = "cpu";
-    std::string calib_precision = "fp32", act_bits;
+    std::string calib_precision = "fp32", act_bits, static_groups;
     int64_t group = 0, calib_samples = 16, calib_len = 512, row_block = 16, batch = 4;
     uint64_t seed = 0;
     double alpha = 0.25, damping = 0.01, checkpoint_every = 60;
@@ -116,6 +116,16 @@ void run_quantize(const QuantizeArgs& a) {
     LOWBIT_CHECK(!a.true_sequential || o.method != PtqMethod::rtn, ErrorKind::usage,
                  "--true-sequential orders the calibration statistics; --method rtn takes none");
     o.true_sequential = a.true_sequential;
+    LOWBIT_CHECK(a.static_groups.empty() || a.static_groups == "on" || a.static_groups == "off", ErrorKind::usage,
+                 "--static-groups {}: on | off", a.static_groups);
+    if (!a.static_groups.empty()) o.static_groups = a.static_groups == "on";
+    LOWBIT_CHECK(a.static_groups != "off" || !a.act_order, ErrorKind::usage,
+                 "--static-groups off: --act-order fits every grid before the sweep (static groups); drop one");
+    LOWBIT_CHECK(a.static_groups != "off" || o.method == PtqMethod::gptq || (o.method == PtqMethod::turboboa && o.f3),
+                 ErrorKind::usage,
+                 "--static-groups off needs adaptive grids: --method gptq, or turboboa with f3 (--method {} fixes "
+                 "every grid from the original weights)",
+                 a.method);
     o.batch = a.batch;
     LOWBIT_CHECK(a.rotate == "none" || a.rotate == "hadamard", ErrorKind::usage, "--rotate {}: none | hadamard", a.rotate);
     o.rotate = a.rotate == "hadamard";
@@ -256,6 +266,7 @@ void run_quantize(const QuantizeArgs& a) {
         j["rotation"] = q.record.rotation;
         j["activations"] = q.record.activations;
         j["true_sequential"] = q.record.true_sequential;
+        j["static_groups"] = q.record.static_groups;
         j["seconds"] = rep.seconds;
         j["calibration_seconds"] = rep.calibration_seconds;
         if (rep.calibration_phases.forwards > 0)
@@ -314,6 +325,10 @@ void register_quantize_command(CLI::App& app) {
     cq->add_flag("--true-sequential", a->true_sequential,
                  "calibrated methods: each input's statistics (q/k/v, o, gate/up, down) taken after the block's earlier "
                  "layers were quantized (GPTQ's --true-sequential): four calibration passes per block instead of one");
+    cq->add_option("--static-groups", a->static_groups,
+                   "on: every group's grid fitted from the weights before the compensation sweep; off: each group's grid "
+                   "fitted when the sweep reaches it, from the compensated weights (default: off for gptq and for "
+                   "turboboa with f3, on for boa and turboboa without f3; per-channel grids are the same either way)");
     cq->add_flag("--no-block-v", a->no_block_v, "BoA/TurboBoA: v with the plain input Hessian");
     cq->add_option("--batch", a->batch, "calibration windows per forward pass (default 4)");
     cq->add_option("--device", a->device, "cpu (default) | cuda: calibration forwards, statistics, factorizations and "

@@ -186,7 +186,7 @@ void add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n) {
 }  // namespace
 
 void block_forward(const LlamaConfig& c, const BlockWeights& b, const BlockLinears& lin, int64_t layer, float* hidden,
-                   BatchShape shape, BlockScratch& s) {
+                   BatchShape shape, BlockScratch& s, BlockStop stop) {
     LOWBIT_CHECK(shape.n_seq > 0 && shape.n_tok > 0, ErrorKind::usage, "block {}: empty batch ({} x {})", layer,
                  shape.n_seq, shape.n_tok);
     const int64_t rows = shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
@@ -220,20 +220,24 @@ void block_forward(const LlamaConfig& c, const BlockWeights& b, const BlockLinea
     if (lin.kv_cache.format)  // what a quantized KV cache would hold: one grid per token and KV head
         for (std::vector<float>* kv : {&s.k, &s.v})
             *kv = quantize_activations(lin.kv_cache, ConstMatF(kv->data(), rows * c.n_kv_heads, c.head_dim));
+    if (stop == BlockStop::qkv) return;
     attention_causal(s.q.data(), s.k.data(), s.v.data(), shape, c.n_heads, c.n_kv_heads, c.head_dim, s.attn_ctx.data());
+    if (stop == BlockStop::attention) return;
     lin[Projection::o].forward(mat(s.attn_ctx, qd), h, 1.0f);  // residual add fused (beta = 1)
 
     // SwiGLU MLP.
     rms_norm_rows(hidden, b.ffn_norm.data(), rows, d, c.rms_eps, s.ffn_in.data());
+    if (stop == BlockStop::mlp_input) return;
     lin[Projection::gate].forward(mat(s.ffn_in, d), mat(s.ffn_act, f));
     lin[Projection::up].forward(mat(s.ffn_in, d), mat(s.up, f));
     swiglu(s.ffn_act.data(), s.up.data(), rows * f, s.ffn_act.data());
+    if (stop == BlockStop::mlp_hidden) return;
     lin[Projection::down].forward(mat(s.ffn_act, f), h, 1.0f);
 }
 
 void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, float* hidden, BatchShape shape,
-                   BlockScratch& scratch) {
-    block_forward(c, b, dense_linears()(c, b, layer), layer, hidden, shape, scratch);
+                   BlockScratch& scratch, BlockStop stop) {
+    block_forward(c, b, dense_linears()(c, b, layer), layer, hidden, shape, scratch, stop);
 }
 
 void final_norm_and_logits(const LlamaConfig& c, const float* output_norm, const float* output_matrix,

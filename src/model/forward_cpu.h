@@ -86,15 +86,21 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 // hidden [rows, d] = token_embd[tokens]; fails (input) on a token id outside the vocabulary.
 std::vector<float> embed_tokens(const LlamaConfig& c, const float* token_embd, const int32_t* tokens, BatchShape shape);
 
+// Where a block forward may stop (CPU and CUDA): after q, k, v with RoPE; after the attention context; after the
+// MLP input (o's residual added, the MLP norm); after the SwiGLU product; or at the end, the block's output in
+// hidden. A stopped forward leaves hidden partly updated and the later scratch stale — for callers that read only
+// the scratch up to that point (PTQ's true-sequential statistics passes).
+enum class BlockStop : uint8_t { qkv, attention, mlp_input, mlp_hidden, end };
+
 // One transformer block, in place on hidden [rows, d]:
 //   h = x + Wo·attn(rope(Wq·n(x)+bq), rope(Wk·n(x)+bk), Wv·n(x)+bv);  x' = h + Wdown·(silu(Wgate·n(h)) ⊙ Wup·n(h))
 // The projections run through `linears`; `b` gives the norms and biases. `layer` is used in messages only.
 // With linears.kv_cache, attention reads (and the scratch keeps) the quantized keys and values.
 void block_forward(const LlamaConfig& c, const BlockWeights& b, const BlockLinears& linears, int64_t layer, float* hidden,
-                   BatchShape shape, BlockScratch& scratch);
+                   BatchShape shape, BlockScratch& scratch, BlockStop stop = BlockStop::end);
 // The same with dense linears over b's own weights.
 void block_forward(const LlamaConfig& c, const BlockWeights& b, int64_t layer, float* hidden, BatchShape shape,
-                   BlockScratch& scratch);
+                   BlockScratch& scratch, BlockStop stop = BlockStop::end);
 
 // logits [n_rows, vocab] = RMSNorm(hidden rows)·output_norm · outputᵀ. Pass a sub-range of the hidden
 // rows to compute only the logits that are needed (evaluation scores the second half of each window).

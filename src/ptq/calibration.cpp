@@ -236,10 +236,10 @@ public:
                     tmp_fp.assign(x_fp, x_fp + shape.rows() * d);
                     x_fp = tmp_fp.data();
                 }
-                block_forward(c_, fp, layer, x_fp, shape, sfp);
+                block_forward(c_, fp, layer, x_fp, shape, sfp, o.advance_full_precision ? BlockStop::end : o.forward_stop());
             }
             tmp.assign(xq_.begin() + s0 * L * d, xq_.begin() + (s0 + shape.n_seq) * L * d);
-            block_forward(c_, wq, q_linears, layer, tmp.data(), shape, sq);
+            block_forward(c_, wq, q_linears, layer, tmp.data(), shape, sq, o.forward_stop());  // Xq does not advance
             if (acts_.format) quantize_linear_inputs(sq, shape.rows());
             acc.add(sq, o.cross ? &sfp : nullptr, shape);
         }

@@ -53,6 +53,13 @@ struct BlockStatsOptions {
     bool measures(BlockInput i) const { return (inputs & i) != 0; }
     bool measures_h_out() const { return attention_aware && measures(attention_input); }
     bool measures_block_v() const { return block_v && measures(attention_input); }
+    // How far a block forward must run for the scratch this pass reads (the last input it measures).
+    BlockStop forward_stop() const {
+        return measures(mlp_hidden) ? BlockStop::mlp_hidden
+               : measures(mlp_input) ? BlockStop::mlp_input
+               : measures(attention_output) ? BlockStop::attention
+                                            : BlockStop::qkv;
+    }
 };
 
 // The inputs a pass did not measure (BlockStatsOptions::inputs) leave their fields empty.

@@ -76,6 +76,7 @@ GgufExportReport export_quantized_gguf(const QuantizedModel& q, const std::strin
     w.set_bool("lowbit.quantization.act_order", r.act_order);
     w.set_bool("lowbit.quantization.act_order_row", r.act_order_row);
     w.set_bool("lowbit.quantization.true_sequential", r.true_sequential);
+    w.set_bool("lowbit.quantization.static_groups", r.static_groups);
     w.set_f32("lowbit.quantization.damping", float(r.damping));
     w.set_string(kGgufActivationsKey, r.activations);
     const bool rotated = r.rotation != "none";

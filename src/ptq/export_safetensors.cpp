@@ -26,8 +26,8 @@ float round_to_fp16(float x) {
 nlohmann::json record_json(const QuantizationRecord& r) {
     return {{"method", r.method},       {"features", r.features}, {"format", r.format},
             {"calibration", r.calibration}, {"rotation", r.rotation}, {"act_order", r.act_order},
-            {"act_order_row", r.act_order_row}, {"true_sequential", r.true_sequential}, {"damping", r.damping},
-            {"activations", r.activations}};
+            {"act_order_row", r.act_order_row}, {"true_sequential", r.true_sequential},
+            {"static_groups", r.static_groups}, {"damping", r.damping}, {"activations", r.activations}};
 }
 
 SafetensorsWriteTensor int32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {
@@ -269,6 +269,7 @@ QuantizedExportReport export_quantized_safetensors(const QuantizedModel& qm, con
                                               {"group_size", rep.group_size},
                                               {"desc_act", false},
                                               {"true_sequential", qm.record.true_sequential},
+                                              {"static_groups", qm.record.static_groups},
                                               {"sym", rep.sym},
                                               {"checkpoint_format", rep.checkpoint_format},
                                               {"pack_dtype", "int32"},

@@ -44,6 +44,11 @@ std::string PtqOptions::describe_features() const {
     return s.empty() ? "none" : s;
 }
 
+bool PtqOptions::resolved_static_groups() const {
+    const bool adaptive = method == PtqMethod::gptq || (method == PtqMethod::turboboa && f3);
+    return act_order || static_groups.value_or(!adaptive);
+}
+
 uint64_t peak_rss_bytes() {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
@@ -165,7 +170,11 @@ std::string fingerprint(const ModelReader& r, const PtqOptions& o) {
            (o.rotate ? describe(o.rotation) : "none") + "|" + std::to_string(o.act_order) + "|" +
            std::to_string(o.block_v) + "|" + std::to_string(o.damping) + "|" + o.mix + "|" + o.activations.describe() +
            (o.act_order_row ? "|act_order_row" : "") +  // appended only when set: older checkpoints still resume
-           (o.true_sequential ? "|true_sequential" : "");
+           (o.true_sequential ? "|true_sequential" : "") +
+           // only when it differs from what the runs before --static-groups did (static everywhere but GPTQ)
+           (o.resolved_static_groups() != (o.method != PtqMethod::gptq || o.act_order)
+                ? "|static_groups=" + std::to_string(o.resolved_static_groups())
+                : "");
 }
 
 // A statistics pass of the block loop: the inputs it measures and the layers solved from them. One pass for
@@ -280,6 +289,12 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     out.record.act_order = o.act_order;
     out.record.act_order_row = o.act_order_row;
     out.record.true_sequential = o.method != PtqMethod::rtn && o.true_sequential;
+    out.record.static_groups = o.resolved_static_groups();
+    LOWBIT_CHECK(o.resolved_static_groups() ||
+                     o.method == PtqMethod::gptq || (o.method == PtqMethod::turboboa && o.f3),
+                 ErrorKind::usage,
+                 "quantize: grids fitted at each group (static groups off) need adaptive grids: gptq, or turboboa with "
+                 "f3 (boa and turboboa without f3 fix every grid from the original weights)");
     out.record.damping = o.damping;
     out.record.activations = o.activations.format ? o.activations.format->name : "none";
     PtqReport rep;
@@ -445,6 +460,8 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
                 so.factor_cache = &factors;
                 so.grid = g;
                 so.sweep.act_order = o.act_order;
+                so.sweep.grids_up_front = o.method == PtqMethod::gptq && o.resolved_static_groups();
+                so.one_sided_static_groups = o.resolved_static_groups();
                 so.act_order_row = o.act_order_row;  // read by two-sided solves only
                 so.damping = o.damping;
                 so.dead_value = 1.0f / float(L);

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,12 @@ struct PtqOptions {
     // the block were quantized: four statistics passes per block instead of one (GPTQ's --true-sequential;
     // GPTQModel's default). Off: every statistic from the full-precision block, as TurboBoA's reference does.
     bool true_sequential = false;
+    // Grouped grids fitted from the input W before the sweep (static groups) or at each group from the compensated
+    // values (GPTQ's timing); null: at each group where the method adapts its grids — gptq, and turboboa with f3 on
+    // its one-sided layers (TurboBoA's reference is static there: docs/ptq.md says why lowbit is not) — static for
+    // boa and turboboa without f3 (fixed grids), where off is refused. act_order forces static groups.
+    std::optional<bool> static_groups;
+    bool resolved_static_groups() const;
     double damping = 0.01;
     int refine_iters = 1;
     bool rotate = false;

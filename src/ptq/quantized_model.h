@@ -28,6 +28,7 @@ struct QuantizationRecord {
     bool act_order = false;
     bool act_order_row = false;  // rows of two-sided layers by descending diag(H_out) per head
     bool true_sequential = false;  // statistics per input, after the block's earlier layers were quantized
+    bool static_groups = false;    // grouped grids fitted from the input weights before the sweep
     double damping = 0.01;
 };
 

@@ -717,7 +717,8 @@ QuantizedWeight solve_two_sided_act_order_row(const LayerProblem& p, const Solve
 QuantizedWeight solve_turboboa(const LayerProblem& p, const SolverOptions& o, SolveStats* stats) {
     if (!p.h_out) {  // one-sided layers: GPTAQ sweep with TurboBoA's grid (+ F3b)
         SolverOptions one = o;
-        one.sweep.grids_up_front = true;  // grids from the sweep's input W (static groups), turboboa.md §4.5
+        // Grids from the sweep's input W (static groups, turboboa.md §4.5), unless asked to fit them at each group.
+        one.sweep.grids_up_front |= o.one_sided_static_groups || !o.adaptive_grid;
         SolveStats st;
         QuantizedWeight q = solve_gptq(p, one, &st);
         const Clock::time_point tr = Clock::now();

@@ -167,6 +167,10 @@ struct SolverOptions {
     // and H_out permuted, and the result's rows put back in place.
     bool act_order_row = false;
     bool adaptive_grid = true;   // F3a (false: the fixed-grid mode of the paper's ablations)
+    // BoA/TurboBoA one-sided layers (v, o, MLP): every group's grid fitted from the sweep's input W before it
+    // starts (static groups, TurboBoA's reference); false (with adaptive_grid): each group's grid fitted when the
+    // sweep reaches it, from the compensated values, as GPTQ does. Per-channel grids are the same either way.
+    bool one_sided_static_groups = true;
     bool refine_scales = false;  // F3b
     int refine_iters = 1;
 };

@@ -176,7 +176,11 @@ if c.lowbit("info", "--model", "smollm2-135m", expect_rc=None).returncode == 0:
             (["--method", "gptq", "--format", "q4_0", "--act-order-row"], 2, "two-sided", "--act-order-row with gptq"),
             (["--method", "rtn", "--format", "q4_0", "--act-order-row"], 2, "two-sided", "--act-order-row with rtn"),
             (["--method", "turboboa", "--format", "q4_0", "--act-order"], 2, "F2", "--act-order with TurboBoA's F2"),
-            (["--method", "rtn", "--format", "q4_0", "--true-sequential"], 2, "rtn", "--true-sequential with rtn")]:
+            (["--method", "rtn", "--format", "q4_0", "--true-sequential"], 2, "rtn", "--true-sequential with rtn"),
+            (["--method", "boa", "--format", "q4_0", "--static-groups", "off"], 2, "adaptive", "--static-groups off with boa"),
+            (["--method", "gptq", "--format", "q4_0", "--static-groups", "off", "--act-order"], 2, "--act-order",
+             "--static-groups off with --act-order"),
+            (["--method", "gptq", "--format", "q4_0", "--static-groups", "maybe"], 2, "on | off", "--static-groups maybe")]:
         extra = [] if "--out" in args else ["--out", c.path("x.gguf")]
         r = c.lowbit(*q, *args, *extra, expect_rc=None)
         c.check(f"quantize with {what} exits {rc}", r.returncode == rc and needle in r.stderr, (r.returncode, r.stderr[-300:]))

@@ -90,7 +90,7 @@ void cuda_embed_tokens(const LlamaConfig& c, const CudaHeadWeights& head, const 
 }
 
 void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t layer, float* d_hidden, BatchShape shape,
-                        CudaBlockScratch& s, const CudaBlas& blas) {
+                        CudaBlockScratch& s, const CudaBlas& blas, BlockStop stop) {
     if (shape.n_seq <= 0 || shape.n_tok <= 0)
         cuda_usage_error("block " + std::to_string(layer) + ": empty batch (" + std::to_string(shape.n_seq) + " x " +
                          std::to_string(shape.n_tok) + ")");
@@ -121,6 +121,7 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
     __nv_bfloat16* ctx_b = wants_bf16({Projection::o}) ? s.attn_ctx_bf16.grow(rows * qd) : nullptr;
     __nv_bfloat16* ffn_in_b = wants_bf16({Projection::gate, Projection::up}) ? s.ffn_in_bf16.grow(rows * d) : nullptr;
     __nv_bfloat16* act_b = wants_bf16({Projection::down}) ? s.ffn_act_bf16.grow(rows * f) : nullptr;
+    s.rows = rows;
     if (s.rope_n_tok != shape.n_tok) {
         std::vector<float> cos_t, sin_t;
         rope_tables(c, shape.n_tok, cos_t, sin_t);  // the CPU's own tables: RoPE is then bit-equal
@@ -142,6 +143,7 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
     }
     apply_rope_cuda(q, shape, c.n_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
     apply_rope_cuda(k, shape, c.n_kv_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
+    if (stop == BlockStop::qkv) return;
     if (s.tensor_core_attention && b.precision == CudaPrecision::bf16 && flash_attention_head_dim_supported(c.head_dim)) {
         __nv_bfloat16* qb = s.q_bf16.grow(rows * qd);
         __nv_bfloat16* kb = s.k_bf16.grow(rows * kvd);
@@ -156,16 +158,18 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
     } else {
         attention_causal_cuda(q, k, v, shape, c.n_heads, c.n_kv_heads, c.head_dim, ctx, ctx_b, st);
     }
+    if (stop == BlockStop::attention) return;
     lin[Projection::o].forward(blas, {ctx, ctx_b, rows}, d_hidden, 1.0f);  // residual add in the GEMM (beta = 1)
 
     // SwiGLU MLP.
     rms_norm_rows_cuda(d_hidden, b.ffn_norm.data(), rows, d, c.rms_eps, ffn_in, ffn_in_b, st);
+    if (stop == BlockStop::mlp_input) return;
     const CudaLinearInput x_ffn{ffn_in, ffn_in_b, rows};
     lin[Projection::gate].forward(blas, x_ffn, act);
     lin[Projection::up].forward(blas, x_ffn, up);
     swiglu_cuda(act, up, rows * f, act, act_b, st);
+    if (stop == BlockStop::mlp_hidden) return;
     lin[Projection::down].forward(blas, {act, act_b, rows}, d_hidden, 1.0f);
-    s.rows = rows;
 }
 
 void cuda_final_norm_and_logits(const LlamaConfig& c, const CudaHeadWeights& head, const float* d_hidden, int64_t n_rows,

@@ -126,9 +126,10 @@ struct CudaBlockScratch {
 void cuda_embed_tokens(const LlamaConfig& c, const CudaHeadWeights& head, const int32_t* tokens, BatchShape shape,
                        float* d_hidden, CudaBlockScratch& scratch, const CudaBlas& blas);
 
-// One block in place on d_hidden [rows, d] (device), in the precision of `b`; `layer` names it in messages.
+// One block in place on d_hidden [rows, d] (device), in the precision of `b`; `layer` names it in messages. `stop`
+// as block_forward's (forward_cpu.h).
 void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t layer, float* d_hidden, BatchShape shape,
-                        CudaBlockScratch& scratch, const CudaBlas& blas);
+                        CudaBlockScratch& scratch, const CudaBlas& blas, BlockStop stop = BlockStop::end);
 
 // d_logits [n_rows, vocab] = RMSNorm(d_hidden rows)·output_norm · outputᵀ (all device; FP32 out).
 void cuda_final_norm_and_logits(const LlamaConfig& c, const CudaHeadWeights& head, const float* d_hidden, int64_t n_rows,

@@ -121,11 +121,12 @@ public:
                     CUDA_CHECK(cudaMemcpyAsync(copy, x_fp, size_t(rows * d) * 4, cudaMemcpyDeviceToDevice, st));
                     x_fp = copy;
                 }
-                cuda_block_forward(c_, weights_, layer, x_fp, shape, sfp_, blas_);
+                cuda_block_forward(c_, weights_, layer, x_fp, shape, sfp_, blas_,
+                                   o.advance_full_precision ? BlockStop::end : o.forward_stop());
             }
             float* tmp = tmp_.grow(size_t(rows * d));
             CUDA_CHECK(cudaMemcpyAsync(tmp, xq_.data() + s0 * L * d, size_t(rows * d) * 4, cudaMemcpyDeviceToDevice, st));
-            cuda_block_forward(c_, wq, layer, tmp, shape, sq_, blas_);
+            cuda_block_forward(c_, wq, layer, tmp, shape, sq_, blas_, o.forward_stop());  // Xq does not advance
             if (acts_.format) quantize_linear_inputs(rows);
             clock_.mark(st, "forwards");
             if (h_attn) input_hessian(wq, h_attn, sq_.attn_in.data(), sq_.attn_in_bf16.data(), Projection::q, rows, d);

@@ -16,7 +16,9 @@
 //   full GEMM): 8× the FP32 rate on what was 3/4 of TurboBoA's calibration time (8B: ≈ 5.6e14 FLOP per block),
 //   and finer than the BF16 activations they multiply.
 // then copied to the host once per block and finished by finish_block_statistics (2/T scaling, RoPE
-// averaging, GQA folding) — the CPU path's code. The only host↔device traffic per block is the block's
+// averaging, GQA folding) — the CPU path's code. True-sequential passes (BlockStatsOptions::inputs) take one
+// input's statistics each, upload the partly quantized block as the quantized path's own copy, stop the forwards
+// where their scratch is complete (BlockStop) and advance Xfp only in the last pass. The only host↔device traffic per block is the block's
 // weights and its statistics (plus the activations at checkpoints). phases() says where the time went
 // (CUDA events around the forwards and the products, host clocks around the transfers).
 //
