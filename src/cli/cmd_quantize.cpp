@@ -119,13 +119,7 @@ void run_quantize(const QuantizeArgs& a) {
     LOWBIT_CHECK(a.static_groups.empty() || a.static_groups == "on" || a.static_groups == "off", ErrorKind::usage,
                  "--static-groups {}: on | off", a.static_groups);
     if (!a.static_groups.empty()) o.static_groups = a.static_groups == "on";
-    LOWBIT_CHECK(a.static_groups != "off" || !a.act_order, ErrorKind::usage,
-                 "--static-groups off: --act-order fits every grid before the sweep (static groups); drop one");
-    LOWBIT_CHECK(a.static_groups != "off" || o.method == PtqMethod::gptq || (o.method == PtqMethod::turboboa && o.f3),
-                 ErrorKind::usage,
-                 "--static-groups off needs adaptive grids: --method gptq, or turboboa with f3 (--method {} fixes "
-                 "every grid from the original weights)",
-                 a.method);
+    o.check_static_groups();  // before any work: an HF source is converted first
     o.batch = a.batch;
     LOWBIT_CHECK(a.rotate == "none" || a.rotate == "hadamard", ErrorKind::usage, "--rotate {}: none | hadamard", a.rotate);
     o.rotate = a.rotate == "hadamard";

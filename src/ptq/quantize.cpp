@@ -44,9 +44,21 @@ std::string PtqOptions::describe_features() const {
     return s.empty() ? "none" : s;
 }
 
-bool PtqOptions::resolved_static_groups() const {
-    const bool adaptive = method == PtqMethod::gptq || (method == PtqMethod::turboboa && f3);
-    return act_order || static_groups.value_or(!adaptive);
+namespace {
+bool adapts_grids(const PtqOptions& o) { return o.method == PtqMethod::gptq || (o.method == PtqMethod::turboboa && o.f3); }
+}  // namespace
+
+bool PtqOptions::resolved_static_groups() const { return act_order || static_groups.value_or(!adapts_grids(*this)); }
+
+void PtqOptions::check_static_groups() const {
+    if (static_groups.value_or(true)) return;
+    LOWBIT_CHECK(!act_order, ErrorKind::usage,
+                 "quantize: static groups off (--static-groups off) and --act-order, which fits every grid before the "
+                 "sweep (static groups); drop one");
+    LOWBIT_CHECK(adapts_grids(*this), ErrorKind::usage,
+                 "quantize: grids fitted at each group (static groups off) need adaptive grids: gptq, or turboboa with "
+                 "f3 ({} fixes every grid from the original weights)",
+                 method == PtqMethod::turboboa ? "turboboa without f3" : ptq_method_name(method));
 }
 
 uint64_t peak_rss_bytes() {
@@ -290,11 +302,7 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
     out.record.act_order_row = o.act_order_row;
     out.record.true_sequential = o.method != PtqMethod::rtn && o.true_sequential;
     out.record.static_groups = o.resolved_static_groups();
-    LOWBIT_CHECK(o.resolved_static_groups() ||
-                     o.method == PtqMethod::gptq || (o.method == PtqMethod::turboboa && o.f3),
-                 ErrorKind::usage,
-                 "quantize: grids fitted at each group (static groups off) need adaptive grids: gptq, or turboboa with "
-                 "f3 (boa and turboboa without f3 fix every grid from the original weights)");
+    o.check_static_groups();
     out.record.damping = o.damping;
     out.record.activations = o.activations.format ? o.activations.format->name : "none";
     PtqReport rep;

@@ -62,6 +62,9 @@ struct PtqOptions {
     // boa and turboboa without f3 (fixed grids), where off is refused. act_order forces static groups.
     std::optional<bool> static_groups;
     bool resolved_static_groups() const;
+    // Error(usage) when static_groups is false where grids cannot be fitted at each group: with act_order, boa, or
+    // turboboa without f3. quantize_model calls it; a CLI may call it earlier.
+    void check_static_groups() const;
     double damping = 0.01;
     int refine_iters = 1;
     bool rotate = false;
