@@ -4,8 +4,10 @@
 // another preset of train/train_model.h (small, tiny).
 // Warm-up steps are excluded; each step synchronizes (the loss and gradient norm come back to the host).
 //
-//   bench_train [--shape base|smollm2|small|tiny] [--batch 16] [--seq 1024] [--steps 10] [--warmup 3]
+//   bench_train [--shape base|smollm2|small|tiny] [--batch 16] [--grad-accum 1] [--seq 1024] [--steps 10] [--warmup 3]
 //               [--precision bf16,mxfp4-iht,…] [--profile] [--mx-census] [--json PATH]
+// --grad-accum G runs each step of `batch` sequences as G micro-batches (TrainConfig::grad_accum): the same
+// tokens per step with a G-th of the activations.
 // A precision written P:tensor-cores runs recipe P with its MXFP4 main products on the INT8 tensor cores
 // (Recipe::mx_tensor_cores) instead of the BF16 emulation (the engine's default).
 // --profile: a second pass of the same steps with the engine's phase clock on (CUDA events at phase
@@ -44,7 +46,7 @@ namespace {
 
 constexpr double kPeakBf16 = 989e12;
 
-TrainConfig shape_config(const std::string& shape, int64_t batch, int64_t seq) {
+TrainConfig shape_config(const std::string& shape, int64_t batch, int64_t grad_accum, int64_t seq) {
     TrainConfig t = train_preset(shape == "smollm2" ? "base" : shape);  // tiny | small | base (Error otherwise)
     if (shape == "smollm2") {
         t.model = smollm2_135m_config(30);
@@ -52,6 +54,7 @@ TrainConfig shape_config(const std::string& shape, int64_t batch, int64_t seq) {
     }
     t.model.context_length = std::max(t.model.context_length, seq);
     t.batch_size = batch;
+    t.grad_accum = grad_accum;
     t.seq_len = seq;
     t.schedule.total_steps = 1000;
     t.schedule.warmup_steps = 10;
@@ -182,7 +185,7 @@ std::vector<std::string> split(const std::string& s) {
 
 int main(int argc, char** argv) {
     std::string shape = "base", precisions = "bf16", json_path;
-    int64_t batch = 16, seq = 1024, steps = 10, warmup = 3;
+    int64_t batch = 16, grad_accum = 1, seq = 1024, steps = 10, warmup = 3;
     bool profile = false, mx_census = false;
     for (int i = 1; i < argc; i += 2) {
         const std::string k = argv[i];
@@ -198,6 +201,7 @@ int main(int argc, char** argv) {
         const std::string v = argv[i + 1];
         if (k == "--shape") shape = v;
         else if (k == "--batch") batch = std::atoll(v.c_str());
+        else if (k == "--grad-accum") grad_accum = std::atoll(v.c_str());
         else if (k == "--seq") seq = std::atoll(v.c_str());
         else if (k == "--steps") steps = std::atoll(v.c_str());
         else if (k == "--warmup") warmup = std::atoll(v.c_str());
@@ -214,16 +218,19 @@ int main(int argc, char** argv) {
     }
     TrainConfig cfg;
     try {
-        cfg = shape_config(shape, batch, seq);
+        cfg = shape_config(shape, batch, grad_accum, seq);
+        validate_train_config(cfg, "bench_train");
     } catch (const Error& e) {
         std::fprintf(stderr, "bench_train: %s\n", e.what());
         return 2;
     }
     const double fpt = flops_per_token(cfg.model, seq);
-    std::printf("device: %s\nshape %s: %lld layers, d %lld, %lld/%lld heads, ffn %lld, vocab %lld; batch %lld x %lld\n",
+    std::printf("device: %s\nshape %s: %lld layers, d %lld, %lld/%lld heads, ffn %lld, vocab %lld; batch %lld x %lld"
+                "%s\n",
                 cuda_device_description().c_str(), shape.c_str(), (long long)cfg.model.n_layers,
                 (long long)cfg.model.hidden_size, (long long)cfg.model.n_heads, (long long)cfg.model.n_kv_heads,
-                (long long)cfg.model.ffn_size, (long long)cfg.model.vocab_size, (long long)batch, (long long)seq);
+                (long long)cfg.model.ffn_size, (long long)cfg.model.vocab_size, (long long)batch, (long long)seq,
+                grad_accum > 1 ? (" in " + std::to_string(grad_accum) + " micro-batches").c_str() : "");
     std::printf("model FLOPs per token %.3g (6·P_matmul + 6·L·q_dim·T); MFU against %.0f TFLOP/s BF16\n\n", fpt,
                 kPeakBf16 / 1e12);
     std::printf("%-14s %10s %12s %7s %10s %12s %10s\n", "precision", "ms/step", "tokens/s", "MFU", "peak GiB",
@@ -272,8 +279,8 @@ int main(int argc, char** argv) {
         rows.push_back(row);
     }
     if (!json_path.empty()) {
-        const nlohmann::json j = {{"device", cuda_device_description()}, {"shape", shape}, {"batch", batch}, {"seq", seq},
-                                  {"steps", steps}, {"warmup", warmup}, {"flops_per_token", fpt}, {"rows", rows}};
+        const nlohmann::json j = {{"device", cuda_device_description()}, {"shape", shape}, {"batch", batch},
+                                  {"grad_accum", grad_accum}, {"seq", seq}, {"steps", steps}, {"warmup", warmup}, {"flops_per_token", fpt}, {"rows", rows}};
         const std::string text = j.dump(2) + "\n";
         write_file_atomic(json_path, text.data(), text.size());
     }

@@ -1,7 +1,7 @@
 // test_train_cpu.cpp — the CPU FP32 reference of the training engine (src/train/): the training forward
 // against the runtime's forward, every parameter gradient against central finite differences, AdamW,
 // clipping and the learning-rate schedule against hand computation, memorisation of a repeated sequence,
-// determinism, the AdaHOP seam, the parameter layout, presets and JSON configs.
+// determinism, gradient accumulation, the AdaHOP seam, the parameter layout, presets and JSON configs.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -338,15 +338,7 @@ TEST(TrainRun, StepRefusesABatchOfAnotherShape) {
     expect_error_with([&] { trainer.step(batch.view()); }, ErrorKind::usage, {"1 x 64", "2 sequences of 64"});
 }
 
-// ---------------------------------------------------------------------------------------------------
-// the AdaHOP seam
-
-std::vector<float> gaussian_matrix(int64_t rows, int64_t cols, uint64_t seed) {
-    std::vector<float> v(size_t(rows * cols));
-    fill_gaussian(v.data(), rows * cols, seed);
-    return v;
-}
-
+// ‖got − want‖ / ‖want‖ (Frobenius).
 double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
     double num = 0, den = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -354,6 +346,79 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
         den += double(want[i]) * want[i];
     }
     return std::sqrt(num / den);
+}
+
+// Gradient accumulation: batch_size 4 as 1, 2 or 4 micro-batches takes the same steps up to FP32 summation order
+// (measured: gradients and parameters within 5e-7, dense and mxfp4 alike). mxfp4's bound is looser because a
+// last-bit difference may move an element across an E2M1 rounding boundary (none did here).
+TEST(TrainRun, GradAccumulationTakesTheSameSteps) {
+    for (const Precision precision : {Precision::bf16, Precision::mxfp4}) {
+        SCOPED_TRACE(precision_name(precision));
+        Recipe recipe;
+        recipe.precision = precision;
+        TrainConfig cfg = tiny_run(3);
+        cfg.batch_size = 4;
+        auto run = [&](int64_t grad_accum, std::vector<float>& first_grads, double& first_loss) {
+            TrainConfig c = cfg;
+            c.grad_accum = grad_accum;
+            CpuTrainer t(c, recipe);
+            for (int64_t s = 0; s < c.schedule.total_steps; ++s) {
+                const Batch b = random_batch(c.model, {c.batch_size, c.seq_len}, 100 + uint64_t(s));
+                const StepStats st = t.step(b.view());
+                if (s == 0) {
+                    first_grads = t.grads();
+                    first_loss = st.loss;
+                }
+            }
+            const Batch val = random_batch(c.model, {6, c.seq_len}, 99);  // 6 sequences: micro-batches of 2 and a tail
+            return std::make_pair(t.params(), t.loss(val.view()));
+        };
+        std::vector<float> g1, g;
+        double l1 = 0, l = 0;
+        const auto [p1, val1] = run(1, g1, l1);
+        const double tol = precision == Precision::bf16 ? 1e-5 : 1e-4;
+        for (const int64_t accum : precision == Precision::bf16 ? std::vector<int64_t>{2, 4} : std::vector<int64_t>{4}) {
+            SCOPED_TRACE(accum);
+            const auto [p, val] = run(accum, g, l);
+            EXPECT_NEAR(l, l1, tol * l1);
+            EXPECT_LT(relative_error(g, g1), tol);
+            EXPECT_LT(relative_error(p, p1), tol);
+            EXPECT_NEAR(val, val1, tol * val1);
+        }
+    }
+}
+
+// mxfp4-rht-sr's stochastic rounding draws fresh bits per micro-batch: a step over [A; A] in two micro-batches
+// averages two different roundings of A's gradient, so it differs from the one-micro-batch step over [A] (same
+// counter as micro-batch 0) — it would equal it if both micro-batches drew the same bits.
+TEST(TrainRun, GradAccumulationDrawsFreshRoundingPerMicroBatch) {
+    Recipe recipe;
+    recipe.precision = Precision::mxfp4_rht_sr;
+    TrainConfig one = tiny_run(3);
+    one.batch_size = 2;
+    TrainConfig two = one;
+    two.batch_size = 4;
+    two.grad_accum = 2;
+    const Batch a = random_batch(one.model, {2, one.seq_len}, 7);
+    Batch aa = a;
+    aa.shape.n_seq = 4;
+    aa.inputs.insert(aa.inputs.end(), a.inputs.begin(), a.inputs.end());
+    aa.targets.insert(aa.targets.end(), a.targets.begin(), a.targets.end());
+    CpuTrainer t1(one, recipe), t2(two, recipe);
+    const double loss1 = t1.step(a.view()).loss, loss2 = t2.step(aa.view()).loss;
+    EXPECT_EQ(loss1, loss2);  // the forward is deterministic (round to nearest)
+    const double diff = relative_error(t2.grads(), t1.grads());
+    EXPECT_GT(diff, 1e-4);  // different rounding bits
+    EXPECT_LT(diff, 0.5);   // of the same gradient
+}
+
+// ---------------------------------------------------------------------------------------------------
+// the AdaHOP seam
+
+std::vector<float> gaussian_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+    std::vector<float> v(size_t(rows * cols));
+    fill_gaussian(v.data(), rows * cols, seed);
+    return v;
 }
 
 TEST(TrainLinearSeam, AdahopSlotsAgreeWithDense) {
@@ -501,7 +566,7 @@ TEST(TrainConfigs, JsonOverridesAPresetAndRoundTrips) {
         "preset": "tiny",
         "model": {"num_hidden_layers": 3, "tie_word_embeddings": false},
         "rope_pairing": "adjacent",
-        "seq_len": 32, "batch_size": 8, "steps": 50, "seed": 9,
+        "seq_len": 32, "batch_size": 8, "grad_accum": 2, "steps": 50, "seed": 9,
         "optimizer": {"lr": 0.01, "weight_decay": 0.0},
         "schedule": {"warmup_steps": 5, "min_lr_fraction": 0.0}
     })");
@@ -512,6 +577,8 @@ TEST(TrainConfigs, JsonOverridesAPresetAndRoundTrips) {
     EXPECT_EQ(t.model.rope_pairing, RopePairing::adjacent);
     EXPECT_EQ(t.seq_len, 32);
     EXPECT_EQ(t.batch_size, 8);
+    EXPECT_EQ(t.grad_accum, 2);
+    EXPECT_EQ(micro_batch_size(t), 4);
     EXPECT_EQ(t.seed, 9u);
     EXPECT_EQ(t.optimizer.lr, 0.01);
     EXPECT_EQ(t.optimizer.weight_decay, 0.0);
@@ -536,6 +603,9 @@ TEST(TrainConfigs, JsonRefusesWhatCannotBeTrained) {
     expect_error_with([&] { from(R"({"preset": "tiny", "rope_pairing": "neox"})"); }, ErrorKind::usage, {"rope_pairing"});
     expect_error_with([&] { from(R"({"preset": "tiny", "model": {"model_type": "qwen2"}})"); }, ErrorKind::usage, {"biases"});
     expect_error_with([&] { from(R"({"preset": "tiny", "optimizer": {"lr": "fast"}})"); }, ErrorKind::usage, {"'lr'"});
+    expect_error_with([&] { from(R"({"preset": "tiny", "batch_size": 4, "grad_accum": 3})"); }, ErrorKind::usage,
+                      {"grad_accum 3", "batch_size 4"});
+    expect_error_with([&] { from(R"({"preset": "tiny", "grad_accum": 0})"); }, ErrorKind::usage, {"grad_accum 0"});
     const std::string bad = write_temp("bad.json", "{ not json");
     expect_error_with([&] { train_config_from_file(bad); }, ErrorKind::input, {"not valid JSON"});
     std::filesystem::remove(bad);

@@ -393,6 +393,40 @@ TEST(TrainRun, RefusesAnotherRunsDirectory) {
     expect_error_with([&] { run_training(other_recipe, data, o); }, ErrorKind::usage, {"/recipe/precision", "mxfp4"});
 }
 
+// grad_accum is a memory setting: a run stopped with one micro-batch per step resumes with two (validation then
+// runs a micro-batch at a time too) and ends where the straight run does, within FP32 summation order.
+TEST(TrainRun, ResumeMayChangeGradAccumulation) {
+    const TokenShardSet data = TokenShardSet::open(tiny_shards().string());
+    const fs::path straight = fresh_dir("accum_straight"), resumed = fresh_dir("accum_resumed");
+    const TrainConfig cfg = tiny_run(6);
+    CpuTrainer a(cfg);
+    const RunResult ra = run_training(a, data, quiet_run(straight));
+    {
+        CpuTrainer b(cfg);
+        RunOptions o = quiet_run(resumed);
+        o.stop_at = 3;
+        run_training(b, data, o);
+    }
+    TrainConfig accumulated = cfg;
+    accumulated.grad_accum = 2;
+    CpuTrainer c(accumulated);
+    RunOptions o = quiet_run(resumed);
+    o.resume = true;
+    const RunResult rc = run_training(c, data, o);
+    EXPECT_EQ(rc.first_step, 3);
+    ASSERT_TRUE(rc.complete());
+    ASSERT_TRUE(ra.val_loss && rc.val_loss);
+    EXPECT_NEAR(*rc.val_loss, *ra.val_loss, 1e-5 * *ra.val_loss);
+    const std::vector<float> pa = a.state().params, pc = c.state().params;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < pa.size(); ++i) {
+        num += (double(pc[i]) - pa[i]) * (double(pc[i]) - pa[i]);
+        den += double(pa[i]) * pa[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-5);
+    EXPECT_NE(std::memcmp(pa.data(), pc.data(), pa.size() * 4), 0);  // summed in another order: not bit-identical
+}
+
 TEST(TrainCheckpoint, TruncatedOrCorruptFilesAreNamed) {
     const fs::path dir = fresh_dir("corrupt");
     CpuTrainer t(tiny_run(4));

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -45,7 +46,7 @@ namespace fs = std::filesystem;
 struct TrainArgs {
     std::string config = "tiny", data, device = "cpu", out, report, precision = "bf16", export_dtype = "f32", tokenizer;
     int64_t steps = 0, log_every = 0, val_every = 0, val_windows = 8, checkpoint_every = 0, stop_at = 0, probe_every = 0;
-    int64_t seed = -1, calibration_steps = 0;
+    int64_t seed = -1, calibration_steps = 0, batch_size = 0, grad_accum = 0;
     int keep_checkpoints = 2;
     double time_limit = 0, peak_tflops = 0;
     int threads = 0;
@@ -59,6 +60,8 @@ TrainConfig load_config(const TrainArgs& a, const TokenShardSet& data) {
         if (c.schedule.warmup_steps >= a.steps) c.schedule.warmup_steps = a.steps / 10;
     }
     if (a.seed >= 0) c.seed = uint64_t(a.seed);
+    if (a.batch_size > 0) c.batch_size = a.batch_size;
+    if (a.grad_accum > 0) c.grad_accum = a.grad_accum;
     if (c.model.vocab_size != int64_t(data.manifest().vocab_size)) {  // the data defines the vocabulary
         std::fprintf(stderr, "train: vocabulary %lld from the shards (the config said %lld)\n",
                      (long long)data.manifest().vocab_size, (long long)c.model.vocab_size);
@@ -86,10 +89,12 @@ void run_train(const TrainArgs& a) {
     recipe.precision = parse_precision(a.precision);
     if (a.calibration_steps > 0) recipe.calibration_steps = int(a.calibration_steps);
     std::unique_ptr<Trainer> trainer = make_trainer(a.device, c, recipe);
-    std::fprintf(stderr, "train: %s, %lld parameters, %lld layers, d %lld, %lld steps of %lld x %lld tokens, %s\n",
+    std::fprintf(stderr, "train: %s, %lld parameters, %lld layers, d %lld, %lld steps of %lld x %lld tokens%s, %s\n",
                  c.model.name.c_str(), (long long)trainer->layout().total(), (long long)c.model.n_layers,
                  (long long)c.model.hidden_size, (long long)c.schedule.total_steps, (long long)c.batch_size,
-                 (long long)c.seq_len, trainer->describe().c_str());
+                 (long long)c.seq_len,
+                 c.grad_accum > 1 ? fmt::format(" ({} micro-batches of {})", c.grad_accum, micro_batch_size(c)).c_str() : "",
+                 trainer->describe().c_str());
 
     RunOptions o;
     o.run_dir = a.out;
@@ -172,6 +177,10 @@ void register_train_command(CLI::App& app) {
     c->add_option("--calibration-steps", a->calibration_steps, "AdaHOP's calibration steps (default 30)");
     c->add_option("--steps", a->steps, "optimizer steps of the run (default: the config's; a longer warm-up is cut to a tenth)");
     c->add_option("--seed", a->seed, "initialization and batch seed (default: the config's)");
+    c->add_option("--batch-size", a->batch_size, "sequences per optimizer step (default: the config's)");
+    c->add_option("--grad-accum", a->grad_accum,
+                  "run each step as N micro-batches of batch-size/N sequences, gradients summed: the same step in a "
+                  "N-th of the activation memory (default: the config's, 1); a resume may change it");
     c->add_flag("--resume", a->resume, "continue the run in --out from its newest checkpoint (refused if its config differs)");
     c->add_option("--checkpoint-every", a->checkpoint_every, "a checkpoint every N steps (and always when the call stops)");
     c->add_option("--keep-checkpoints", a->keep_checkpoints, "checkpoints kept (default 2)");

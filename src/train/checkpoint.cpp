@@ -78,7 +78,7 @@ void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, cons
     for (const auto& item : a.items()) keys.insert(item.key());
     for (const auto& item : b.items()) keys.insert(item.key());
     for (const std::string& k : keys) {
-        if (k == "/data/path") continue;
+        if (k == "/data/path" || k == "/train_config/grad_accum") continue;  // where the data lies; a memory setting
         const std::string va = a.contains(k) ? a[k].dump() : "(absent)", vb = b.contains(k) ? b[k].dump() : "(absent)";
         LOWBIT_CHECK(va == vb, ErrorKind::usage,
                      "{}: another run's directory: {} is {} in the run and {} now (resume with the run's options, or "

@@ -56,7 +56,7 @@ uint64_t shard_set_checksum(const TokenShardManifest& m);
 nlohmann::json run_config_json(const TrainConfig& config, const Recipe& recipe, const std::string& data_dir,
                                uint64_t data_checksum);
 // Error(usage) naming the first key that differs between the run in `path` (its config.json) and this one,
-// e.g. "/train_config/optimizer/lr: 0.001 in the run, 0.002 now" (the data path may differ).
+// e.g. "/train_config/optimizer/lr: 0.001 in the run, 0.002 now" (the data path and grad_accum may differ).
 void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, const std::string& path);
 // The recipe recorded in a config.json (Error(input) naming `path` when malformed).
 Recipe run_recipe(const nlohmann::json& run_config, const LlamaConfig& model, const std::string& path);

@@ -98,7 +98,7 @@ int64_t integer_or(const nlohmann::json& j, const char* key, int64_t def, const 
 
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& source) {
     refuse_unknown_keys(j,
-                        {"preset", "model", "rope_pairing", "seq_len", "batch_size", "steps", "seed", "init_std",
+                        {"preset", "model", "rope_pairing", "seq_len", "batch_size", "grad_accum", "steps", "seed", "init_std",
                          "optimizer", "schedule"},
                         "the training config", source);
     TrainConfig t;
@@ -125,6 +125,7 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& s
     }
     t.seq_len = integer_or(j, "seq_len", t.seq_len, source);
     t.batch_size = integer_or(j, "batch_size", t.batch_size, source);
+    t.grad_accum = integer_or(j, "grad_accum", t.grad_accum, source);
     t.schedule.total_steps = integer_or(j, "steps", t.schedule.total_steps, source);
     const int64_t seed = integer_or(j, "seed", int64_t(t.seed), source);
     LOWBIT_CHECK(seed >= 0, ErrorKind::usage, "{}: seed {} must not be negative", source, seed);
@@ -164,6 +165,7 @@ nlohmann::json train_config_to_json(const TrainConfig& t) {
     j["rope_pairing"] = rope_pairing_name(t.model.rope_pairing);
     j["seq_len"] = t.seq_len;
     j["batch_size"] = t.batch_size;
+    j["grad_accum"] = t.grad_accum;
     j["steps"] = t.schedule.total_steps;
     j["seed"] = t.seed;
     j["init_std"] = t.init_std;
@@ -183,6 +185,9 @@ void validate_train_config(const TrainConfig& t, const std::string& source) {
                  "{}: q/k/v biases (model_type qwen2) are not supported; the trained architecture is Llama's", source);
     LOWBIT_CHECK(t.seq_len > 0 && t.batch_size > 0, ErrorKind::usage,
                  "{}: seq_len {} and batch_size {} must be positive", source, t.seq_len, t.batch_size);
+    LOWBIT_CHECK(t.grad_accum > 0 && t.batch_size % t.grad_accum == 0, ErrorKind::usage,
+                 "{}: grad_accum {} must be positive and divide batch_size {} (micro-batches of equal size)", source,
+                 t.grad_accum, t.batch_size);
     LOWBIT_CHECK(t.model.context_length <= 0 || t.seq_len <= t.model.context_length, ErrorKind::usage,
                  "{}: seq_len {} exceeds the model's context length {} (max_position_embeddings)", source, t.seq_len,
                  t.model.context_length);

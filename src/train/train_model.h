@@ -14,10 +14,14 @@
 //   { "preset": "tiny" | "small" | "base",
 //     "model": { Hugging Face config.json keys, merged over the preset's: "num_hidden_layers": 4, … },
 //     "rope_pairing": "halves" | "adjacent",
-//     "seq_len": 64, "batch_size": 4, "steps": 300, "seed": 1, "init_std": 0.02,
+//     "seq_len": 64, "batch_size": 4, "grad_accum": 1, "steps": 300, "seed": 1, "init_std": 0.02,
 //     "optimizer": { "lr": 4e-4, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "grad_clip": 1.0 },
 //     "schedule": { "warmup_steps": 200, "min_lr_fraction": 0.1 } }
-// "steps" is the run's number of optimizer steps: the schedule's total.
+// "steps" is the run's number of optimizer steps: the schedule's total. "grad_accum" splits each step's batch into
+// that many micro-batches of batch_size / grad_accum sequences (it must divide batch_size), run one after the other
+// with their gradients summed before the update: the step sees the same windows and the same mean loss, and the
+// activations held at once are a micro-batch's. It is a memory setting, not part of the run: a resume may change
+// it (the curve then continues equal within rounding, not bit for bit).
 //
 // Initialization (GPT-2 / llm.c): every matrix ~ N(0, init_std²), the two output projections of each block
 // (attn_output, ffn_down) with std init_std/√(2·n_layers), RMSNorm gains 1. Tensor t draws from the counter
@@ -42,11 +46,15 @@ struct TrainConfig {
     LlamaConfig model;
     int64_t seq_len = 64;     // tokens per sequence, ≤ model.context_length
     int64_t batch_size = 4;   // sequences per optimizer step
+    int64_t grad_accum = 1;   // micro-batches per step (batch_size / grad_accum sequences each)
     uint64_t seed = 1;        // initialization
     double init_std = 0.02;
     AdamWConfig optimizer;
     LrSchedule schedule;      // schedule.total_steps: the optimizer steps of the run
 };
+
+// Sequences of one forward and backward: batch_size / grad_accum.
+inline int64_t micro_batch_size(const TrainConfig& c) { return c.batch_size / c.grad_accum; }
 
 // "tiny", "small" or "base" (Error(usage) listing them otherwise).
 TrainConfig train_preset(const std::string& name);

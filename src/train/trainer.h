@@ -67,10 +67,21 @@ struct MxCensusEntry {
     MxCensusTally tally;
 };
 
+// Sequences [first, first + count) of `batch`.
+inline TokenBatch batch_rows(const TokenBatch& batch, int64_t first, int64_t count) {
+    const int64_t offset = first * batch.shape.n_tok;
+    return {batch.inputs + offset, batch.targets ? batch.targets + offset : nullptr, {count, batch.shape.n_tok}};
+}
+
 class Trainer {
 public:
     virtual ~Trainer() = default;
+    // One optimizer step on a batch of the config's batch_size × seq_len tokens, as grad_accum micro-batches
+    // (train_model.h) whose gradients are summed, each scaled so the sum is the gradient of the batch's mean loss.
+    // mxfp4-rht-sr draws fresh stochastic-rounding bits for every micro-batch (its counter: step · grad_accum +
+    // micro-batch), so with grad_accum 1 a step draws what it always did.
     virtual StepStats step(const TokenBatch& batch) = 0;
+    // The mean loss of any number of sequences of seq_len tokens, a micro-batch at a time.
     virtual double loss(const TokenBatch& batch) = 0;
     virtual const TrainConfig& config() const = 0;
     virtual const ParamLayout& layout() const = 0;
@@ -93,7 +104,7 @@ public:
     virtual void set_profiling(bool on) { (void)on; }
     virtual std::map<std::string, double> phase_seconds() const { return {}; }
     // The slot errors of every block projection (layer-major, then projection, then fwd/dgrad/wgrad) on one
-    // forward and backward of `batch`, without an update: the state, the next step, the AdaHOP calibration and
+    // forward and backward of the first micro-batch of `batch` (a step's shape), without an update: the state, the next step, the AdaHOP calibration and
     // the reported saved-operand bytes and peak memory stay as they were. CUDA engine only (Error(usage) here).
     virtual std::vector<SlotError> probe_slot_errors(const TokenBatch& batch) {
         (void)batch;

@@ -2,6 +2,7 @@
 // linears and calibration, and the run state.
 #include "train/trainer_cpu.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -90,15 +91,33 @@ StepStats CpuTrainer::step(const TokenBatch& batch) {
                  batch.shape.n_tok, config_.batch_size, config_.seq_len);
     StepStats s;
     s.step = optimizer_.steps_done();
-    linears_.begin_step(s.step);
+    const int64_t micros = config_.grad_accum, micro_seqs = micro_batch_size(config_);
     recording_ = recipe_.calibrating();
     try {
-        s.loss = train_forward(layout_, params_.data(), linears_, batch, acts_);
-        LOWBIT_CHECK(std::isfinite(s.loss), ErrorKind::runtime,
-                     "step {}: loss is NaN/Inf ({}); the parameters are those after step {} (lower the learning rate, "
-                     "check the data, or resume from the last checkpoint)",
-                     s.step, s.loss, s.step - 1);
-        train_backward(layout_, params_.data(), linears_, batch, acts_, grads_.data());
+        double loss_sum = 0;
+        for (int64_t k = 0; k < micros; ++k) {
+            const TokenBatch micro = batch_rows(batch, k * micro_seqs, micro_seqs);
+            linears_.begin_step(s.step * micros + k);
+            const double loss = train_forward(layout_, params_.data(), linears_, micro, acts_);
+            LOWBIT_CHECK(std::isfinite(loss), ErrorKind::runtime,
+                         "step {}: loss is NaN/Inf ({}{}); the parameters are those after step {} (lower the learning "
+                         "rate, check the data, or resume from the last checkpoint)",
+                         s.step, loss, micros > 1 ? fmt::format(", micro-batch {} of {}", k + 1, micros) : "",
+                         s.step - 1);
+            loss_sum += loss;
+            if (micros == 1) {
+                train_backward(layout_, params_.data(), linears_, micro, acts_, grads_.data());
+                continue;
+            }
+            micro_grads_.resize(grads_.size());
+            train_backward(layout_, params_.data(), linears_, micro, acts_, micro_grads_.data());
+            for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = k == 0 ? micro_grads_[i] : grads_[i] + micro_grads_[i];
+        }
+        if (micros > 1) {
+            const float inv = float(1.0 / double(micros));
+            for (float& g : grads_) g *= inv;
+        }
+        s.loss = micros == 1 ? loss_sum : loss_sum / double(micros);
         recording_ = false;
         s.grad_norm = global_grad_norm(layout_, grads_.data());
     } catch (const Error& e) {
@@ -115,7 +134,16 @@ StepStats CpuTrainer::step(const TokenBatch& batch) {
     return s;
 }
 
-double CpuTrainer::loss(const TokenBatch& batch) { return train_forward(layout_, params_.data(), linears_, batch, acts_); }
+double CpuTrainer::loss(const TokenBatch& batch) {
+    const int64_t n = batch.shape.n_seq, micro_seqs = micro_batch_size(config_);
+    if (n <= micro_seqs) return train_forward(layout_, params_.data(), linears_, batch, acts_);
+    double sum = 0;
+    for (int64_t first = 0; first < n; first += micro_seqs) {
+        const int64_t count = std::min(micro_seqs, n - first);
+        sum += double(count) * train_forward(layout_, params_.data(), linears_, batch_rows(batch, first, count), acts_);
+    }
+    return sum / double(n);
+}
 
 TrainerState CpuTrainer::state() const {
     return {params_, optimizer_.first_moment(), optimizer_.second_moment(), optimizer_.steps_done(), recipe_.to_json()};

@@ -3,6 +3,8 @@
 // linears, and the optimizer step
 //     loss = train_forward; grads = train_backward; n = ‖grads‖₂; c = clip(n); AdamW(lr = schedule(step), c)
 // (train/backward_cpu.h, train/optimizer.h). The reference the CUDA engine's steps are compared with.
+// With grad_accum G > 1 the forward and backward run per micro-batch; the step's loss is the mean of their
+// losses and its gradient float(1/G)·Σ (micro-batch gradients), summed in micro-batch order.
 //
 // Linears from a Recipe (recipe.h): bf16 → dense FP32 (the CPU has no BF16 GEMM; FP32 is the reference);
 // mxfp4, mxfp4-iht, mxfp4-rht-sr → AdahopTrainLinear with the recipe's strategy per slot (rht-sr with its
@@ -65,6 +67,7 @@ private:
     TrainConfig config_;
     ParamLayout layout_;
     std::vector<float> params_, grads_;
+    std::vector<float> micro_grads_;  // one micro-batch's gradients (grad_accum > 1)
     AdamW optimizer_;
     RecipeState recipe_;
     bool linears_from_recipe_ = true;

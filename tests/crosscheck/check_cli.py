@@ -304,6 +304,24 @@ if gpt2:
                     for s in man["splits"].values() for e in s))
         r = c.lowbit("tokenize-corpus", "--tokenizer", "gpt2", "--input", src, "--out", out, expect_rc=None)
         c.check("tokenize-corpus into an existing set exits 2", r.returncode == 2 and "manifest.json" in r.stderr, r.stderr)
+        # train on those shards: two steps of the tiny preset (4 sequences) in micro-batches of 2, and a refusal
+        run = c.path("train_run")
+        shutil.rmtree(run, ignore_errors=True)
+        r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", run, "--steps", "2", "--grad-accum", "2",
+                     "--val-windows", "2", "--no-progress", expect_rc=None)
+        c.check("train --grad-accum 2 exits 0", r.returncode == 0, r.stderr[-400:])
+        c.check("train --grad-accum 2 says how the steps are split", "(2 micro-batches of 2)" in r.stderr, r.stderr[:400])
+        if r.returncode == 0:
+            rep = json.load(open(os.path.join(run, "report.json")))
+            c.check("the report records grad_accum", rep["config"]["grad_accum"] == 2 and rep["config"]["batch_size"] == 4,
+                    rep["config"])
+        refused = c.path("train_refused")
+        shutil.rmtree(refused, ignore_errors=True)
+        r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", refused, "--steps", "2", "--grad-accum", "3",
+                     expect_rc=None)
+        c.check("train --grad-accum 3 with 4 sequences exits 2", r.returncode == 2 and "grad_accum 3" in r.stderr
+                and "batch_size 4" in r.stderr, (r.returncode, r.stderr))
+        c.check("a refused train leaves no run directory", not os.path.exists(refused))
     empty = c.path("tc_empty")
     os.makedirs(empty, exist_ok=True)
     open(os.path.join(empty, "empty.txt"), "w").close()

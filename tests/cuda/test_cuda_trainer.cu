@@ -1,6 +1,6 @@
 // test_cuda_trainer.cu — the CUDA training engine (train/cuda/trainer_cuda.cu) against the CPU FP32 reference
 // (train/trainer_cpu.h) on the tiny preset: loss and per-tensor gradients of the same parameters, a few
-// optimizer steps side by side, determinism and bit-exact resume through state()/set_state(), learning, the
+// optimizer steps side by side, gradient accumulation, determinism and bit-exact resume through state()/set_state(), learning, the
 // MXFP4 recipes and AdaHOP's calibration → plan, the slot-error probe, the MX tensor-core census, and the NaN
 // guard. Skips without a GPU.
 //
@@ -97,6 +97,43 @@ TEST(CudaTrainer, StepsFollowTheCpuReference) {
     }
     const std::vector<float> pg = gpu->state().params;
     EXPECT_LT(rel_l2(pg.data(), cpu.params().data(), int64_t(pg.size())), 1e-2);
+}
+
+// Gradient accumulation: a step of 4 sequences as 2 or 4 micro-batches against the same step in one batch, and
+// against the CPU reference with the same micro-batches. The micro-batches see the same rows and the same dlogits
+// scale (1/(the step's rows)), so only the GEMMs' summation (cuBLAS picks by shape) and the accumulation order
+// differ; a BF16 rounding of dY may flip with them (2^-9 relative per flipped value). A missing accumulation or
+// a wrong scale moves the gradient by ≥ 0.5 relative.
+TEST(CudaTrainer, GradAccumulationMatchesOneBatchAndTheCpu) {
+    REQUIRE_GPU();
+    for (const Precision precision : {Precision::bf16, Precision::mxfp4}) {
+        SCOPED_TRACE(precision_name(precision));
+        Recipe recipe;
+        recipe.precision = precision;
+        TrainConfig c = tiny(3);
+        c.batch_size = 4;
+        const Batch batch = random_batch(c, 11), val = random_batch(c, 12);
+        auto one = make_cuda_trainer(c, recipe);
+        const StepStats s1 = one->step(batch.view());
+        const std::vector<float> g1 = one->gradients();
+        const double val1 = one->loss(val.view());
+        for (const int64_t accum : {2, 4}) {
+            SCOPED_TRACE(accum);
+            TrainConfig ca = c;
+            ca.grad_accum = accum;
+            auto gpu = make_cuda_trainer(ca, recipe);
+            const StepStats sg = gpu->step(batch.view());
+            const std::vector<float> gg = gpu->gradients();
+            EXPECT_NEAR(sg.loss, s1.loss, 1e-5 * s1.loss);
+            EXPECT_LT(rel_l2(gg.data(), g1.data(), int64_t(g1.size())), precision == Precision::bf16 ? 1e-3 : 1e-2);
+            EXPECT_NEAR(gpu->loss(val.view()), val1, 1e-4 * val1);
+            if (precision != Precision::bf16) continue;  // the CPU quantizes FP32 activations: other MXFP4 codes
+            CpuTrainer cpu(ca, recipe);
+            const StepStats sc = cpu.step(batch.view());
+            EXPECT_NEAR(sg.loss, sc.loss, 2e-3 * sc.loss);  // BF16 activations (LossAndGradientsMatchTheCpuReference)
+            EXPECT_LT(rel_l2(gg.data(), cpu.grads().data(), int64_t(gg.size())), 2e-2);
+        }
+    }
 }
 
 TEST(CudaTrainer, DeterministicAndResumesBitExactly) {

@@ -17,6 +17,10 @@
 // saved_operand_bytes() counts the bytes kept from forward to backward as linear-layer inputs (prepared X
 // and the BF16 inputs kept), saved_operand_bytes_bf16() the same inputs kept in BF16; the prepared W
 // copies are weights, not activations, and are not in either figure.
+// Gradient accumulation (grad_accum G > 1): a step runs G forwards and backwards of batch_size / G sequences; the
+// loss gradient of each is scaled by 1/(the step's rows), the first backward zeroes the gradient buffer and the
+// later ones add to it (the weight-gradient GEMMs with beta 1; norm, embedding and LM-head gradients add anyway),
+// so the buffer ends as the gradient of the step's mean loss without a second buffer or pass.
 // Determinism: every kernel reduces in a fixed order and cuBLAS is reproducible, so a step is a function of
 // the state and the batch — the basis of bit-exact resume.
 // probe_slot_errors (`--probe-every`) runs one more forward and backward with probe_ set: every projection slot
@@ -113,7 +117,8 @@ private:
 
     void upload_batch(const TokenBatch& batch, bool with_targets);
     double forward(const TokenBatch& batch, bool for_backward);
-    void backward();
+    // accumulate: add to the gradient buffer (a step's later micro-batches) instead of overwriting it.
+    void backward(bool accumulate = false);
     TrainGemmMode mode(int64_t layer, Projection p, Slot s) const;
     void detect(int64_t layer, Projection p, Operand which, const bf16* m, int64_t rows, int64_t cols);
     bf16* input_buffer(DeviceBuffer<bf16>& kept, DeviceBuffer<bf16>& scratch, bool keep, size_t n, const bf16*& where);
@@ -137,6 +142,7 @@ private:
     DeviceBuffer<bf16> params_bf16_;
     DeviceBuffer<uint8_t> decay_mask_;
     int64_t t_ = 0;
+    int64_t micro_ = 0;  // the micro-batch of step t_ being run (mxfp4-rht-sr's rounding counter)
 
     BatchShape shape_;
     DeviceBuffer<int32_t> inputs_, targets_;
@@ -324,7 +330,8 @@ TrainGemmMode CudaTrainer::mode(int64_t layer, Projection p, Slot s) const {
     m.strategy = recipe_.strategy(layer, p, s);
     // mxfp4-rht-sr's gradient slots: the CPU seam's seeds (random signs fixed per run and slot, fresh
     // stochastic-rounding bits every step, layer, projection and slot), so both devices draw the same bits.
-    if (recipe_.randomized(s)) m.lp = rht_sr_slot_options(m.lp, RhtSrSeeds{config_.seed, layer, p}, s, t_);
+    if (recipe_.randomized(s))
+        m.lp = rht_sr_slot_options(m.lp, RhtSrSeeds{config_.seed, layer, p}, s, t_ * config_.grad_accum + micro_);
     return m;
 }
 
@@ -471,7 +478,8 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
                    {logits_.data(), nullptr});
     mark("lm head");
     if (for_backward) dlogits_.grow(size_t(R * c.vocab_size));
-    cross_entropy_cuda(logits_.data(), targets_.data(), R, c.vocab_size, 1.0f / float(R), loss_rows_.data(),
+    // dlogits: the derivative of the step's mean loss (grad_accum micro-batches of R rows each).
+    cross_entropy_cuda(logits_.data(), targets_.data(), R, c.vocab_size, 1.0f / float(R * config_.grad_accum), loss_rows_.data(),
                        for_backward ? dlogits_.data() : nullptr, stream_);
     mark("cross entropy");
     sum_to_double_cuda(loss_rows_.data(), R, scalar_.data(), sum_ws_, stream_);
@@ -491,13 +499,16 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
     return sum / double(R);
 }
 
-void CudaTrainer::backward() {
+void CudaTrainer::backward(bool accumulate) {
     const LlamaConfig& c = mc();
     const BatchShape shape = shape_;
     const int64_t R = shape.rows(), d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.ffn_size;
     const bool calibrating = recipe_.calibrating() && probe_ == nullptr;
-    CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_));
-    mark("zero gradients");
+    if (!accumulate) {
+        CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_));
+        mark("zero gradients");
+    }
+    const float wgrad_beta = accumulate ? 1.0f : 0.0f;
     // LM head (dense, BF16): d xn = dlogits·Wout; dWout = dlogitsᵀ·xn (into token_embd's gradient when tied).
     const TrainGemmMode dense{};
     gemm_->backward_data(dense, dlogits_.data(), weight_bf16(master_.output), R, d, c.vocab_size,
@@ -532,10 +543,10 @@ void CudaTrainer::backward() {
             mark("linear dgrad");
             count_census_at(census_site(l, p, Slot::wgrad));
             if (b.has_saved_x[ip]) {
-                gemm_->backward_weight(wg, dy, b.saved_x[size_t(b.saved_x_from[ip])], R, k, n, grad_of(w[p]), 0.0f);
+                gemm_->backward_weight(wg, dy, b.saved_x[size_t(b.saved_x_from[ip])], R, k, n, grad_of(w[p]), wgrad_beta);
             } else {
                 if (x == nullptr) cuda_usage_error("training engine: the BF16 input of " + linear_name(l, p) + " was not kept");
-                gemm_->backward_weight(wg, dy, x, R, k, n, grad_of(w[p]), 0.0f);
+                gemm_->backward_weight(wg, dy, x, R, k, n, grad_of(w[p]), wgrad_beta);
             }
             mark("linear wgrad");
         };
@@ -581,11 +592,19 @@ void CudaTrainer::backward() {
 }
 
 double CudaTrainer::loss(const TokenBatch& batch) {
-    upload_batch(batch, true);
-    const double l = forward(batch, false);
+    const int64_t n = batch.shape.n_seq, micro_seqs = micro_batch_size(config_);
+    double sum = 0;
+    for (int64_t first = 0; first < n; first += micro_seqs) {
+        const int64_t count = std::min(micro_seqs, n - first);
+        const TokenBatch part = batch_rows(batch, first, count);
+        upload_batch(part, true);
+        const double l = forward(part, false);
+        if (!std::isfinite(l)) cuda_input_error("evaluation loss is " + std::to_string(l) + " (NaN/Inf in the model)");
+        if (n <= micro_seqs) sum = l;
+        else sum += double(count) * l;
+    }
     clock_.drop();
-    if (!std::isfinite(l)) cuda_input_error("evaluation loss is " + std::to_string(l) + " (NaN/Inf in the model)");
-    return l;
+    return n <= micro_seqs ? sum : sum / double(n);
 }
 
 std::vector<SlotError> CudaTrainer::probe_slot_errors(const TokenBatch& batch) {
@@ -594,9 +613,11 @@ std::vector<SlotError> CudaTrainer::probe_slot_errors(const TokenBatch& batch) {
     const int64_t saved = saved_bytes_, saved_bf16 = saved_bytes_bf16_, peak = peak_bytes_;
     std::vector<SlotError> out;
     probe_ = &out;
+    micro_ = 0;
     try {
-        upload_batch(batch, true);
-        forward(batch, true);
+        const TokenBatch first = batch_rows(batch, 0, micro_batch_size(config_));
+        upload_batch(first, true);
+        forward(first, true);
         backward();
     } catch (...) {
         probe_ = nullptr;
@@ -623,13 +644,23 @@ StepStats CudaTrainer::step(const TokenBatch& batch) {
                          std::to_string(config_.batch_size) + " sequences of " + std::to_string(config_.seq_len));
     StepStats s;
     s.step = t_;
-    upload_batch(batch, true);
-    mark("start");
-    s.loss = forward(batch, true);
-    if (!std::isfinite(s.loss))
-        throw Error(ErrorKind::runtime, step_prefix(s.step) + "loss is NaN/Inf (" + std::to_string(s.loss) +
-                                            "); the parameters are those of the last good step");
-    backward();
+    const int64_t micros = config_.grad_accum, micro_seqs = micro_batch_size(config_);
+    double loss_sum = 0;
+    for (micro_ = 0; micro_ < micros; ++micro_) {
+        const TokenBatch micro = batch_rows(batch, micro_ * micro_seqs, micro_seqs);
+        upload_batch(micro, true);
+        mark("start");
+        const double loss = forward(micro, true);
+        if (!std::isfinite(loss))
+            throw Error(ErrorKind::runtime,
+                        step_prefix(s.step) + "loss is NaN/Inf (" + std::to_string(loss) +
+                            (micros > 1 ? ", micro-batch " + std::to_string(micro_ + 1) + " of " + std::to_string(micros) : "") +
+                            "); the parameters are those of the last good step");
+        backward(micro_ > 0);
+        loss_sum += loss;
+    }
+    micro_ = 0;
+    s.loss = micros == 1 ? loss_sum : loss_sum / double(micros);
     sum_squares_cuda(grads_.data(), layout_.total(), scalar_.data(), sum_ws_, stream_);
     mark("gradient norm");
     double sq = 0;
