@@ -122,6 +122,21 @@ TEST(ModelConfig, FromHfConfigJsonBothRopeFormats) {
     EXPECT_TRUE(cq.tied_embeddings);
     EXPECT_EQ(cq.head_dim, 64);
 
+    // Mistral: Llama's decoder, run as "llama"; v0.1's sliding window of 4096 becomes the context (lowbit and
+    // llama.cpp attend to the whole context, which is the same model up to the window); v0.2+ have none.
+    nlohmann::json m = {{"model_type", "mistral"},     {"vocab_size", 32000},   {"hidden_size", 4096},
+                        {"intermediate_size", 14336},  {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+                        {"num_key_value_heads", 8},    {"max_position_embeddings", 32768}, {"rms_norm_eps", 1e-5},
+                        {"rope_theta", 10000.0},       {"sliding_window", 4096}, {"tie_word_embeddings", false}};
+    const LlamaConfig cm = config_from_hf_json(m, "config.json");
+    EXPECT_EQ(cm.architecture, "llama");
+    EXPECT_FALSE(cm.qkv_bias);
+    EXPECT_EQ(cm.head_dim, 128);
+    EXPECT_EQ(cm.context_length, 4096);
+    m["sliding_window"] = nullptr;
+    m["rope_theta"] = 1000000.0;
+    EXPECT_EQ(config_from_hf_json(m, "config.json").context_length, 32768);
+
     // Unsupported variants are refused with the reason.
     nlohmann::json yarn = j;
     yarn["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};

@@ -291,7 +291,7 @@ void run_quantize(const QuantizeArgs& a) {
 void register_quantize_command(CLI::App& app) {
     auto a = std::make_shared<QuantizeArgs>();
     auto* cq = app.add_subcommand("quantize", "post-training quantization (RTN, GPTQ, BoA, TurboBoA) and GGUF export");
-    cq->add_option("--model", a->model, "source model (.gguf)")->required();
+    cq->add_option("--model", a->model, "source model: a .gguf file, an HF checkpoint directory, or a known name (smollm2-135m)")->required();
     cq->add_option("--method", a->method, "rtn | gptq | boa | turboboa (default)");
     cq->add_option("--features", a->features, "turboboa: f1,f2,f3 (default all; 'none' = BoA-like with fixed grids)");
     cq->add_option("--format", a->format, "int2..int8 | q4_0 | q4_1 | q5_0 | q5_1 | q8_0 | iq4_nl | q2_k..q6_k | mxfp4 | nvfp4");

@@ -280,12 +280,15 @@ LlamaConfig config_from_hf_json(const nlohmann::json& j, const std::string& src)
     std::string model_type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
     LOWBIT_CHECK(!model_type.empty(), ErrorKind::input,
                  "{}: no 'model_type' field; is this a Hugging Face transformers config.json?", src);
-    LOWBIT_CHECK(model_type == "llama" || model_type == "qwen2", ErrorKind::input,
-                 "{}: model_type '{}' is not supported; lowbit runs Llama-family decoders (model_type 'llama' and "
-                 "'qwen2': Llama 2/3, SmolLM2, Qwen2/2.5)",
+    LOWBIT_CHECK(model_type == "llama" || model_type == "qwen2" || model_type == "mistral", ErrorKind::input,
+                 "{}: model_type '{}' is not supported; lowbit runs Llama-family decoders (model_type 'llama', "
+                 "'mistral' and 'qwen2': Llama 2/3, SmolLM2, Mistral, Qwen2/2.5)",
                  src, model_type);
+    // Mistral is Llama's decoder (no biases) with an optional sliding attention window: it runs as "llama", as
+    // llama.cpp's converter writes it.
+    const bool mistral = model_type == "mistral";
     LlamaConfig c;
-    c.architecture = model_type;
+    c.architecture = mistral ? "llama" : model_type;
     c.vocab_size = json_int(j, "vocab_size", src);
     c.hidden_size = json_int(j, "hidden_size", src);
     c.ffn_size = json_int(j, "intermediate_size", src);
@@ -308,7 +311,14 @@ LlamaConfig config_from_hf_json(const nlohmann::json& j, const std::string& src)
                  src, act);
     LOWBIT_CHECK(!json_bool_or(j, "mlp_bias", false, src), ErrorKind::input,
                  "{}: mlp_bias = true is not supported (Llama-family MLPs have no biases)", src);
-    if (model_type == "llama") {
+    if (mistral && j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
+        // Attention within the window only (Mistral 7B v0.1: 4096). lowbit attends to the whole context, as
+        // llama.cpp does, which is the same model for every context up to the window: that is the context
+        // recorded.
+        const int64_t window = j["sliding_window"].get<int64_t>();
+        if (window > 0 && (c.context_length <= 0 || window < c.context_length)) c.context_length = window;
+    }
+    if (model_type == "llama" || mistral) {
         // LlamaAttention puts `attention_bias` on q, k, v *and* o; lowbit carries q/k/v biases only.
         LOWBIT_CHECK(!json_bool_or(j, "attention_bias", false, src), ErrorKind::input,
                      "{}: attention_bias = true (biases on q/k/v/o) is not supported for model_type llama", src);
