@@ -9,7 +9,6 @@
 
 #include "core/bits.h"
 #include "core/error.h"
-#include "core/gemm_cpu.h"
 #include "core/thread_pool.h"
 #include "formats/element_codec.h"
 #include "formats/gguf_blocks.h"
@@ -199,95 +198,191 @@ int int_shrink_candidates(const GridSpec& g, const IntRange& ir, float p, GroupG
     return 2;
 }
 
-// The Hessian-scored int grids of `rows` rows over one group of n columns (per channel: the whole row):
-// every row's 200 candidates are scored at once as Σ (D·H_g) ⊙ D, D the stacked candidate errors. On the CPU
-// by one FP32 product per chunk of rows (dot products in double) — the same rows·200·n² multiply-adds as a
-// quadratic form per candidate, through OpenBLAS instead of a scalar loop (per channel on an 8B shape's
-// ffn_down: hours → seconds; SmolLM2 GPTQ INT2 g64 on 2 cores: the sweep phase 458 s → 155 s);
-// with a scorer, there. Ties keep the earlier candidate, as best_of_shrinks does.
-struct Buffers {
-    std::vector<GroupGrid> cand;
-    std::vector<uint8_t> valid;
-    std::vector<double> scores;
-    std::vector<float> d, t;
+// The Hessian-scored int grids of `rows` rows over one group of n columns (per channel: the whole row), the
+// 200 candidates of §1.3 per row. Ties keep the earlier candidate, as best_of_shrinks does.
+//
+// With a scorer, every row's candidates are scored there at once as Σ (D·H_g) ⊙ D, D the stacked candidate errors.
+// On the CPU, row by row and without forming D·H: a candidate's error is Δ = s·u − w with u = q − zero an integer
+// vector (s is an FP16 number and |u| ≤ 255, so s·u is the FP32 grid value itself, exactly), hence
+//     Δ·H·Δᵀ = s²·uᵀHu − s·uᵀ(H + Hᵀ)w + wᵀHw.
+// (H + Hᵀ)w and wᵀHw are computed once per row, and uᵀHu = u·a with a = Hᵀu, which follows the previous candidate
+// of the same zero rule (the floor zero and the ceil zero each form a chain over the 100 shrinks) through the rows
+// of H at the positions where u changed — a few per cent of n per step at 2–4 bits (turboboa.md §10's
+// "incremental ΔH") — so a row costs ~4·n² + 200·n·(changed positions) multiply-adds instead of 200·n². All in
+// double from FP32 inputs (the products are exact, the sums carry ~1e-16 relative error): the scores are the
+// quadratic forms of the true errors, where the stacked FP32 product rounds Δ and D·H to FP32.
+// The hot loops below have an AVX2 clone chosen at load time where the CPU has it. They give the same bits as the
+// baseline clone: elementwise IEEE operations, and sums in a fixed association (four interleaved partial sums).
+
+// a[j] += d·row[j] for j < n.
+__attribute__((target_clones("avx2", "default"))) void add_scaled_row(double* a, double d, const float* row, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) a[j] += d * double(row[j]);
+}
+
+// a[j] += da·row[j] and b[j] += db·row[j]: one read of H's row for both zero rules' chains.
+__attribute__((target_clones("avx2", "default"))) void add_scaled_row2(double* a, double da, double* b, double db,
+                                                                        const float* row, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+        const double r = row[j];
+        a[j] += da * r;
+        b[j] += db * r;
+    }
+}
+
+// u[j] = q − zero with q = grid_nearest(w[j]) on an int grid of a finite non-zero scale (inlined).
+__attribute__((target_clones("avx2", "default"))) void int_offsets(const float* w, int64_t n, float scale, float zero,
+                                                                   float maxq, int16_t* u) {
+    for (int64_t j = 0; j < n; ++j)
+        u[j] = int16_t(std::clamp(std::rint(std::clamp(w[j] / scale, -4096.0f, 4096.0f)) + zero, 0.0f, maxq) - zero);
+}
+
+// Σ u[j]·a[j] and Σ u[j]·b[j] in double.
+__attribute__((target_clones("avx2", "default"))) void offset_dots(const int16_t* u, const double* a, const double* b,
+                                                                   int64_t n, double* ua, double* ub) {
+    double sa[4] = {0, 0, 0, 0}, sb[4] = {0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (int t = 0; t < 4; ++t) {
+            sa[t] += double(u[j + t]) * a[j + t];
+            sb[t] += double(u[j + t]) * b[j + t];
+        }
+    for (; j < n; ++j) {
+        sa[0] += double(u[j]) * a[j];
+        sb[0] += double(u[j]) * b[j];
+    }
+    *ua = (sa[0] + sa[1]) + (sa[2] + sa[3]);
+    *ub = (sb[0] + sb[1]) + (sb[2] + sb[3]);
+}
+
+// Σ row[j]·w[j] in double.
+__attribute__((target_clones("avx2", "default"))) double row_dot(const float* row, const float* w, int64_t n) {
+    double s[4] = {0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (int t = 0; t < 4; ++t) s[t] += double(row[j + t]) * double(w[j + t]);
+    for (; j < n; ++j) s[0] += double(row[j]) * double(w[j]);
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+struct RowScratch {
+    std::vector<int16_t> u[2], next[2];
+    std::vector<double> a[2], hw;
+    std::vector<float> delta;
 };
 
-void fit_int_groups_stacked(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
-                            int64_t ldh, const GridScorer* scorer, uint64_t h_id, GroupGrid* out, int64_t out_stride) {
+// Scores of one row's candidates (cand[s·per_shrink + k]: shrink s, zero rule k; valid where the shrink gave one).
+void score_int_row(const GridSpec& g, const float* w, int64_t n, const float* h, int64_t ldh, const GroupGrid* cand,
+                   const uint8_t* valid, int per_shrink, double* scores, RowScratch& rs) {
+    rs.hw.assign(size_t(n), 0.0);
+    double c0 = 0.0;  // wᵀHw
+    for (int64_t i = 0; i < n; ++i) {
+        const float* row = h + i * ldh;
+        const double dot = row_dot(row, w, n);
+        add_scaled_row(rs.hw.data(), double(w[i]), row, n);  // (Hᵀw)_j
+        rs.hw[size_t(i)] += dot;                              // (Hw)_i
+        c0 += double(w[i]) * dot;
+    }
+    const float maxq = float(g.max_code());
+    bool live[2] = {false, false};
+    for (int k = 0; k < per_shrink; ++k) {
+        rs.u[k].resize(size_t(n));
+        rs.next[k].resize(size_t(n));
+        rs.a[k].resize(size_t(n));
+    }
+    for (int s = 0; s < kIntShrinks; ++s) {
+        bool step[2] = {false, false};  // the chains this shrink continues
+        for (int k = 0; k < per_shrink; ++k) {
+            const int c = s * per_shrink + k;
+            if (!valid[c]) {
+                live[k] = false;
+                continue;
+            }
+            const GroupGrid& p = cand[c];
+            if (!(p.scale != 0.0f) || is_nan_or_inf(p.scale)) {  // no integer form: the direct quadratic form
+                rs.delta.resize(size_t(n));
+                for (int64_t j = 0; j < n; ++j) rs.delta[size_t(j)] = grid_value(g, p, grid_nearest(g, p, w[j])) - w[j];
+                scores[c] = quadratic_form(rs.delta.data(), n, h, ldh);
+                live[k] = false;
+                continue;
+            }
+            int_offsets(w, n, p.scale, p.zero, maxq, rs.next[k].data());
+            if (live[k]) {
+                step[k] = true;
+                continue;
+            }
+            double* a = rs.a[k].data();  // a new chain: a = Hᵀu from scratch
+            std::fill(a, a + n, 0.0);
+            const int16_t* u = rs.next[k].data();
+            for (int64_t i = 0; i < n; ++i)
+                if (u[i] != 0) add_scaled_row(a, double(u[i]), h + i * ldh, n);
+            live[k] = true;
+        }
+        if (step[0] || step[1]) {  // a += Hᵀ(next − u) over the positions that changed, both chains per read of a row
+            const int16_t *u0 = rs.u[0].data(), *n0 = rs.next[0].data();
+            const int16_t *u1 = per_shrink > 1 ? rs.u[1].data() : nullptr, *n1 = per_shrink > 1 ? rs.next[1].data() : nullptr;
+            for (int64_t i = 0; i < n; ++i) {
+                const double d0 = step[0] ? double(n0[i] - u0[i]) : 0.0, d1 = step[1] ? double(n1[i] - u1[i]) : 0.0;
+                if (d0 != 0.0 && d1 != 0.0) add_scaled_row2(rs.a[0].data(), d0, rs.a[1].data(), d1, h + i * ldh, n);
+                else if (d0 != 0.0) add_scaled_row(rs.a[0].data(), d0, h + i * ldh, n);
+                else if (d1 != 0.0) add_scaled_row(rs.a[1].data(), d1, h + i * ldh, n);
+            }
+        }
+        for (int k = 0; k < per_shrink; ++k) {
+            if (!live[k]) continue;
+            rs.u[k].swap(rs.next[k]);
+            double quad = 0.0, cross = 0.0;
+            offset_dots(rs.u[k].data(), rs.a[k].data(), rs.hw.data(), n, &quad, &cross);
+            const double sc = cand[s * per_shrink + k].scale;
+            scores[s * per_shrink + k] = sc * sc * quad - sc * cross + c0;
+        }
+    }
+}
+
+void fit_int_groups(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
+                    int64_t ldh, const GridScorer* scorer, uint64_t h_id, GroupGrid* out, int64_t out_stride) {
     const int per_shrink = g.sym ? 1 : 2, per_row = kIntShrinks * per_shrink;
-    // The scorer takes every row at once (it chunks its own memory); the CPU ~32 MiB of D at a time.
-    const int64_t chunk = scorer ? rows
-                                 : std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(1) << 23) / (int64_t(per_row) * n)));
-    // Kept across calls (GPTQ fits every span of every layer here): re-allocating D and D·H (tens of MB) per call
-    // costs more in page faults than the product. The worker threads below use the calling thread's buffers
-    // (through these references; a thread_local named inside a lambda would be the worker's own).
-    thread_local Buffers tl;
-    std::vector<GroupGrid>& cand = tl.cand;
-    std::vector<uint8_t>& valid = tl.valid;
-    std::vector<double>& scores = tl.scores;
-    std::vector<float>& d = tl.d;
-    std::vector<float>& t = tl.t;
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        const int64_t nr = std::min(chunk, rows - r0), m = nr * per_row;
-        cand.assign(size_t(m), GroupGrid{});
-        valid.assign(size_t(m), 0);
-        scores.assign(size_t(m), 0.0);
-        if (!scorer) {
-            d.assign(size_t(m * n), 0.0f);
-            t.resize(size_t(m * n));
-        }
-        parallel_for(nr, 1, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-                const float* wr = w + (r0 + i) * ldw;
-                const IntRange ir = int_range(g, range_of(wr, n));
-                for (int s = 0; s < kIntShrinks; ++s) {
-                    GroupGrid c[2];
-                    const int nc = int_shrink_candidates(g, ir, 1.0f - float(s) / 100.0f, c);
-                    for (int k = 0; k < nc; ++k) {
-                        const int64_t at = i * per_row + s * per_shrink + k;
-                        cand[size_t(at)] = c[k];
-                        valid[size_t(at)] = 1;
-                        if (scorer) continue;
-                        float* dr = d.data() + at * n;
-                        const float sc = c[k].scale, z = c[k].zero, maxq = float(g.max_code());
-                        if (sc != 0.0f && !is_nan_or_inf(sc)) {  // grid_nearest and grid_value of an int grid, inlined
-                            for (int64_t j = 0; j < n; ++j) {
-                                const float q = std::clamp(std::rint(std::clamp(wr[j] / sc, -4096.0f, 4096.0f)) + z, 0.0f, maxq);
-                                dr[j] = sc * (float(uint32_t(q)) - z) - wr[j];
-                            }
-                        } else {
-                            for (int64_t j = 0; j < n; ++j) dr[j] = grid_value(g, c[k], grid_nearest(g, c[k], wr[j])) - wr[j];
-                        }
-                    }
+    // Kept across calls (GPTQ fits every span of every layer here). The worker threads below use the calling
+    // thread's buffers (through these references; a thread_local named inside a lambda would be the worker's own).
+    thread_local std::vector<GroupGrid> cand;
+    thread_local std::vector<uint8_t> valid;
+    thread_local std::vector<double> scores;
+    const int64_t m = rows * per_row;
+    cand.assign(size_t(m), GroupGrid{});
+    valid.assign(size_t(m), 0);
+    scores.assign(size_t(m), 0.0);
+    std::vector<GroupGrid>& cand_ref = cand;
+    std::vector<uint8_t>& valid_ref = valid;
+    std::vector<double>& scores_ref = scores;
+    parallel_for(rows, 1, [&](int64_t i0, int64_t i1) {
+        RowScratch rs;
+        for (int64_t i = i0; i < i1; ++i) {
+            const float* wr = w + i * ldw;
+            const IntRange ir = int_range(g, range_of(wr, n));
+            GroupGrid* rc = cand_ref.data() + i * per_row;
+            uint8_t* rv = valid_ref.data() + i * per_row;
+            for (int s = 0; s < kIntShrinks; ++s) {
+                GroupGrid c[2];
+                const int nc = int_shrink_candidates(g, ir, 1.0f - float(s) / 100.0f, c);
+                for (int k = 0; k < nc; ++k) {
+                    rc[s * per_shrink + k] = c[k];
+                    rv[s * per_shrink + k] = 1;
                 }
             }
-        });
-        if (scorer) {
-            scorer->score_int_candidates(g, w + r0 * ldw, ldw, nr, n, h, ldh, h_id, cand.data(), per_row, scores.data());
-        } else {
-            gemm_f32(ConstMatF(d.data(), m, n), Trans::no, ConstMatF(h, n, n, ldh), Trans::no, MatF(t.data(), m, n));
-            parallel_for(m, 64, [&](int64_t a0, int64_t a1) {
-                for (int64_t a = a0; a < a1; ++a) {
-                    const float* dr = d.data() + a * n;
-                    const float* tr = t.data() + a * n;
-                    double s = 0.0;
-                    for (int64_t j = 0; j < n; ++j) s += double(dr[j]) * double(tr[j]);
-                    scores[size_t(a)] = s;
-                }
-            });
+            if (!scorer) score_int_row(g, wr, n, h, ldh, rc, rv, per_shrink, scores_ref.data() + i * per_row, rs);
         }
-        for (int64_t i = 0; i < nr; ++i) {
-            double best = INFINITY;
-            GroupGrid pick{};
-            for (int k = 0; k < per_row; ++k) {
-                const int64_t at = i * per_row + k;
-                if (valid[size_t(at)] && scores[size_t(at)] < best) {
-                    best = scores[size_t(at)];
-                    pick = cand[size_t(at)];
-                }
+    });
+    if (scorer) scorer->score_int_candidates(g, w, ldw, rows, n, h, ldh, h_id, cand.data(), per_row, scores.data());
+    for (int64_t i = 0; i < rows; ++i) {
+        double best = INFINITY;
+        GroupGrid pick{};
+        for (int k = 0; k < per_row; ++k) {
+            const int64_t at = i * per_row + k;
+            if (valid[size_t(at)] && scores[size_t(at)] < best) {
+                best = scores[size_t(at)];
+                pick = cand[size_t(at)];
             }
-            out[(r0 + i) * out_stride] = pick;
         }
+        out[i * out_stride] = pick;
     }
 }
 
@@ -540,8 +635,8 @@ SpanGrids fit_span_grids(const GridSpec& g, const float* w, int64_t ldw, int64_t
     out.grids.resize(size_t(rows * per_row));
     if (g.format == GridFormat::int_grid && g.search == GridSearch::hessian && h) {
         for (int64_t j = 0; j < per_row; ++j)
-            fit_int_groups_stacked(g, w + j * group, ldw, rows, group, h + j * group * ldh + j * group, ldh, scorer,
-                                   h_id, out.grids.data() + j, per_row);
+            fit_int_groups(g, w + j * group, ldw, rows, group, h + j * group * ldh + j * group, ldh, scorer, h_id,
+                           out.grids.data() + j, per_row);
         return out;
     }
     parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
