@@ -181,6 +181,24 @@ TEST(TokenShards, CorruptFilesAreRefused) {
     longer.push_back(0);
     expect_error_with([&] { TokenShard::from_bytes(longer, "l.bin"); }, ErrorKind::input, {"oversized"});
     expect_error_with([&] { TokenShard::open((d / "missing.bin").string()); }, ErrorKind::input, {"missing.bin"});
+
+    // Header fields that disagree with the rest, behind a valid header checksum (found by tests/fuzz/fuzz_token_shard):
+    // a vocabulary below an id of the payload, a separator outside the vocabulary, an empty vocabulary.
+    const auto with_header = [&](uint32_t vocab, int32_t separator) {
+        auto b = good;
+        std::memcpy(b.data() + 16, &vocab, 4);
+        std::memcpy(b.data() + 20, &separator, 4);
+        const uint64_t h = fnv1a64({b.data(), 112});
+        std::memcpy(b.data() + 112, &h, 8);
+        return b;
+    };
+    expect_error_with([&] { TokenShard::from_bytes(with_header(40000, 7), "v.bin"); }, ErrorKind::input,
+                      {"v.bin", "token id 40000", "vocabulary of 40000"});
+    EXPECT_EQ(TokenShard::from_bytes(with_header(40000, 7), "v.bin", false).size(), 6);  // ids are checked with the payload
+    expect_error_with([&] { TokenShard::from_bytes(with_header(50000, 50000), "s.bin"); }, ErrorKind::input,
+                      {"s.bin", "separator id 50000"});
+    expect_error_with([&] { TokenShard::from_bytes(with_header(0, -1), "z.bin"); }, ErrorKind::input, {"z.bin", "vocabulary size 0"});
+    EXPECT_EQ(TokenShard::from_bytes(with_header(40001, 7), "ok.bin").read(4, 1)[0], 40000);
     fs::remove_all(d);
 }
 
@@ -244,6 +262,16 @@ TEST(TokenShards, ManifestRoundTripAndErrors) {
                       ErrorKind::input, {"plain file name"});
     expect_error_with([&] { parse_token_shard_manifest(edited("\"tokens\": 100", "\"tokens\": -1"), "m.json"); },
                       ErrorKind::input, {"tokens"});
+    // Found by tests/fuzz/fuzz_configs: a non-string format escaped as a JSON type error; counts beyond their type
+    // were narrowed silently.
+    expect_error_with([&] { parse_token_shard_manifest(edited("\"lowbit-token-shards\"", "8888.8"), "m.json"); },
+                      ErrorKind::input, {"format"});
+    expect_error_with([&] { parse_token_shard_manifest(edited("\"vocab_size\": 49152", "\"vocab_size\": 4294967297"), "m.json"); },
+                      ErrorKind::input, {"vocab_size", "4294967297"});
+    expect_error_with([&] { parse_token_shard_manifest(edited("\"tokens\": 100", "\"tokens\": 18446744073709551615"), "m.json"); },
+                      ErrorKind::input, {"tokens"});
+    expect_error_with([&] { parse_token_shard_manifest(edited("\"separator_id\": 0", "\"separator_id\": -5"), "m.json"); },
+                      ErrorKind::input, {"separator_id -5"});
 }
 
 namespace {

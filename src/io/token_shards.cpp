@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
@@ -164,6 +165,10 @@ TokenShard TokenShard::parse(MappedFile file, const std::string& name, bool veri
     LOWBIT_CHECK(h.tokenizer[63] == '\0', ErrorKind::input, "{}: the tokenizer id is not NUL-terminated", name);
     LOWBIT_CHECK(std::all_of(std::begin(h.reserved), std::end(h.reserved), [](uint8_t b) { return b == 0; }),
                  ErrorKind::input, "{}: the reserved header bytes are not zero (a newer or corrupt shard)", name);
+    LOWBIT_CHECK(h.vocab_size >= 1 && h.vocab_size <= uint32_t(INT32_MAX), ErrorKind::input,
+                 "{}: vocabulary size {} in the token shard header is not between 1 and 2^31 - 1", name, h.vocab_size);
+    LOWBIT_CHECK(h.separator_id == -1 || (h.separator_id >= 0 && uint32_t(h.separator_id) < h.vocab_size), ErrorKind::input,
+                 "{}: separator id {} is outside the shard's vocabulary of {}", name, h.separator_id, h.vocab_size);
     const uint64_t payload = file.size() - token_shard_header_bytes;
     LOWBIT_CHECK(h.token_count <= payload / h.token_bytes && payload == h.token_count * h.token_bytes, ErrorKind::input,
                  "{}: {} token shard: the header says {} tokens of {} bytes ({} payload bytes) but the file has {}", name,
@@ -173,6 +178,20 @@ TokenShard TokenShard::parse(MappedFile file, const std::string& name, bool veri
         const uint64_t sum = fnv1a64({file.data() + token_shard_header_bytes, size_t(payload)});
         LOWBIT_CHECK(sum == h.payload_checksum, ErrorKind::input,
                      "{}: corrupt token shard: payload checksum {} but the header says {}", name, hex16(sum), hex16(h.payload_checksum));
+        // The writer checks every id; a payload that matches its checksum and still leaves the vocabulary was written
+        // against another header.
+        const uint8_t* p = file.data() + token_shard_header_bytes;
+        uint32_t top = 0;
+        if (h.token_bytes == 2)
+            for (uint64_t i = 0; i < h.token_count; ++i) top = std::max(top, uint32_t(p[2 * i]) | uint32_t(p[2 * i + 1]) << 8);
+        else
+            for (uint64_t i = 0; i < h.token_count; ++i) {
+                uint32_t v;
+                std::memcpy(&v, p + 4 * i, 4);
+                top = std::max(top, v);
+            }
+        LOWBIT_CHECK(h.token_count == 0 || top < h.vocab_size, ErrorKind::input,
+                     "{}: token id {} is outside the shard's vocabulary of {}", name, top, h.vocab_size);
     }
     TokenShard s;
     s.info_ = {h.token_bytes, h.vocab_size, h.separator_id, std::string(h.tokenizer), int64_t(h.token_count),
@@ -222,16 +241,27 @@ TokenShardManifest parse_token_shard_manifest(const std::string& json_text, cons
                      "{}: manifest key '{}' is missing or not {}", name, key, what);
         return obj.at(key);
     };
-    LOWBIT_CHECK(j.is_object() && j.value("format", "") == "lowbit-token-shards", ErrorKind::input,
+    // A count: an unsigned integer no larger than `max` (JSON allows any size; a silent narrowing would not do).
+    const auto need_count = [&](const nlohmann::json& obj, const char* key, uint64_t max) {
+        const uint64_t v = need(obj, key, &nlohmann::json::is_number_unsigned, "a count").get<uint64_t>();
+        LOWBIT_CHECK(v <= max, ErrorKind::input, "{}: manifest key '{}' is {}, above its limit {}", name, key, v, max);
+        return v;
+    };
+    LOWBIT_CHECK(j.is_object() && j.contains("format") && j["format"].is_string() &&
+                     j["format"].get<std::string>() == "lowbit-token-shards",
+                 ErrorKind::input,
                  "{}: not a lowbit token-shard manifest (\"format\" is not \"lowbit-token-shards\")", name);
     LOWBIT_CHECK(need(j, "version", &nlohmann::json::is_number_integer, "an integer").get<int64_t>() == int64_t(shard_version),
                  ErrorKind::input, "{}: manifest version {} is not supported", name, j.at("version").dump());
     TokenShardManifest m;
     m.tokenizer = need(j, "tokenizer", &nlohmann::json::is_string, "a string").get<std::string>();
-    m.vocab_size = need(j, "vocab_size", &nlohmann::json::is_number_unsigned, "a count").get<uint32_t>();
-    m.token_bytes = need(j, "token_bytes", &nlohmann::json::is_number_unsigned, "a count").get<uint32_t>();
-    m.separator_id = need(j, "separator_id", &nlohmann::json::is_number_integer, "an integer").get<int32_t>();
-    m.seed = need(j, "seed", &nlohmann::json::is_number_unsigned, "a count").get<uint64_t>();
+    m.vocab_size = uint32_t(need_count(j, "vocab_size", uint64_t(INT32_MAX)));
+    m.token_bytes = uint32_t(need_count(j, "token_bytes", 4));
+    const int64_t separator = need(j, "separator_id", &nlohmann::json::is_number_integer, "an integer").get<int64_t>();
+    LOWBIT_CHECK(separator >= -1 && separator <= int64_t(INT32_MAX), ErrorKind::input,
+                 "{}: manifest separator_id {} is neither -1 nor a token id", name, separator);
+    m.separator_id = int32_t(separator);
+    m.seed = need_count(j, "seed", UINT64_MAX);
     m.val_fraction = need(j, "val_fraction", &nlohmann::json::is_number, "a number").get<double>();
     for (const auto& [split, list] : need(j, "splits", &nlohmann::json::is_object, "an object").items()) {
         LOWBIT_CHECK(list.is_array(), ErrorKind::input, "{}: split '{}' is not a list of shards", name, split);
@@ -241,8 +271,8 @@ TokenShardManifest parse_token_shard_manifest(const std::string& json_text, cons
             s.file = need(e, "file", &nlohmann::json::is_string, "a string").get<std::string>();
             LOWBIT_CHECK(!s.file.empty() && s.file.find('/') == std::string::npos && s.file != "..", ErrorKind::input,
                          "{}: shard file '{}' must be a plain file name in the set's directory", name, s.file);
-            s.tokens = need(e, "tokens", &nlohmann::json::is_number_unsigned, "a count").get<int64_t>();
-            s.documents = need(e, "documents", &nlohmann::json::is_number_unsigned, "a count").get<int64_t>();
+            s.tokens = int64_t(need_count(e, "tokens", uint64_t(INT64_MAX)));
+            s.documents = int64_t(need_count(e, "documents", uint64_t(INT64_MAX)));
             const std::string sum = need(e, "checksum", &nlohmann::json::is_string, "a string").get<std::string>();
             LOWBIT_CHECK(sum.size() == 16 && sum.find_first_not_of("0123456789abcdef") == std::string::npos, ErrorKind::input,
                          "{}: checksum '{}' of {} is not 16 lowercase hex digits", name, sum, s.file);

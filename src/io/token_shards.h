@@ -17,8 +17,9 @@
 //      128        payload: token count ids of the given width; the file ends right after it
 // Documents follow each other, each followed by the separator token (the vocabulary's <|endoftext|>, else
 // its EOS, else its BOS — see `lowbit tokenize-corpus`), so a window that crosses a document boundary sees
-// the separator there. A reader checks magic, version, width, header checksum, the file size against the
-// token count, and (by default) the payload checksum; every failure is Error(input) naming the file.
+// the separator there. A reader checks magic, version, width, header checksum, vocabulary size (1 … 2^31 − 1) and
+// separator (in it), the file size against the token count, and (by default) the payload checksum and every id
+// against the vocabulary; every failure is Error(input) naming the file.
 //
 // Shard set (a directory): train_000.bin, train_001.bin, …, val_000.bin, … and manifest.json:
 //   {"format": "lowbit-token-shards", "version": 1, "tokenizer": ID, "vocab_size": V, "separator_id": S,
