@@ -455,9 +455,27 @@ TEST(TrainCheckpoint, TruncatedOrCorruptFilesAreNamed) {
         expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {bin, "truncated"});
     }
     write_file_atomic(bin, good.data(), good.size());
-    const std::string half = "{\"format\": \"lowbit-train-chec";
-    write_file_atomic(json, half.data(), half.size());
-    expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {json});
+    // A sidecar edited by hand: wrong types, a data file outside the directory, not an object — an input error
+    // naming it, not a JSON type error.
+    const std::vector<uint8_t> sidecar = read_file(json);
+    const nlohmann::json original = nlohmann::json::parse(sidecar.begin(), sidecar.end());
+    struct Edit {
+        const char* key;
+        nlohmann::json value;
+        std::string names;
+    };
+    for (const Edit& e : {Edit{"format", 7, json}, Edit{"version", "1", json}, Edit{"file", "../step_00000001.bin", json},
+                          Edit{"payload_checksum", 12, "sidecar none"}}) {
+        nlohmann::json edited = original;
+        edited[e.key] = e.value;
+        const std::string text = edited.dump();
+        write_file_atomic(json, text.data(), text.size());
+        expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {e.names});
+    }
+    for (const std::string text : {std::string("[1, 2]"), std::string("{\"format\": \"lowbit-train-chec")}) {
+        write_file_atomic(json, text.data(), text.size());
+        expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {json});
+    }
 }
 
 TEST(TrainSteps, NonFiniteLossOrGradientNamesTheStep) {

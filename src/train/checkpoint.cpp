@@ -146,12 +146,23 @@ std::string save_checkpoint(const std::string& run_dir, const Checkpoint& c, int
 
 Checkpoint load_checkpoint(const std::string& json_path, int64_t floats) {
     const nlohmann::json j = read_json_file(json_path);
-    LOWBIT_CHECK(j.value("format", "") == "lowbit-train-checkpoint" && j.value("version", 0) == int(kVersion),
+    // Every key is type-checked before it is read: a sidecar edited by hand is an input error naming it.
+    const auto has = [&](const char* key, bool (nlohmann::json::*is)() const noexcept) {
+        return j.is_object() && j.contains(key) && (j[key].*is)();
+    };
+    const auto string_of = [&](const char* key) {
+        return has(key, &nlohmann::json::is_string) ? j[key].get<std::string>() : std::string();
+    };
+    LOWBIT_CHECK(string_of("format") == "lowbit-train-checkpoint" && has("version", &nlohmann::json::is_number_integer) &&
+                     j["version"].get<int64_t>() == int64_t(kVersion),
                  ErrorKind::input, "{}: not a lowbit training checkpoint (format/version)", json_path);
-    LOWBIT_CHECK(j.contains("steps_done") && j["steps_done"].is_number_integer() && j.contains("file") &&
-                     j["file"].is_string() && j.contains("metrics_lines") && j["metrics_lines"].is_number_integer(),
+    LOWBIT_CHECK(has("steps_done", &nlohmann::json::is_number_integer) && has("file", &nlohmann::json::is_string) &&
+                     has("metrics_lines", &nlohmann::json::is_number_integer),
                  ErrorKind::input, "{}: steps_done, file or metrics_lines missing", json_path);
-    const std::string bin = (fs::path(json_path).parent_path() / j["file"].get<std::string>()).string();
+    const std::string file = j["file"].get<std::string>();
+    LOWBIT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..", ErrorKind::input,
+                 "{}: its data file '{}' must be a plain file name in the checkpoint's directory", json_path, file);
+    const std::string bin = (fs::path(json_path).parent_path() / file).string();
     LOWBIT_CHECK(fs::exists(bin), ErrorKind::input, "{}: its data file {} is missing", json_path, bin);
     const std::vector<uint8_t> bytes = read_file(bin);
     CheckpointFileHeader h{};
@@ -173,16 +184,16 @@ Checkpoint load_checkpoint(const std::string& json_path, int64_t floats) {
                  bytes.size() < want ? "truncated" : "trailing bytes");
     const uint8_t* payload = bytes.data() + sizeof(h);
     const uint64_t checksum = fnv1a_of(payload, kBuffers * buffer_bytes);
-    LOWBIT_CHECK(checksum == h.payload_checksum && hex64(checksum) == j.value("payload_checksum", ""), ErrorKind::input,
-                 "{}: the data is corrupt (payload checksum {} , header {}, sidecar {})", bin, hex64(checksum),
-                 hex64(h.payload_checksum), j.value("payload_checksum", ""));
+    LOWBIT_CHECK(checksum == h.payload_checksum && hex64(checksum) == string_of("payload_checksum"), ErrorKind::input,
+                 "{}: the data is corrupt (payload checksum {}, header {}, sidecar {})", bin, hex64(checksum),
+                 hex64(h.payload_checksum), has("payload_checksum", &nlohmann::json::is_string) ? string_of("payload_checksum") : "none");
     LOWBIT_CHECK(h.steps_done == j["steps_done"].get<int64_t>(), ErrorKind::input,
                  "{}: {} steps done, but its sidecar {} says {}", bin, h.steps_done, json_path,
                  j["steps_done"].get<int64_t>());
     Checkpoint c;
     c.state.steps_done = h.steps_done;
     c.metrics_lines = j["metrics_lines"].get<int64_t>();
-    c.state.recipe_state = j.value("recipe_state", nlohmann::json());
+    if (j.contains("recipe_state")) c.state.recipe_state = j["recipe_state"];
     for (std::vector<float>* buffer : {&c.state.params, &c.state.m, &c.state.v}) {
         buffer->resize(size_t(floats));
         std::memcpy(buffer->data(), payload, buffer_bytes);
