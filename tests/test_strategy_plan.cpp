@@ -80,6 +80,17 @@ TEST(StrategyPlan, PlanJsonRoundTripAndFiles) {
     plan_save(plan, path);
     EXPECT_EQ(plan_to_json(plan_load(path)), j);
     std::remove(path.c_str());
+    // Values of another type deep inside are input errors naming the origin, not JSON type errors.
+    nlohmann::json bad = j;
+    bad["table"] = 3;
+    bad["aggregated_patterns"]["blk.0.attn_k"] = 7;
+    try {
+        plan_from_json(bad, "edited.json");
+        ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::input);
+        EXPECT_NE(std::string(e.what()).find("edited.json"), std::string::npos) << e.what();
+    }
 }
 
 TEST(StrategyPlan, UserTablesFromJson) {

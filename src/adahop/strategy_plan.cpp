@@ -72,7 +72,7 @@ StrategyTable strategy_table_from_json(const nlohmann::json& j, const std::strin
     if (!j.is_object() || !j.contains("pairs") || !j["pairs"].is_object())
         fail(ErrorKind::input, "{}: a strategy table is an object with a \"pairs\" object", origin);
     StrategyTable t;
-    t.name = j.value("name", origin);
+    t.name = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : origin;
     for (Pattern a : kPatterns)
         for (Pattern b : kPatterns) {
             const std::string key = std::string(pattern_name(a)) + "-" + pattern_name(b);
@@ -132,7 +132,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
     return {{"table", plan.table_name}, {"aggregated_patterns", pats}, {"per_layer_modes", modes}};
 }
 
-Plan plan_from_json(const nlohmann::json& j, const std::string& origin) {
+namespace {
+Plan parse_plan(const nlohmann::json& j, const std::string& origin) {
     if (!j.is_object() || !j.contains("per_layer_modes") || !j["per_layer_modes"].is_object())
         fail(ErrorKind::input, "{}: a plan is an object with \"per_layer_modes\"", origin);
     Plan plan;
@@ -152,6 +153,15 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& origin) {
         plan.layers[name] = lp;
     }
     return plan;
+}
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& j, const std::string& origin) {
+    try {
+        return parse_plan(j, origin);
+    } catch (const nlohmann::json::exception& e) {  // a value of another type deep inside
+        fail(ErrorKind::input, "{}: malformed plan ({})", origin, e.what());
+    }
 }
 
 void plan_save(const Plan& plan, const std::string& path) {

@@ -73,7 +73,10 @@ int64_t probe_lines_before(const std::string& path, int64_t first_step) {
     if (!fs::exists(path)) return 0;
     int64_t n = 0;
     for (const nlohmann::json& line : read_metrics(path)) {
-        if (line.value("step", int64_t(0)) >= first_step) break;
+        const int64_t step = line.is_object() && line.contains("step") && line["step"].is_number_integer()
+                                 ? line["step"].get<int64_t>()
+                                 : 0;
+        if (step >= first_step) break;
         ++n;
     }
     return n;
