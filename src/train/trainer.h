@@ -9,6 +9,7 @@
 // parameters (and the last checkpoint written) stay those of the last good step.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -71,6 +72,20 @@ struct MxCensusEntry {
 inline TokenBatch batch_rows(const TokenBatch& batch, int64_t first, int64_t count) {
     const int64_t offset = first * batch.shape.n_tok;
     return {batch.inputs + offset, batch.targets ? batch.targets + offset : nullptr, {count, batch.shape.n_tok}};
+}
+
+// The mean loss of `batch` from part_loss(part), the mean loss of each run of at most `part_seqs` of its sequences
+// (a batch that fits in one part: its loss as is, bit for bit).
+template <typename PartLoss>
+double mean_loss_by_parts(const TokenBatch& batch, int64_t part_seqs, PartLoss&& part_loss) {
+    const int64_t n = batch.shape.n_seq;
+    if (n <= part_seqs) return part_loss(batch);
+    double sum = 0;
+    for (int64_t first = 0; first < n; first += part_seqs) {
+        const int64_t count = std::min(part_seqs, n - first);
+        sum += double(count) * part_loss(batch_rows(batch, first, count));
+    }
+    return sum / double(n);
 }
 
 class Trainer {

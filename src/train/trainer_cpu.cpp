@@ -2,7 +2,6 @@
 // linears and calibration, and the run state.
 #include "train/trainer_cpu.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -135,14 +134,9 @@ StepStats CpuTrainer::step(const TokenBatch& batch) {
 }
 
 double CpuTrainer::loss(const TokenBatch& batch) {
-    const int64_t n = batch.shape.n_seq, micro_seqs = micro_batch_size(config_);
-    if (n <= micro_seqs) return train_forward(layout_, params_.data(), linears_, batch, acts_);
-    double sum = 0;
-    for (int64_t first = 0; first < n; first += micro_seqs) {
-        const int64_t count = std::min(micro_seqs, n - first);
-        sum += double(count) * train_forward(layout_, params_.data(), linears_, batch_rows(batch, first, count), acts_);
-    }
-    return sum / double(n);
+    return mean_loss_by_parts(batch, micro_batch_size(config_), [&](const TokenBatch& part) {
+        return train_forward(layout_, params_.data(), linears_, part, acts_);
+    });
 }
 
 TrainerState CpuTrainer::state() const {

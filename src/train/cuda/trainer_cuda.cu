@@ -592,19 +592,14 @@ void CudaTrainer::backward(bool accumulate) {
 }
 
 double CudaTrainer::loss(const TokenBatch& batch) {
-    const int64_t n = batch.shape.n_seq, micro_seqs = micro_batch_size(config_);
-    double sum = 0;
-    for (int64_t first = 0; first < n; first += micro_seqs) {
-        const int64_t count = std::min(micro_seqs, n - first);
-        const TokenBatch part = batch_rows(batch, first, count);
+    const double l = mean_loss_by_parts(batch, micro_batch_size(config_), [&](const TokenBatch& part) {
         upload_batch(part, true);
-        const double l = forward(part, false);
-        if (!std::isfinite(l)) cuda_input_error("evaluation loss is " + std::to_string(l) + " (NaN/Inf in the model)");
-        if (n <= micro_seqs) sum = l;
-        else sum += double(count) * l;
-    }
+        const double pl = forward(part, false);
+        if (!std::isfinite(pl)) cuda_input_error("evaluation loss is " + std::to_string(pl) + " (NaN/Inf in the model)");
+        return pl;
+    });
     clock_.drop();
-    return n <= micro_seqs ? sum : sum / double(n);
+    return l;
 }
 
 std::vector<SlotError> CudaTrainer::probe_slot_errors(const TokenBatch& batch) {
