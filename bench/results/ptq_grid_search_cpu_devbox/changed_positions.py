@@ -1,3 +1,5 @@
+# changed_positions.py — the share of a row's integer offsets u that change from one shrink to the next along each zero
+# rule's chain of the int grid search (SmolLM2 Q4_1, block 5). Run: .venv/bin/python changed_positions.py
 import numpy as np, gguf
 from gguf import GGUFReader
 from gguf.quants import dequantize
