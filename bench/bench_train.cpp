@@ -25,7 +25,6 @@
 // cuBLAS reaches ~780 of it on 8192³ here (bench/results), so MFU ≈ 0.8 is the GEMM-bound ceiling.
 #include "core/cuda_device.h"  // first: it prepares fmt for nvcc
 
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +37,7 @@
 
 #include "core/counter_rng.h"
 #include "io/npy.h"
+#include "train/mx_census_report.h"
 #include "train/trainer.h"
 
 using namespace lowbit;
@@ -96,82 +96,6 @@ nlohmann::json print_profile(const std::map<std::string, double>& phases, const 
     }
     std::printf("  %-24s %9.2f\n\n", "total", 1e3 * total / double(steps));
     return out;
-}
-
-nlohmann::json tally_json(const MxCensusTally& t) {
-    const auto fraction = [](int64_t part, int64_t all) {
-        return all > 0 ? nlohmann::json(double(part) / double(all)) : nlohmann::json();  // null: nothing counted
-    };
-    return {{"calls", t.calls},
-            {"units", t.units},
-            {"off_window", t.off_window},
-            {"off_window_fraction", fraction(t.off_window, t.units)},
-            {"output_tiles", t.output_tiles},
-            {"slow_tiles", t.slow_tiles},
-            {"slow_tile_fraction", fraction(t.slow_tiles, t.output_tiles)}};
-}
-
-// The MX tensor-core census of `steps` steps (Trainer::mx_census) summed over layers: two tables of projection ×
-// slot, the (operand, tile, chunk) triples outside the INT8 window / all triples, and the output tiles these sent to
-// the per-block path / all output tiles; "-" where no product ran on the tensor cores. Returns the same sums, the
-// totals and the per-layer entries as JSON.
-nlohmann::json print_mx_census(const std::vector<MxCensusEntry>& entries, int64_t steps) {
-    constexpr const char* kProjectionLabels[kProjectionCount] = {"q", "k", "v", "o", "gate", "up", "down"};
-    constexpr size_t kSlots = 3;
-    constexpr const char* kSlotLabels[kSlots] = {"fwd", "dgrad", "wgrad"};
-    // [projection][slot], with one more row and column for the sums over projections and over slots
-    std::array<std::array<MxCensusTally, kSlots + 1>, kProjectionCount + 1> sums{};
-    const auto add = [](MxCensusTally& into, const MxCensusTally& t) {
-        into.calls += t.calls;
-        into.units += t.units;
-        into.off_window += t.off_window;
-        into.output_tiles += t.output_tiles;
-        into.slow_tiles += t.slow_tiles;
-    };
-    nlohmann::json by_layer = nlohmann::json::array();
-    for (const MxCensusEntry& e : entries) {
-        const size_t p = size_t(e.projection), s = size_t(e.slot);
-        for (size_t row : {p, size_t(kProjectionCount)})
-            for (size_t col : {s, kSlots}) add(sums[row][col], e.tally);
-        nlohmann::json j = tally_json(e.tally);
-        j["layer"] = e.layer;
-        j["projection"] = kProjectionLabels[p];
-        j["slot"] = kSlotLabels[s];
-        by_layer.push_back(j);
-    }
-    const auto print_table = [&](const char* title, int64_t MxCensusTally::*part, int64_t MxCensusTally::*all) {
-        std::printf("  %s\n  %-6s %26s %26s %26s %26s\n", title, "proj", "fwd", "dgrad", "wgrad", "all slots");
-        for (size_t p = 0; p <= size_t(kProjectionCount); ++p) {
-            std::printf("  %-6s", p < size_t(kProjectionCount) ? kProjectionLabels[p] : "all");
-            for (size_t s = 0; s <= kSlots; ++s) {
-                const MxCensusTally& t = sums[p][s];
-                char cell[64] = "-";
-                if (t.*all > 0)
-                    std::snprintf(cell, sizeof cell, "%lld/%lld (%.1f%%)", (long long)(t.*part), (long long)(t.*all),
-                                  100.0 * double(t.*part) / double(t.*all));
-                std::printf(" %26s", cell);
-            }
-            std::printf("\n");
-        }
-        std::printf("\n");
-    };
-    std::printf("  MX tensor-core census over %lld steps, summed over layers\n", (long long)steps);
-    print_table("(operand, 128-line tile, 256-deep chunk) triples outside the INT8 window / all", &MxCensusTally::off_window,
-                &MxCensusTally::units);
-    print_table("128 x 128 output tiles on the per-block path / all", &MxCensusTally::slow_tiles, &MxCensusTally::output_tiles);
-    nlohmann::json table = nlohmann::json::array();
-    for (size_t p = 0; p <= size_t(kProjectionCount); ++p)
-        for (size_t s = 0; s <= kSlots; ++s) {
-            nlohmann::json j = tally_json(sums[p][s]);
-            j["projection"] = p < size_t(kProjectionCount) ? kProjectionLabels[p] : "all";
-            j["slot"] = s < kSlots ? kSlotLabels[s] : "all";
-            table.push_back(j);
-        }
-    return {{"steps", steps},
-            {"window_unit", "(operand, 128-line tile, 256-deep chunk) triple of the INT8-stage GEMM"},
-            {"by_projection_and_slot", table},
-            {"total", tally_json(sums[kProjectionCount][kSlots])},
-            {"by_layer", by_layer}};
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -273,7 +197,8 @@ int main(int argc, char** argv) {
         if (mx_census) {
             trainer->set_mx_census(true);
             for (int64_t s = 0; s < steps; ++s) trainer->step({inputs.data(), targets.data(), {batch, seq}});
-            row["mx_census"] = print_mx_census(trainer->mx_census(), steps);
+            row["mx_census"] = mx_census_report(trainer->mx_census(), steps);
+            print_mx_census(row["mx_census"], stdout);
             trainer->set_mx_census(false);
         }
         rows.push_back(row);

@@ -30,6 +30,7 @@
 #include "model/tokenizer.h"
 #include "model/weights.h"
 #include "train/checkpoint.h"
+#include "train/mx_census_report.h"
 #include "train/recipe.h"
 #include "train/run_metrics.h"
 #include "train/train_export.h"
@@ -472,7 +473,7 @@ TEST(TrainCheckpoint, TruncatedOrCorruptFilesAreNamed) {
         write_file_atomic(json, text.data(), text.size());
         expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {e.names});
     }
-    for (const std::string text : {std::string("[1, 2]"), std::string("{\"format\": \"lowbit-train-chec")}) {
+    for (const std::string& text : {std::string("[1, 2]"), std::string("{\"format\": \"lowbit-train-chec")}) {
         write_file_atomic(json, text.data(), text.size());
         expect_error_with([&] { load_checkpoint(json, t.layout().total()); }, ErrorKind::input, {json});
     }
@@ -608,6 +609,57 @@ TEST(TrainExport, GgufCarriesTheShardsTokenizer) {
     m.info = nlohmann::json::object();
     EXPECT_FALSE(shard_set_tokenizer(m, "", why).has_value());
     EXPECT_NE(why.find("--tokenizer"), std::string::npos);
+}
+
+
+// The census report sums each projection and slot over layers, and every slot and projection into "all".
+TEST(MxCensusReport, SumsOverLayersProjectionsAndSlots) {
+    std::vector<MxCensusEntry> entries;
+    const auto entry = [&](int64_t layer, Projection p, Slot s, int64_t units, int64_t off, int64_t tiles, int64_t slow) {
+        MxCensusEntry e;
+        e.layer = layer;
+        e.projection = p;
+        e.slot = s;
+        e.tally = {1, units, off, tiles, slow};
+        entries.push_back(e);
+    };
+    entry(0, Projection::q, Slot::fwd, 10, 3, 4, 1);
+    entry(1, Projection::q, Slot::fwd, 30, 1, 8, 1);
+    entry(0, Projection::down, Slot::wgrad, 60, 6, 20, 5);
+    entry(1, Projection::down, Slot::dgrad, 0, 0, 0, 0);  // nothing on the tensor cores: null fractions
+    const nlohmann::json r = mx_census_report(entries, 7);
+    EXPECT_EQ(r.at("steps"), 7);
+    const nlohmann::json& table = r.at("by_projection_and_slot");
+    const auto cell = [&](const std::string& p, const std::string& s) {
+        for (const nlohmann::json& j : table)
+            if (j.at("projection") == p && j.at("slot") == s) return j;
+        ADD_FAILURE() << "no cell " << p << "/" << s;
+        return nlohmann::json();
+    };
+    EXPECT_EQ(cell("q", "fwd").at("units"), 40);
+    EXPECT_EQ(cell("q", "fwd").at("off_window"), 4);
+    EXPECT_DOUBLE_EQ(cell("q", "fwd").at("off_window_fraction").get<double>(), 0.1);
+    EXPECT_EQ(cell("q", "all").at("slow_tiles"), 2);
+    EXPECT_TRUE(cell("down", "dgrad").at("off_window_fraction").is_null());
+    EXPECT_EQ(cell("all", "wgrad").at("output_tiles"), 20);
+    EXPECT_EQ(cell("all", "all").at("calls"), 4);
+    EXPECT_EQ(r.at("total").at("units"), 100);
+    EXPECT_EQ(r.at("total").at("off_window"), 10);
+    EXPECT_EQ(r.at("total").at("slow_tiles"), 7);
+    EXPECT_EQ(r.at("by_layer").size(), 4u);
+    EXPECT_EQ(table.size(), size_t(kProjectionCount + 1) * 4);
+
+    char* text = nullptr;
+    size_t size = 0;
+    std::FILE* f = open_memstream(&text, &size);
+    ASSERT_NE(f, nullptr);
+    print_mx_census(r, f);
+    std::fclose(f);
+    const std::string printed(text, size);
+    std::free(text);
+    EXPECT_NE(printed.find("4/40 (10.0%)"), std::string::npos) << printed;  // q fwd units
+    EXPECT_NE(printed.find("7/32 (21.9%)"), std::string::npos) << printed;  // all tiles
+    EXPECT_NE(printed.find("over 7 steps"), std::string::npos) << printed;
 }
 
 }  // namespace

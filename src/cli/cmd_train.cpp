@@ -29,6 +29,7 @@
 #include "io/npy.h"
 #include "io/token_shards.h"
 #include "model/hf_export.h"
+#include "train/mx_census_report.h"
 #include "train/recipe.h"
 #include "train/run_metrics.h"
 #include "train/training_run.h"
@@ -45,12 +46,13 @@ namespace fs = std::filesystem;
 
 struct TrainArgs {
     std::string config = "tiny", data, device = "cpu", out, report, precision = "bf16", export_dtype = "f32", tokenizer;
+    std::string mx_gemm = "emulated";
     int64_t steps = 0, log_every = 0, val_every = 0, val_windows = 8, checkpoint_every = 0, stop_at = 0, probe_every = 0;
     int64_t seed = -1, calibration_steps = 0, batch_size = 0, grad_accum = 0;
     int keep_checkpoints = 2;
     double time_limit = 0, peak_tflops = 0;
     int threads = 0;
-    bool resume = false, no_progress = false;
+    bool resume = false, no_progress = false, mx_census = false;
 };
 
 TrainConfig load_config(const TrainArgs& a, const TokenShardSet& data) {
@@ -88,7 +90,15 @@ void run_train(const TrainArgs& a) {
     Recipe recipe;
     recipe.precision = parse_precision(a.precision);
     if (a.calibration_steps > 0) recipe.calibration_steps = int(a.calibration_steps);
+    LOWBIT_CHECK(a.mx_gemm == "emulated" || a.mx_gemm == "tensor-cores", ErrorKind::usage,
+                 "--mx-gemm {}: emulated or tensor-cores", a.mx_gemm);
+    recipe.mx_tensor_cores = a.mx_gemm == "tensor-cores";
+    LOWBIT_CHECK(!recipe.mx_tensor_cores || a.device == "cuda", ErrorKind::usage,
+                 "--mx-gemm tensor-cores runs on the CUDA engine only (--device cuda); the CPU reference emulates");
+    LOWBIT_CHECK(!a.mx_census || recipe.mx_tensor_cores, ErrorKind::usage,
+                 "--mx-census counts the tensor-core products: it needs --mx-gemm tensor-cores (and --device cuda)");
     std::unique_ptr<Trainer> trainer = make_trainer(a.device, c, recipe);
+    if (a.mx_census) trainer->set_mx_census(true);
     std::fprintf(stderr, "train: %s, %lld parameters, %lld layers, d %lld, %lld steps of %lld x %lld tokens%s, %s\n",
                  c.model.name.c_str(), (long long)trainer->layout().total(), (long long)c.model.n_layers,
                  (long long)c.model.hidden_size, (long long)c.schedule.total_steps, (long long)c.batch_size,
@@ -121,6 +131,11 @@ void run_train(const TrainArgs& a) {
     std::printf("strategies:");
     for (const auto& [name, n] : trainer->recipe().strategy_counts()) std::printf("  %s %lld", name.c_str(), (long long)n);
     std::printf("\n");
+    nlohmann::json census;
+    if (a.mx_census) {
+        census = mx_census_report(trainer->mx_census(), r.steps_done - r.first_step);
+        print_mx_census(census, stdout);
+    }
     if (!r.complete()) {
         std::printf("stopped after %lld of %lld steps: run the same command with --resume to continue (%s)\n",
                     (long long)r.steps_done, (long long)r.total_steps, a.out.c_str());
@@ -149,6 +164,7 @@ void run_train(const TrainArgs& a) {
                              {"run_dir", a.out},
                              {"config", train_config_to_json(c)},
                              {"precision", precision_name(recipe.precision)},
+                             {"mx_gemm", a.mx_gemm},
                              {"parameters", trainer->layout().total()},
                              {"seconds_this_call", r.seconds},
                              {"strategy_counts", nlohmann::json(trainer->recipe().strategy_counts())},
@@ -158,6 +174,7 @@ void run_train(const TrainArgs& a) {
                              {"log", read_metrics(r.metrics_path)}};
     if (r.steps_done > r.first_step) report["final_train_loss"] = r.last.loss;
     if (!trainer->recipe().plan().layers.empty()) report["plan"] = plan_to_json(trainer->recipe().plan());
+    if (a.mx_census) report["mx_census"] = census;
     if (r.val_loss) report["validation_loss"] = {{"loss", *r.val_loss}, {"windows", r.val_windows}};
     const std::string text = report.dump(2) + "\n";
     const std::string report_path = a.report.empty() ? (fs::path(a.out) / "report.json").string() : a.report;
@@ -174,6 +191,13 @@ void register_train_command(CLI::App& app) {
     c->add_option("--out", a->out, "the run directory: config.json, metrics.jsonl, checkpoints/, and at the end hf/, model.gguf, report.json")->required();
     c->add_option("--device", a->device, "cpu (FP32 reference) or cuda (default cpu)");
     c->add_option("--precision", a->precision, "bf16 | mxfp4 | mxfp4-iht | mxfp4-rht-sr | adahop-lv1 | adahop-lv2 (default bf16)");
+    c->add_option("--mx-gemm", a->mx_gemm,
+                  "the MXFP4 main products: emulated (dequantized to BF16, cuBLAS; the default) or tensor-cores (exact "
+                  "INT8-stage GEMM, adahop/cuda/mx_gemm_fp8.cuh; the same results up to FP32 summation order); CUDA");
+    c->add_flag("--mx-census", a->mx_census,
+                "count the tensor-core products' window units outside the INT8 window and the output tiles sent to "
+                "the slow per-block path, per projection and slot; printed at the end and in report.json "
+                "(needs --mx-gemm tensor-cores)");
     c->add_option("--calibration-steps", a->calibration_steps, "AdaHOP's calibration steps (default 30)");
     c->add_option("--steps", a->steps, "optimizer steps of the run (default: the config's; a longer warm-up is cut to a tenth)");
     c->add_option("--seed", a->seed, "initialization and batch seed (default: the config's)");

@@ -42,7 +42,7 @@ struct Recipe {
     bool save_quantized_operands = true;
     // CUDA engine: MXFP4 × MXFP4 main products on the tensor cores (adahop/cuda/mx_gemm_fp8.cuh, INT8 stages) instead
     // of the BF16 emulation; the same results up to FP32 summation order. Off: on the `base` training step the tensor
-    // cores are slower today (bench/results/mx_gemm_h200.md). Not a plan setting.
+    // cores are slower today (bench/results/mx_gemm_h200.md). `lowbit train --mx-gemm tensor-cores`. Not a plan setting.
     bool mx_tensor_cores = false;
 };
 

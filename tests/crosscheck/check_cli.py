@@ -322,6 +322,14 @@ if gpt2:
         c.check("train --grad-accum 3 with 4 sequences exits 2", r.returncode == 2 and "grad_accum 3" in r.stderr
                 and "batch_size 4" in r.stderr, (r.returncode, r.stderr))
         c.check("a refused train leaves no run directory", not os.path.exists(refused))
+        for args, needle, what in [
+                (["--mx-gemm", "tensor-cores"], "runs on the CUDA engine only", "tensor cores on the CPU"),
+                (["--mx-gemm", "int4"], "--mx-gemm int4: emulated or tensor-cores", "an unknown --mx-gemm"),
+                (["--mx-census"], "needs --mx-gemm tensor-cores", "a census without the tensor cores")]:
+            r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", refused, "--steps", "2", *args,
+                         expect_rc=None)
+            c.check(f"train refuses {what} (exit 2, says why, no run directory)", r.returncode == 2
+                    and needle in r.stderr and not os.path.exists(refused), (r.returncode, r.stderr[-300:]))
     empty = c.path("tc_empty")
     os.makedirs(empty, exist_ok=True)
     open(os.path.join(empty, "empty.txt"), "w").close()
