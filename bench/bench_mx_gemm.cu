@@ -2,9 +2,10 @@
 // cuBLAS in the same run, on the H200: for each shape C (M × N, BF16) = A (M × K) · Bᵀ (B: N × K, K-major)
 //   lowbit MXFP4   E2M1 codes + E8M0 scales; includes the E2M1 → E4M3 passes over both operands (scratch
 //                  reused): B's column scales folded per tile-block (the default), and unfolded (MxGemmFold::none)
-//                  INT8 stages (MxGemmFold::int8_stages) on three kinds of scales: the random 127 ± 4 of the
+//                  INT8 stages (MxGemmFold::int8_stages) on four kinds of scales: the random 127 ± 4 of the
 //                  other rows (every stage outside the window: the per-block path), 127 + 0…3 (every stage
-//                  inside: the chained path), and Gaussian data quantized by mx_quantize_cuda (what the
+//                  inside: the chained path), the same with one block in 65,536 six binades up (rare outliers: the
+//                  chunks they touch take the per-block path), and Gaussian data quantized by mx_quantize_cuda (what the
 //                  data decide; the count of stages outside the window is printed)
 //   lowbit MXFP8   E4M3 codes + E8M0 scales (the same kernel without the expansion)
 //   cuBLAS BF16    cublasGemmEx, BF16 in, FP32 compute, BF16 out — the baseline of every ratio
@@ -59,7 +60,9 @@ double median_us(const std::function<void()>& f, int reps) {
 }
 
 // Test data on the device: random E2M1 bytes, E4M3 bytes without NaN codes, scales 127 ± 4, BF16 in [−1, 1).
-enum class Fill { e2m1, e4m3, scale, scale_window, bf16, gauss_bf16 };
+// scale_rare: 127 + 0…3 with one block in 65,536 six binades higher (a rare outlier: its (row or tile, chunk) leaves
+// the INT8 window, the rest stays inside).
+enum class Fill { e2m1, e4m3, scale, scale_window, scale_rare, bf16, gauss_bf16 };
 
 __global__ void fill_kernel(uint8_t* out, int64_t n, Fill what, uint64_t seed) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -68,6 +71,7 @@ __global__ void fill_kernel(uint8_t* out, int64_t n, Fill what, uint64_t seed) {
         else if (what == Fill::e4m3) out[i] = uint8_t((r & 0x7Fu) == 0x7Fu ? r ^ 1u : r);
         else if (what == Fill::scale) out[i] = uint8_t(123 + r % 9);
         else if (what == Fill::scale_window) out[i] = uint8_t(127 + r % 4);
+        else if (what == Fill::scale_rare) out[i] = uint8_t(127 + r % 4 + (((r >> 2) & 0xFFFFu) == 0 ? 6 : 0));
         else if (what == Fill::bf16) reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(float(int(r & 0xFFFF) - 32768) / 32768.0f);
         else {  // Box–Muller from two 24-bit uniforms
             const float u1 = (float(r) + 1.0f) / 16777216.0f, u2 = float(counter_random24(seed ^ 0x6A55u, uint64_t(i))) / 16777216.0f;
@@ -305,6 +309,9 @@ int main(int argc, char** argv) {
                 DeviceBuffer<uint8_t> wa = filled(m * k / 32, Fill::scale_window, 9), wb = filled(n * k / 32, Fill::scale_window, 10);
                 add({s.name, "lowbit MXFP4 INT8 (scales 127+0..3)", m, n, k,
                      int8_us({a4.data(), wa.data(), MxElement::e2m1}, {b4.data(), wb.data(), MxElement::e2m1}, "127+0..3"), bf16_us, ""});
+                DeviceBuffer<uint8_t> ra = filled(m * k / 32, Fill::scale_rare, 13), rb = filled(n * k / 32, Fill::scale_rare, 14);
+                add({s.name, "lowbit MXFP4 INT8 (127+0..3, 1 block in 65536 +6)", m, n, k,
+                     int8_us({a4.data(), ra.data(), MxElement::e2m1}, {b4.data(), rb.data(), MxElement::e2m1}, "rare +6"), bf16_us, ""});
             }
             {
                 DeviceBuffer<uint8_t> ga = filled(m * k, Fill::gauss_bf16, 11), gb = filled(n * k, Fill::gauss_bf16, 12);

@@ -15,8 +15,8 @@
 // attention phases at the 989 TFLOP/s peak next to it (the timed pass above runs without the events).
 // --mx-census: every precision runs as P:tensor-cores, and after the timed (and profiled) steps one more pass of
 // the same steps counts, per projection and slot summed over layers, the (operand, 128-line tile, 256-deep chunk)
-// triples of the INT8 GEMM outside its window against all its triples, and the 128 × 128 output tiles these sent to
-// the slow per-block path against all output tiles (Trainer::mx_census). The count adds one tiny kernel per
+// triples of the INT8 GEMM outside its window against all its triples, and the (128 × 128 output tile, chunk) pairs
+// these sent to the slow per-block path against all pairs (Trainer::mx_census). The count adds one tiny kernel per
 // product, so the timed pass runs without it.
 //
 // Model FLOPs per token (the figure MFU divides by; PaLM's accounting with the causal half of attention):

@@ -189,6 +189,16 @@ TEST(TrainRecipe, CalibrationFixesThePlanByMajorityAndRoundTripsThroughJson) {
         EXPECT_EQ(back.strategy_counts(), r.strategy_counts());
         EXPECT_EQ(back.plan_map(), r.plan_map());
     }
+    // The engine settings are not part of a state: a restored state keeps those of the recipe it is restored into.
+    Recipe engine = recipe_of(Precision::adahop_lv1, 3);
+    engine.mx_tensor_cores = true;
+    engine.save_quantized_operands = false;
+    const RecipeState fresh(recipe_of(Precision::adahop_lv1, 3), c);
+    const RecipeState restored = RecipeState::from_json(fresh.to_json(), c, "state.json", engine);
+    EXPECT_TRUE(restored.recipe().mx_tensor_cores);
+    EXPECT_FALSE(restored.recipe().save_quantized_operands);
+    EXPECT_EQ(restored.to_json(), fresh.to_json());
+    EXPECT_FALSE(RecipeState::from_json(fresh.to_json(), c, "state.json").recipe().mx_tensor_cores);
     expect_error_with([&] { RecipeState::from_json({{"recipe", {{"precision", "fp8"}}}}, c, "state.json"); },
                       ErrorKind::input, {"state.json", "fp8"});
     expect_error_with([&] { RecipeState::from_json(nlohmann::json::array(), c, "state.json"); }, ErrorKind::input,
@@ -639,13 +649,13 @@ TEST(MxCensusReport, SumsOverLayersProjectionsAndSlots) {
     EXPECT_EQ(cell("q", "fwd").at("units"), 40);
     EXPECT_EQ(cell("q", "fwd").at("off_window"), 4);
     EXPECT_DOUBLE_EQ(cell("q", "fwd").at("off_window_fraction").get<double>(), 0.1);
-    EXPECT_EQ(cell("q", "all").at("slow_tiles"), 2);
+    EXPECT_EQ(cell("q", "all").at("slow_tile_chunks"), 2);
     EXPECT_TRUE(cell("down", "dgrad").at("off_window_fraction").is_null());
-    EXPECT_EQ(cell("all", "wgrad").at("output_tiles"), 20);
+    EXPECT_EQ(cell("all", "wgrad").at("tile_chunks"), 20);
     EXPECT_EQ(cell("all", "all").at("calls"), 4);
     EXPECT_EQ(r.at("total").at("units"), 100);
     EXPECT_EQ(r.at("total").at("off_window"), 10);
-    EXPECT_EQ(r.at("total").at("slow_tiles"), 7);
+    EXPECT_EQ(r.at("total").at("slow_tile_chunks"), 7);
     EXPECT_EQ(r.at("by_layer").size(), 4u);
     EXPECT_EQ(table.size(), size_t(kProjectionCount + 1) * 4);
 

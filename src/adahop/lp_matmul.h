@@ -101,8 +101,8 @@ struct MxCensusTally {
     int64_t calls = 0;         // main products run on the tensor cores
     int64_t units = 0;         // their window units (MxGemmWindowGeometry; INT8 stages: (operand, tile, chunk) triples)
     int64_t off_window = 0;    // of those, outside the window
-    int64_t output_tiles = 0;  // their 128 × 128 output tiles whose path the window decides (INT8 stages only)
-    int64_t slow_tiles = 0;    // of those, computed block by block over all of K (an A or B tile with a unit outside)
+    int64_t tile_chunks = 0;       // their (128 × 128 output tile, 256-deep chunk) pairs (INT8 stages only)
+    int64_t slow_tile_chunks = 0;  // of those, computed block by block (the A or B tile's chunk outside the window)
 };
 
 PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts);

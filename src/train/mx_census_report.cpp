@@ -20,17 +20,17 @@ nlohmann::json tally_json(const MxCensusTally& t) {
             {"units", t.units},
             {"off_window", t.off_window},
             {"off_window_fraction", fraction(t.off_window, t.units)},
-            {"output_tiles", t.output_tiles},
-            {"slow_tiles", t.slow_tiles},
-            {"slow_tile_fraction", fraction(t.slow_tiles, t.output_tiles)}};
+            {"tile_chunks", t.tile_chunks},
+            {"slow_tile_chunks", t.slow_tile_chunks},
+            {"slow_fraction", fraction(t.slow_tile_chunks, t.tile_chunks)}};
 }
 
 void add(MxCensusTally& into, const MxCensusTally& t) {
     into.calls += t.calls;
     into.units += t.units;
     into.off_window += t.off_window;
-    into.output_tiles += t.output_tiles;
-    into.slow_tiles += t.slow_tiles;
+    into.tile_chunks += t.tile_chunks;
+    into.slow_tile_chunks += t.slow_tile_chunks;
 }
 
 }  // namespace
@@ -86,7 +86,8 @@ void print_mx_census(const nlohmann::json& report, std::FILE* out) {
     std::fprintf(out, "  MX tensor-core census over %lld steps, summed over layers\n",
                  (long long)report.at("steps").get<int64_t>());
     print_table("(operand, 128-line tile, 256-deep chunk) triples outside the INT8 window / all", "off_window", "units");
-    print_table("128 x 128 output tiles on the per-block path / all", "slow_tiles", "output_tiles");
+    print_table("(128 x 128 output tile, 256-deep chunk) pairs on the per-block path / all", "slow_tile_chunks",
+                "tile_chunks");
 }
 
 }  // namespace lowbit

@@ -1,6 +1,6 @@
 // mx_census_report.h — the census of the MX tensor-core products of a training run (Trainer::mx_census: per block
-// projection and slot, the INT8-stage GEMM's window units outside its window and the output tiles these sent to the
-// slow per-block path) as JSON and as two printed projection × slot tables. `lowbit train --mx-census` and
+// projection and slot, the INT8-stage GEMM's window units outside its window and the (output tile, chunk) pairs
+// these sent to the slow per-block path) as JSON and as two printed projection × slot tables. `lowbit train --mx-census` and
 // `bench_train --mx-census` report it.
 #pragma once
 
@@ -18,8 +18,8 @@ namespace lowbit {
 // total, and the per-layer entries. Fractions are null where nothing ran on the tensor cores.
 nlohmann::json mx_census_report(const std::vector<MxCensusEntry>& entries, int64_t steps);
 
-// Two tables of a report (projection × slot): units outside the window / all units, and output tiles on the
-// per-block path / all output tiles, "part/all (percent)" per cell, "-" where nothing ran.
+// Two tables of a report (projection × slot): units outside the window / all units, and (output tile, chunk)
+// pairs on the per-block path / all pairs, "part/all (percent)" per cell, "-" where nothing ran.
 void print_mx_census(const nlohmann::json& report, std::FILE* out);
 
 }  // namespace lowbit

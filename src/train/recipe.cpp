@@ -113,13 +113,16 @@ nlohmann::json RecipeState::to_json() const {
     return j;
 }
 
-RecipeState RecipeState::from_json(const nlohmann::json& j, const LlamaConfig& c, const std::string& origin) {
+RecipeState RecipeState::from_json(const nlohmann::json& j, const LlamaConfig& c, const std::string& origin,
+                                   const Recipe& engine) {
     LOWBIT_CHECK(j.is_object() && j.contains("recipe") && j["recipe"].is_object(), ErrorKind::input,
                  "{}: a recipe state is an object with a \"recipe\" object", origin);
     const nlohmann::json& r = j["recipe"];
     LOWBIT_CHECK(r.contains("precision") && r["precision"].is_string(), ErrorKind::input,
                  "{}: the recipe has no \"precision\" string", origin);
     Recipe recipe;
+    recipe.save_quantized_operands = engine.save_quantized_operands;
+    recipe.mx_tensor_cores = engine.mx_tensor_cores;
     try {
         recipe.precision = parse_precision(r["precision"].get<std::string>());
         recipe.calibration_steps = r.value("calibration_steps", recipe.calibration_steps);

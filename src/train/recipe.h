@@ -72,7 +72,10 @@ public:
     std::string plan_map() const;
 
     nlohmann::json to_json() const;  // recipe, calibration observations, plan
-    static RecipeState from_json(const nlohmann::json& j, const LlamaConfig& c, const std::string& origin);
+    // The engine settings, which a state does not record (save_quantized_operands, mx_tensor_cores), are `engine`'s:
+    // a trainer restoring a state passes its own recipe, so a checkpoint never switches them.
+    static RecipeState from_json(const nlohmann::json& j, const LlamaConfig& c, const std::string& origin,
+                                 const Recipe& engine = Recipe{});
 
 private:
     Recipe recipe_;

@@ -59,8 +59,8 @@ struct SlotError {
 
 // What the census of the MX tensor-core products (Recipe::mx_tensor_cores; LpMatmulCuda::set_mx_census) holds for
 // one slot of one block projection, over its products on the tensor cores since the census was switched on: their
-// INT8 window units ((operand, 128-line tile, 256-deep chunk) triples) and output tiles, and of those the units
-// outside the window and the tiles these sent to the GEMM's slow per-block path.
+// INT8 window units ((operand, 128-line tile, 256-deep chunk) triples) and (output tile, chunk) pairs, and of those
+// the units outside the window and the pairs these sent to the GEMM's slow per-block path.
 struct MxCensusEntry {
     int64_t layer = 0;
     Projection projection = Projection::q;

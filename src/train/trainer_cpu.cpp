@@ -148,7 +148,7 @@ void CpuTrainer::set_state(const TrainerState& s) {
                  "trainer state: {} parameters for a model of {}", s.params.size(), layout_.total());
     optimizer_.set_state(s.m, s.v, s.steps_done);
     params_ = s.params;
-    if (!s.recipe_state.is_null()) recipe_ = RecipeState::from_json(s.recipe_state, config_.model, "trainer state");
+    if (!s.recipe_state.is_null()) recipe_ = RecipeState::from_json(s.recipe_state, config_.model, "trainer state", recipe_.recipe());
     if (linears_from_recipe_) build_recipe_linears();
 }
 

@@ -305,10 +305,10 @@ unsigned direct_unfolded_count(const PreparedOperandCuda& a, const PreparedOpera
 
 // The census of the tensor-core products (LpMatmulCuda::set_mx_census) on MXFP4 operands whose block scales spread
 // in known places. M 200, K 544, N 300: A 2 tiles of 128 rows, B 3 tiles of 128 columns, K 3 chunks of 256 (the last
-// 32 deep, the rest padding), so (2 + 3) · 3 = 15 (operand, tile, chunk) triples and 2 · 3 = 6 output tiles per
-// product. A chunk whose live scales (per row of A, per tile of B) span more than 3 binades is outside the INT8
-// window; by hand 4 triples are, in A's tile 0 and B's tile 1, so only the output tiles (1, 0) and (1, 2) keep the
-// chained path: 4 slow. Each site adds exactly what the direct calls count (mx_gemm_fp8_unfolded_blocks), and
+// 32 deep, the rest padding), so (2 + 3) · 3 = 15 (operand, tile, chunk) triples and 2 · 3 · 3 = 18 (output tile,
+// chunk) pairs per product. A chunk whose live scales (per row of A, per tile of B) span more than 3 binades is
+// outside the INT8 window; by hand 4 triples are: chunks 0 and 1 of A's tile 0 and of B's tile 1. So in chunks 0
+// and 1 only the output tiles (1, 0) and (1, 2) chain, and chunk 2 chains everywhere: 4 + 4 pairs slow. Each site adds exactly what the direct calls count (mx_gemm_fp8_unfolded_blocks), and
 // nothing is counted while the census is off, away from every site, or for products not on the tensor cores.
 TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
     REQUIRE_GPU();
@@ -324,7 +324,7 @@ TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
     shift_block(b, n, Side::right, 140, 5, 15);  // B tile 1, chunk 0: 15 binades → outside (unfolded for b_columns)
     shift_block(b, n, Side::right, 200, 12, 4);  // B tile 1, chunk 1: 4 binades → outside
     shift_block(b, n, Side::right, 10, 0, 2);    // B tile 0, chunk 0: 2 binades → inside
-    const int64_t off_by_hand = 4, triples_by_hand = (2 + 3) * 3, tiles_by_hand = 2 * 3, slow_by_hand = 4;
+    const int64_t off_by_hand = 4, triples_by_hand = (2 + 3) * 3, pairs_by_hand = 2 * 3 * 3, slow_by_hand = 8;
     const auto da = to_device(a), db = to_device(b), dla = to_device(level_a), dlb = to_device(level_b);
     LpMatmulCuda gpu;
     gpu.set_tensor_core_mx(true, MxGemmFold::int8_stages);
@@ -340,7 +340,8 @@ TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
     const MxGemmWindowGeometry g =
         mx_gemm_fp8_window_geometry(m, n, k, MxElement::e2m1, MxElement::e2m1, MxGemmFold::int8_stages);
     EXPECT_EQ(g.units, triples_by_hand);
-    EXPECT_EQ(g.row_tiles * g.column_tiles, tiles_by_hand);
+    EXPECT_EQ(g.row_tiles * g.column_tiles * g.chunks, pairs_by_hand);
+    EXPECT_EQ(g.chunk_words, 1);
     DeviceBuffer<float> c32(size_t(m * n));
     DeviceBuffer<__nv_bfloat16> c16(size_t(m * n));
 
@@ -367,13 +368,13 @@ TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
     EXPECT_EQ(tallies[0].calls, 2);
     EXPECT_EQ(tallies[0].off_window, 2 * int64_t(per_call));
     EXPECT_EQ(tallies[0].units, 2 * triples_by_hand);
-    EXPECT_EQ(tallies[0].output_tiles, 2 * tiles_by_hand);
-    EXPECT_EQ(tallies[0].slow_tiles, 2 * slow_by_hand);
+    EXPECT_EQ(tallies[0].tile_chunks, 2 * pairs_by_hand);
+    EXPECT_EQ(tallies[0].slow_tile_chunks, 2 * slow_by_hand);
     EXPECT_EQ(tallies[1].calls, 1);
     EXPECT_EQ(tallies[1].off_window, 0);
     EXPECT_EQ(tallies[1].units, triples_by_hand);
-    EXPECT_EQ(tallies[1].output_tiles, tiles_by_hand);
-    EXPECT_EQ(tallies[1].slow_tiles, 0);
+    EXPECT_EQ(tallies[1].tile_chunks, pairs_by_hand);
+    EXPECT_EQ(tallies[1].slow_tile_chunks, 0);
 
     // B folded per (128-column tile, MX block): 3 · 17 pairs, one of them (tile 1, block 5) unfolded; no output tile
     // is decided by the window. Switching the census on again zeroes it.
@@ -387,8 +388,8 @@ TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
     EXPECT_EQ(tallies[0].units, 3 * 17);
     EXPECT_EQ(tallies[0].off_window, int64_t(direct_unfolded_count(pa, pb, MxGemmFold::b_columns)));
     EXPECT_EQ(tallies[0].off_window, 1);
-    EXPECT_EQ(tallies[0].output_tiles, 0);
-    EXPECT_EQ(tallies[0].slow_tiles, 0);
+    EXPECT_EQ(tallies[0].tile_chunks, 0);
+    EXPECT_EQ(tallies[0].slow_tile_chunks, 0);
 
     // Without the sm_90a kernels the products are emulated: counted nowhere.
     gpu.set_mx_census(1);

@@ -352,7 +352,7 @@ TEST(MxGemmFp8, FoldedScalesAreBitIdenticalAndCountedOutsideTheWindow) {
 
 // INT8 stages (the header's "INT8 stages"): every stage inside the window (rows with bases 40 binades apart,
 // B flat) takes the chained path; narrow and wide spreads (outside the window, zero blocks, scale byte 0) the
-// per-block path; A inside but B outside mixes them per tile. All against the exact product.
+// per-block path; A inside but B outside mixes them per output tile and chunk. All against the exact product.
 TEST(MxGemmFp8, Int8StagesMatchExactProduct) {
     REQUIRE_GPU();
     expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::int8_rows, 91, MxGemmFold::int8_stages, Spread::int8_flat, true);
@@ -370,6 +370,36 @@ TEST(MxGemmFp8, Int8StagesMatchExactProduct) {
                                  (shape_name(s) + " int8 chained").c_str()));
         EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 0u) << shape_name(s);
     }
+}
+
+// The path is decided per (output tile, chunk): chunks outside the window at the start and the end of K, next to each
+// other, between chained runs of every step length (1, 2, 4 + 1, …), and past the first 64-chunk word of bits
+// (K = 17408: 68 chunks, two words per tile), in A's tile 0 (7 chunks) and tile 1 (1) and in B's tile 1 (2), so
+// every output tile mixes the two paths differently. Against the exact product; all 10 triples counted.
+TEST(MxGemmFp8, Int8StagesDecidePerChunk) {
+    REQUIRE_GPU();
+    if (!cuda_tma_usable()) GTEST_SKIP() << "the INT8 stages are the sm_90a kernel's";
+    const int64_t m = 200, n = 260, k = 17408;
+    HostOperand a = random_operand(m, k, MxElement::e2m1, Spread::int8_rows, 111);
+    HostOperand b = random_operand(n, k, MxElement::e2m1, Spread::int8_flat, 112);
+    // Block 1 of `chunk` in `line` 4 binades above every other block of the chunk in that line: outside.
+    const auto push_out = [](HostOperand& op, int64_t line, int64_t chunk) {
+        const int64_t kb0 = chunk * 8;
+        int highest = 0;
+        for (int64_t kb = kb0; kb < kb0 + 8; ++kb)
+            if (kb != kb0 + 1) highest = std::max<int>(highest, op.scales[size_t(line * op.blocks() + kb)]);
+        op.scales[size_t(line * op.blocks() + kb0 + 1)] = uint8_t(highest + 4);
+    };
+    for (const int64_t c : {0, 3, 4, 9, 63, 64, 67}) push_out(a, 5, c);
+    push_out(a, 150, 10);
+    for (const int64_t c : {5, 66}) push_out(b, 131, c);
+    MxGemmScratch scratch;
+    EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages), cpu_reference(a, b), k, Bound{},
+                             "int8 stages, chunks outside the window here and there"));
+    EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 10u);
+    const MxGemmWindowGeometry g = mx_gemm_fp8_window_geometry(m, n, k, MxElement::e2m1, MxElement::e2m1, MxGemmFold::int8_stages);
+    EXPECT_EQ(g.chunks, 68);
+    EXPECT_EQ(g.chunk_words, 2);
 }
 
 // Which tiles take which path is counted: none outside the window for int8_rows × int8_flat (2300 × 2048 ×

@@ -350,11 +350,11 @@ TEST(CudaTrainer, MxCensusCountsEveryTensorCoreProductOfEverySlot) {
         SCOPED_TRACE("entry " + std::to_string(i));
         EXPECT_EQ(e.tally.calls, steps);
         EXPECT_EQ(e.tally.units, steps * (tiles(m, 128) + tiles(n, 128)) * tiles(k, 256));
-        EXPECT_EQ(e.tally.output_tiles, steps * tiles(m, 128) * tiles(n, 128));
+        EXPECT_EQ(e.tally.tile_chunks, steps * tiles(m, 128) * tiles(n, 128) * tiles(k, 256));
         EXPECT_GE(e.tally.off_window, 0);
         EXPECT_LE(e.tally.off_window, e.tally.units);
-        EXPECT_LE(e.tally.slow_tiles, e.tally.output_tiles);
-        EXPECT_EQ(e.tally.slow_tiles == 0, e.tally.off_window == 0);
+        EXPECT_LE(e.tally.slow_tile_chunks, e.tally.tile_chunks);
+        EXPECT_EQ(e.tally.slow_tile_chunks == 0, e.tally.off_window == 0);
     }
     gpu->set_mx_census(false);
     EXPECT_TRUE(gpu->mx_census().empty());

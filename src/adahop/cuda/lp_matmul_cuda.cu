@@ -140,26 +140,31 @@ void round_bf16(float* x, int64_t n, cudaStream_t s) {
 int k_axis(Side s) { return s == Side::left ? 1 : 0; }
 
 // One product's census into its call site's device tally, in stream order (the census never waits for the device):
-// tally[0] += its units outside the window (mx_gemm_fp8's per-call counter), tally[1] += its output tiles on the
-// per-block path: all row_tiles × column_tiles but those whose A tile and B tile are both flagged inside (INT8
-// stages; without flags, row_tiles = column_tiles = 0). Napkin math: ≤ a few hundred flags read once, ~µs.
+// tally[0] += its units outside the window (mx_gemm_fp8's per-call counter), tally[1] += its (output tile, chunk)
+// pairs on the per-block path: per chunk c, all row_tiles × column_tiles but those whose A tile and B tile both have
+// bit c set (INT8 stages, MxGemmWindowGeometry; otherwise chunks = 0). One thread per chunk counts its bits.
+// Napkin math: chunks × (row_tiles + column_tiles) bits, a few thousand, read once: ~µs.
 constexpr int kCensusThreads = 256;
 
 __global__ void __launch_bounds__(kCensusThreads)
-    add_census_kernel(const unsigned* off_window, const uint32_t* a_tile_ok, int row_tiles, const uint32_t* b_tile_ok,
-                      int column_tiles, unsigned long long* tally) {
-    unsigned long long ok_a = 0, ok_b = 0;
-    for (int i0 = 0; i0 < row_tiles; i0 += kCensusThreads) {
-        const int i = i0 + int(threadIdx.x);
-        ok_a += __syncthreads_count(i < row_tiles && a_tile_ok[i] != 0);
+    add_census_kernel(const unsigned* off_window, const unsigned long long* a_chunk_ok, int row_tiles,
+                      const unsigned long long* b_chunk_ok, int column_tiles, int chunks, int words,
+                      unsigned long long* tally) {
+    __shared__ unsigned long long slow;
+    if (threadIdx.x == 0) slow = 0;
+    __syncthreads();
+    for (int c = int(threadIdx.x); c < chunks; c += kCensusThreads) {
+        const int w = c / 64;
+        const unsigned long long bit = 1ull << (c % 64);
+        unsigned long long ok_a = 0, ok_b = 0;
+        for (int i = 0; i < row_tiles; ++i) ok_a += (a_chunk_ok[int64_t(i) * words + w] & bit) != 0;
+        for (int j = 0; j < column_tiles; ++j) ok_b += (b_chunk_ok[int64_t(j) * words + w] & bit) != 0;
+        atomicAdd(&slow, (unsigned long long)row_tiles * (unsigned long long)column_tiles - ok_a * ok_b);
     }
-    for (int i0 = 0; i0 < column_tiles; i0 += kCensusThreads) {
-        const int i = i0 + int(threadIdx.x);
-        ok_b += __syncthreads_count(i < column_tiles && b_tile_ok[i] != 0);
-    }
+    __syncthreads();
     if (threadIdx.x != 0) return;
     tally[0] += *off_window;
-    tally[1] += (unsigned long long)row_tiles * (unsigned long long)column_tiles - ok_a * ok_b;
+    tally[1] += slow;
 }
 
 }  // namespace
@@ -180,8 +185,8 @@ struct LpMatmulCuda::State {
     MxGemmScratch mx;                                        // the tensor-core MX GEMM's E4M3 copies
     bool tensor_core_mx = false;
     MxGemmFold mx_fold = MxGemmFold::b_columns;
-    // The census (set_mx_census): per site, calls, units and output tiles on the host; on the device
-    // census_counts[2·site] the units outside the window, [2·site + 1] the output tiles on the per-block path.
+    // The census (set_mx_census): per site, calls, units and (output tile, chunk) pairs on the host; on the device
+    // census_counts[2·site] the units outside the window, [2·site + 1] the pairs on the per-block path.
     std::vector<MxCensusTally> census;
     DeviceBuffer<unsigned long long> census_counts;
     int census_site = -1;
@@ -192,11 +197,11 @@ struct LpMatmulCuda::State {
         const MxGemmWindowGeometry g = mx_gemm_fp8_window_geometry(m, n, k, a, b, mx_fold);
         ++tally.calls;
         tally.units += g.units;
-        tally.output_tiles += g.row_tiles * g.column_tiles;
+        tally.tile_chunks += g.row_tiles * g.column_tiles * g.chunks;
         if (g.units == 0) return;  // the call counted nothing: the counter is not this call's
-        add_census_kernel<<<1, kCensusThreads, 0, stream>>>(mx.unfolded.data(), mx.a_tile_ok.data(), int(g.row_tiles),
-                                                            mx.b_tile_ok.data(), int(g.column_tiles),
-                                                            census_counts.data() + 2 * census_site);
+        add_census_kernel<<<1, kCensusThreads, 0, stream>>>(mx.unfolded.data(), mx.a_chunk_ok.data(), int(g.row_tiles),
+                                                            mx.b_chunk_ok.data(), int(g.column_tiles), int(g.chunks),
+                                                            int(g.chunk_words), census_counts.data() + 2 * census_site);
         CUDA_CHECK(cudaGetLastError());
     }
 
@@ -253,7 +258,7 @@ std::vector<MxCensusTally> LpMatmulCuda::mx_census() const {
     CUDA_CHECK(cudaStreamSynchronize(st_->stream));
     for (size_t i = 0; i < tallies.size(); ++i) {
         tallies[i].off_window = int64_t(counts[2 * i]);
-        tallies[i].slow_tiles = int64_t(counts[2 * i + 1]);
+        tallies[i].slow_tile_chunks = int64_t(counts[2 * i + 1]);
     }
     return tallies;
 }

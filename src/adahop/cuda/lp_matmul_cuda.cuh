@@ -82,11 +82,12 @@ public:
 
     // Census of the tensor-core products' window, per call site (MxCensusTally): how many of each product's window
     // units (MxGemmWindowGeometry; INT8 stages: (operand, 128-line tile, 256-deep chunk) triples) fell outside the
-    // window (mx_gemm_fp8_unfolded_blocks), and how many of its output tiles that sent to the slow per-block path.
+    // window (mx_gemm_fp8_unfolded_blocks), and how many of its (output tile, chunk) pairs that sent to the slow
+    // per-block path.
     // Off by default: nothing is counted or launched. set_mx_census(sites) turns it on with `sites` zeroed tallies
     // (0 turns it off); set_mx_census_site picks the tally the following main products add to (-1, the default:
     // none). A product on the tensor cores at a site then adds its denominators on the host and enqueues one
-    // one-CTA kernel that adds the call's device counter and tile flags into the site's device tally (no
+    // one-CTA kernel that adds the call's device counter and chunk bits into the site's device tally (no
     // synchronization). mx_census() synchronizes the stream and returns the tallies (empty when off).
     void set_mx_census(int sites);
     void set_mx_census_site(int site);

@@ -174,13 +174,16 @@ __global__ void __launch_bounds__(kFoldThreads)
 // with the base per line (A) or per 128-line tile (B); lines / tiles outside the 3-binade window stay unshifted.
 // The effective exponent of every (line, block) — base where shifted, the block's own scale otherwise — is
 // written straight into the kernel's staged chunks ([tile][stage][line][4 blocks], 127 past the operand), and
-// per tile one flag: all its chunks shifted.
+// per (tile, chunk) one bit: the chunk is shifted in every line of the tile (chunk c of tile t is bit c % 64 of word
+// t · words + c / 64, words = ⌈chunks / 64⌉; the words start all ones and a chunk outside clears its bit).
 
 constexpr int kInt8Window = 3;          // 12 · 2^3 = 96 ≤ 127
 constexpr int kInt8ChunkStages = 2;     // stages chained per promotion (a chunk: 8 blocks, K = 256)
 constexpr int kPackStagesPerCta = 2;    // 8 blocks: eight consecutive threads read one line's 8 × 16 code bytes
 static_assert(kPackStagesPerCta % kInt8ChunkStages == 0, "a pack CTA holds whole chunks");
 constexpr int kPackThreads = 256;
+// 64-bit words of chunk bits per 128-line tile.
+__host__ __device__ constexpr int int8_chunk_words(int k_stages) { return (k_stages / kInt8ChunkStages + 63) / 64; }
 
 __device__ __forceinline__ uint32_t int8_of_e2m1(uint32_t code, int shift) {
     constexpr uint32_t kTwice = 0xC8643210u;  // 2 · |E2M1| of codes 0–7, one nibble each: 0 1 2 3 4 6 8 12
@@ -193,8 +196,8 @@ __device__ __forceinline__ uint32_t int8_of_e2m1(uint32_t code, int shift) {
 template <bool kPerLine>
 __global__ void __launch_bounds__(kPackThreads)
     pack_int8_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int lines, int k_blocks,
-                     int k_stages, uint8_t* __restrict__ out, uint8_t* __restrict__ chunks, uint32_t* tile_ok,
-                     unsigned* outside) {
+                     int k_stages, uint8_t* __restrict__ out, uint8_t* __restrict__ chunks, unsigned long long* chunk_ok,
+                     int words_per_tile, unsigned* outside) {
     constexpr int kChunks = kPackStagesPerCta / kInt8ChunkStages, kChunkLanes = 4 * kInt8ChunkStages;
     __shared__ int smin[kChunks], smax[kChunks], sbad[kChunks];
     const int t = int(threadIdx.x), lane = t % 32;
@@ -251,7 +254,8 @@ __global__ void __launch_bounds__(kPackThreads)
     if (t < kChunks && ks0 + t * kInt8ChunkStages < k_stages) {
         const bool bad = kPerLine ? sbad[t] != 0 : !(smax[t] < 0 || (smin[t] >= 0 && smax[t] - smin[t] <= kInt8Window));
         if (bad) {
-            atomicAnd(&tile_ok[tile], 0u);
+            const int chunk = (ks0 + t * kInt8ChunkStages) / kInt8ChunkStages;
+            atomicAnd(&chunk_ok[int64_t(tile) * words_per_tile + chunk / 64], ~(1ull << (chunk % 64)));
             atomicAdd(outside, 1u);
         }
     }
@@ -610,8 +614,9 @@ template <bool kInt8>
 __global__ void __launch_bounds__(kThreads, 1)
     mx_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                          const uint8_t* __restrict__ a_chunks, const uint8_t* __restrict__ b_chunks,
-                         const int32_t* __restrict__ b_tile_ref, const uint32_t* __restrict__ a_tile_ok,
-                         const uint32_t* __restrict__ b_tile_ok, int m, int n, int k_stages, float* c_f32, __nv_bfloat16* c_bf16) {
+                         const int32_t* __restrict__ b_tile_ref, const unsigned long long* __restrict__ a_chunk_ok,
+                         const unsigned long long* __restrict__ b_chunk_ok, int m, int n, int k_stages, float* c_f32,
+                         __nv_bfloat16* c_bf16) {
     extern __shared__ uint8_t shared_raw[];
     const uint32_t misalignment = smem_address(shared_raw) & 1023u;
     MxGemmShared& sh = *reinterpret_cast<MxGemmShared*>(shared_raw + ((1024u - misalignment) & 1023u));
@@ -668,9 +673,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int col_local = 2 * (lane % 4);                                  // + 8j, and + 1
     // FP8: per use of a stage its 4 blocks (a partial last stage of K multiplies TMA's zero fill with factor 1,
     // so no branch holds a wgmma and ptxas keeps them asynchronous): each block's wgmma is issued before the
-    // previous block is promoted. INT8 stages (k_stages whole chunks, the padding zero fill): a tile whose row and
-    // column tiles are shifted in every chunk chains each chunk into one partial (int8_chained_step); other tiles
-    // go block by block.
+    // previous block is promoted. INT8 stages (k_stages whole chunks, the padding zero fill): per chunk, where the
+    // row tile and the column tile are both shifted (their chunk bits set), the chunk is chained into one partial
+    // (int8_chained_step, runs of such chunks in steps of 4, 2, 1); any other chunk goes block by block.
     uint32_t use = 0;
     for (int t = int(blockIdx.x); t < grid.count(); t += int(gridDim.x)) {
         float acc[64];
@@ -683,27 +688,36 @@ __global__ void __launch_bounds__(kThreads, 1)
             return sh.stage[u % kStages];
         };
         if constexpr (kInt8) {
-            if (a_tile_ok[m0 / kTileM] != 0 && b_tile_ok[n0 / kTileN] != 0) {
-                int chunks = k_stages / kInt8ChunkStages;
-                for (; chunks >= 4; chunks -= 4, use += 4 * kInt8ChunkStages)
-                    int8_chained_step<4>(acc, sh, use, consumer, row_local, lane);
-                if (chunks >= 2) {
-                    int8_chained_step<2>(acc, sh, use, consumer, row_local, lane);
-                    chunks -= 2;
-                    use += 2 * kInt8ChunkStages;
-                }
-                if (chunks == 1) {
-                    int8_chained_step<1>(acc, sh, use, consumer, row_local, lane);
-                    use += kInt8ChunkStages;
-                }
-            } else {
-                for (int ks = 0; ks < k_stages; ++ks, ++use) {
-                    const MxGemmStage& st = stage_at(use);
-                    int32_t part0[64], part1[64];
-                    stage_block_by_block(
-                        part0, part1, [&](int32_t(&p)[64], int kb) { issue_int8_block(p, st, consumer, kb); },
-                        [&](int32_t(&p)[64], int kb) { promote_int8_block(acc, p, st, kb, row_local, col_local); });
-                    release_stage(&sh.empty[use % kStages], lane);
+            const int chunks = k_stages / kInt8ChunkStages, words = int8_chunk_words(k_stages);
+            const unsigned long long* a_bits = a_chunk_ok + int64_t(m0 / kTileM) * words;
+            const unsigned long long* b_bits = b_chunk_ok + int64_t(n0 / kTileN) * words;
+            for (int c = 0; c < chunks;) {
+                // bit i: chunk c + i chained, up to the end of c's word (the bits shifted in past it are zeros)
+                const unsigned long long ok = (a_bits[c / 64] & b_bits[c / 64]) >> (c % 64);
+                if (ok & 1u) {
+                    int run = ~ok != 0 ? __ffsll(static_cast<long long>(~ok)) - 1 : 64;
+                    if (run > chunks - c) run = chunks - c;
+                    c += run;
+                    for (; run >= 4; run -= 4, use += 4 * kInt8ChunkStages) int8_chained_step<4>(acc, sh, use, consumer, row_local, lane);
+                    if (run >= 2) {
+                        int8_chained_step<2>(acc, sh, use, consumer, row_local, lane);
+                        run -= 2;
+                        use += 2 * kInt8ChunkStages;
+                    }
+                    if (run == 1) {
+                        int8_chained_step<1>(acc, sh, use, consumer, row_local, lane);
+                        use += kInt8ChunkStages;
+                    }
+                } else {  // chunk c block by block
+                    for (int i = 0; i < kInt8ChunkStages; ++i, ++use) {
+                        const MxGemmStage& st = stage_at(use);
+                        int32_t part0[64], part1[64];
+                        stage_block_by_block(
+                            part0, part1, [&](int32_t(&p)[64], int kb) { issue_int8_block(p, st, consumer, kb); },
+                            [&](int32_t(&p)[64], int kb) { promote_int8_block(acc, p, st, kb, row_local, col_local); });
+                        release_stage(&sh.empty[use % kStages], lane);
+                    }
+                    ++c;
                 }
             }
         } else {
@@ -824,30 +838,31 @@ const uint8_t* folded_b_codes(const MxGemmOperand& b, int64_t n, int64_t k, MxGe
 }
 
 // Both MXFP4 operands packed for the INT8 path: int8 bytes in a_e4m3 / b_e4m3, effective exponents in the scale
-// chunks, the per-tile flags; k_stages a multiple of kInt8ChunkStages (the padding is TMA's zero fill).
+// chunks, the per-(tile, chunk) bits; k_stages a multiple of kInt8ChunkStages (the padding is TMA's zero fill).
 void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, int k_stages,
                         MxGemmScratch& s, cudaStream_t stream) {
     const int k_blocks = int(k / kMxBlock);
     unsigned* outside = s.unfolded.grow(1);
     CUDA_CHECK(cudaMemsetAsync(outside, 0, sizeof(unsigned), stream));
+    const int words = int8_chunk_words(k_stages);
     auto pack = [&](const MxGemmOperand& op, int64_t lines, DeviceBuffer<uint8_t>& values, DeviceBuffer<uint8_t>& chunks,
-                    DeviceBuffer<uint32_t>& ok, bool per_line) {
+                    DeviceBuffer<unsigned long long>& ok, bool per_line) {
         const int tiles = int((lines + kTileM - 1) / kTileM);
         uint8_t* out = values.grow(size_t(lines * k));
         uint8_t* ch = chunks.grow(size_t(tiles) * size_t(k_stages) * kScaleChunkBytes);
-        uint32_t* flags = ok.grow(size_t(tiles));
-        CUDA_CHECK(cudaMemsetAsync(flags, 0x01, sizeof(uint32_t) * size_t(tiles), stream));
+        unsigned long long* bits = ok.grow(size_t(tiles) * size_t(words));
+        CUDA_CHECK(cudaMemsetAsync(bits, 0xFF, sizeof(unsigned long long) * size_t(tiles) * size_t(words), stream));
         const dim3 grid(unsigned(tiles), unsigned((k_stages + kPackStagesPerCta - 1) / kPackStagesPerCta));
         if (per_line)
             pack_int8_kernel<true><<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, out, ch,
-                                                                      flags, outside);
+                                                                      bits, words, outside);
         else
             pack_int8_kernel<false><<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, out, ch,
-                                                                       flags, outside);
+                                                                       bits, words, outside);
         CUDA_CHECK(cudaGetLastError());
     };
-    pack(a, m, s.a_e4m3, s.a_scale_chunks, s.a_tile_ok, true);
-    pack(b, n, s.b_e4m3, s.b_scale_chunks, s.b_tile_ok, false);
+    pack(a, m, s.a_e4m3, s.a_scale_chunks, s.a_chunk_ok, true);
+    pack(b, n, s.b_e4m3, s.b_scale_chunks, s.b_chunk_ok, false);
 }
 
 // Which schedule the wgmma kernel runs for these element types under `fold` (the INT8 stages need MXFP4 on both
@@ -915,7 +930,7 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
     if (int8) {
         cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<true>), kSharedBytes);
         mx_gemm_wgmma_kernel<true><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, nullptr,
-                                                                             s.a_tile_ok.data(), s.b_tile_ok.data(), int(m), int(n),
+                                                                             s.a_chunk_ok.data(), s.b_chunk_ok.data(), int(m), int(n),
                                                                              k_stages, c_f32, c_bf16);
     } else {
         cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<false>), kSharedBytes);
@@ -984,6 +999,8 @@ MxGemmWindowGeometry mx_gemm_fp8_window_geometry(int64_t m, int64_t n, int64_t k
         g.units = (tiles_a + tiles_b) * (schedule.k_stages / kInt8ChunkStages);  // pack_int8_kernel's chunks
         g.row_tiles = tiles_a;
         g.column_tiles = tiles_b;
+        g.chunks = schedule.k_stages / kInt8ChunkStages;
+        g.chunk_words = int8_chunk_words(schedule.k_stages);
     } else if (schedule.folded) {
         g.units = tiles_b * (k / kMxBlock);  // fold_b_kernel's tile-blocks (the padding past K never counts)
     }

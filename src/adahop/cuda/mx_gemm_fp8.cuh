@@ -61,10 +61,12 @@
 // (|sum| < 2^22: an integer add of 0x4B400000 and an FADD), the factor a power of two, and the only rounding
 // is the FFMA's, as in the FP8 paths. Error bound: FP32 summation order over K/256 exact chunk sums.
 // Rows, tiles and chunks outside the window (or with a NaN scale) are stored unshifted with their own block
-// exponents; an output tile whose A row tile or B column tile has any such chunk is computed block by block
-// (fresh int32 block sums, per-row × per-column factors: exact as the FP8 path's, but 4 FP32 ops per element
-// and block, ~0.25× BF16), and counted (mx_gemm_fp8_unfolded_blocks). K is padded to whole chunks (zero fill).
-// Schedule: steps of 4 chunks (then 2, then 1) with two int32 partials alternating, each chunk's wgmmas issued
+// exponents, and counted (mx_gemm_fp8_unfolded_blocks). An output tile computes such a chunk of its A row tile or
+// B column tile block by block (fresh int32 block sums, per-row × per-column factors: exact as the FP8 path's, but
+// 4 FP32 ops per element and block, ~0.25× BF16 where a whole GEMM goes that way) and chains its other chunks;
+// the decision is per (output tile, chunk) from one bit per (operand tile, chunk), so one outlying block costs
+// its chunk, not its tile's whole K (the first INT8 design decided per tile). K is padded to whole chunks (zero fill).
+// Schedule: runs of chained chunks in steps of 4 chunks (then 2, then 1) with two int32 partials alternating, each chunk's wgmmas issued
 // before the previous chunk is promoted; every wgmma group a step opens is waited for inside it (a group left
 // running across the loop's back edge makes ptxas serialize all wgmmas, C7514). Measured (bench/results/
 // mx_gemm_h200.md): 1.08–1.22× cuBLAS BF16 at 8192³ on in-window data across runs (chunks of 1 stage: 1.05–1.10×;
@@ -129,7 +131,8 @@ struct MxGemmScratch {
     DeviceBuffer<uint8_t> a_scale_chunks, b_scale_chunks;  // the scales rearranged per (128-line tile, stage)
     DeviceBuffer<int32_t> b_tile_ref;  // folded B: reference exponent per (128-column tile, MX block)
     DeviceBuffer<unsigned> unfolded;   // folded B: tile-blocks left unfolded by the last call (int8_stages: tile-chunks)
-    DeviceBuffer<uint32_t> a_tile_ok, b_tile_ok;  // int8_stages: per 128-line tile, every chunk inside the window
+    // int8_stages: per 128-line tile, one bit per chunk (set: the chunk inside the window); MxGemmWindowGeometry
+    DeviceBuffer<unsigned long long> a_chunk_ok, b_chunk_ok;
 };
 
 // How MXFP4 × MXFP4 products are scheduled (int8_stages is the fastest where the scales fit its window; the
@@ -165,10 +168,12 @@ struct MxGemmWindowGeometry {
     // (128-column tile, MX block) pairs. 0 where a call counts nothing: fold none and MXFP8 B (the counter reads 0),
     // an empty product and the CUDA-core kernel (cuda_tma_usable() false; both leave the counter as it was).
     int64_t units = 0;
-    // INT8 stages only (else 0): A's 128-row tiles and B's 128-column tiles, whose first row_tiles / column_tiles
-    // entries of scratch.a_tile_ok / b_tile_ok the call sets (non-zero: every chunk of the tile inside the window).
-    // Output tile (i, j) takes the chained INT8 path when both flags are set, else the per-block path for all of K.
-    int64_t row_tiles = 0, column_tiles = 0;
+    // INT8 stages only (else 0): A's 128-row tiles, B's 128-column tiles and the 256-deep chunks of K. The call sets
+    // the first row_tiles · chunk_words words of scratch.a_chunk_ok (column_tiles · chunk_words of b_chunk_ok): chunk
+    // c of tile t is bit c % 64 of word t · chunk_words + c / 64, set when the chunk lies inside the window. Output
+    // tile (i, j) chains chunk c into one promotion when A's tile i and B's tile j both have bit c set; it takes
+    // the per-block path for that chunk otherwise.
+    int64_t row_tiles = 0, column_tiles = 0, chunks = 0, chunk_words = 0;
 };
 MxGemmWindowGeometry mx_gemm_fp8_window_geometry(int64_t m, int64_t n, int64_t k, MxElement a, MxElement b, MxGemmFold fold);
 

@@ -229,7 +229,7 @@ void CudaTrainer::set_state(const TrainerState& s) {
     v_.upload(s.v.data(), n);
     cast_to_bf16_cuda(params_.data(), int64_t(n), params_bf16_.data(), stream_);
     t_ = s.steps_done;
-    if (!s.recipe_state.is_null()) recipe_ = RecipeState::from_json(s.recipe_state, mc(), "training state");
+    if (!s.recipe_state.is_null()) recipe_ = RecipeState::from_json(s.recipe_state, mc(), "training state", recipe_.recipe());
     CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
