@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "adahop/int8_window.h"
 #include "adahop/lp_matmul.h"
 #include "adahop/pair_analysis.h"
 #include "core/counter_rng.h"
@@ -274,4 +275,35 @@ TEST(LpMatmul, RandomSignsAreDeterministicBySeedAndOnlyForTheIhtFamily) {
     o.random_signs_seed = 43;
     const PreparedOperand pb = lp_prepare(b.data(), k, n, Side::right, Strategy::iht, o);
     EXPECT_THROW(lp_matmul_prepared(pa, pb, o, c1.data()), Error);
+}
+
+// The INT8-stage window rule (int8_window.h) on hand-set scales. 200 lines of K = 544: 2 tiles, 3 chunks (the last
+// one block deep). A chunk is inside when its live scales span at most 3 binades: per line for A, per 128-line tile
+// for B. Zero blocks do not count whatever their scale; a NaN scale is always outside.
+TEST(Int8Window, ChunksOutsideTheWindowPerLineAndPerTile) {
+    const int64_t lines = 200, k = 544, kb = k / 32;
+    std::vector<uint8_t> codes(size_t(lines * k / 2), 0x11), scales(size_t(lines * kb), 127);  // every value 0.5 · 2^0
+    const auto at = [&](int64_t line, int64_t block) -> uint8_t& { return scales[size_t(line * kb + block)]; };
+    at(5, 9) = 133;    // tile 0, chunk 1: line 5 spans 6 binades → A outside, B outside
+    at(130, 3) = 130;  // tile 1, chunk 0: 3 binades → inside both ways
+    at(140, 1) = 129;  // tile 1, chunk 0: with line 130's 130 and the others' 127, still 3 for the tile
+    at(7, 0) = 129;    // tile 0, chunk 0: 2 binades in line 7; with line 8 at 125 the tile spans 4
+    at(8, 2) = 125;
+    at(150, 16) = 0xFF;  // tile 1, chunk 2 (the one-block chunk): NaN scale → outside both ways
+    at(60, 16) = 200;    // tile 0, chunk 2: a zero block (its codes −0), its scale ignored: still inside
+    for (int64_t i = 0; i < 16; ++i) codes[size_t(60 * k / 2 + 16 * 16 + i)] = 0x88;
+    const Int8WindowCensus a = int8_window_census(codes.data(), scales.data(), lines, k, true);
+    const Int8WindowCensus b = int8_window_census(codes.data(), scales.data(), lines, k, false);
+    ASSERT_EQ(a.tiles, 2);
+    ASSERT_EQ(a.chunks, 3);
+    const std::vector<uint8_t> want_a = {1, 0, 1, 1, 1, 0};  // [tile][chunk]
+    const std::vector<uint8_t> want_b = {0, 0, 1, 1, 1, 0};  // B's tile 0, chunk 0 spans 125…129
+    EXPECT_EQ(a.inside, want_a);
+    EXPECT_EQ(b.inside, want_b);
+    EXPECT_EQ(a.outside(), 2);
+    EXPECT_EQ(b.outside(), 3);
+    // A · Bᵀ with these as A and B: chunk 0 chains (A 2 of 2) × (B 1 of 2) = 2 of 4 pairs, chunk 1 (1 × 1) 1 of 4,
+    // chunk 2 (1 × 1) 1 of 4: 2 + 3 + 3 slow.
+    EXPECT_EQ(int8_window_slow_pairs(a, b), 8);
+    EXPECT_THROW(int8_window_census(codes.data(), scales.data(), lines, 40, true), Error);
 }

@@ -1,5 +1,6 @@
 // cmd_analyze.cpp — `lowbit analyze {pairs, detect}`: why a GEMM loses accuracy in MXFP4. `pairs` runs the
-// synthetic pattern-pair experiment (adahop.md §9) and draws its table; `detect` labels a user's matrix.
+// synthetic pattern-pair experiment (adahop.md §9) and draws its table; `detect` labels a user's matrix and counts
+// the chunks of it the INT8 tensor-core GEMM would compute block by block (adahop/int8_window.h).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -7,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adahop/int8_window.h"
+#include "adahop/lp_matmul.h"
 #include "adahop/pair_analysis.h"
 #if defined(LOWBIT_HAVE_CUDA)
 #include "adahop/cuda/lp_matmul_cuda.cuh"
@@ -148,8 +151,28 @@ void run_pairs(const PairsArgs& a) {
                 opt.detector.tau, a.plot.empty() ? "" : "; plot: ", a.plot.c_str());
 }
 
+// The INT8-stage GEMM's window census of x quantized to MXFP4 (round to nearest even) as the product's A (lines =
+// rows, K = columns: each line its own base) or B (lines = columns, K = rows: one base per 128 lines), plain and
+// under IHT (block-32 Hadamard along K): tile-chunks outside / all. null where K is not a multiple of 32.
+nlohmann::json window_census(const NpyArray& x) {
+    nlohmann::json out;
+    for (const Side side : {Side::left, Side::right}) {
+        const int64_t k = side == Side::left ? x.cols() : x.rows(), lines = side == Side::left ? x.rows() : x.cols();
+        nlohmann::json j;
+        for (const Strategy st : {Strategy::plain, Strategy::iht}) {
+            if (k % 32 != 0 || lines == 0) break;
+            const PreparedOperand p = lp_prepare(x.data.data(), x.rows(), x.cols(), side, st, LpMatmulOptions{});
+            const Int8WindowCensus c = int8_window_census(p.codes.data(), p.scales.data(), lines, k, side == Side::left);
+            j[st == Strategy::plain ? "plain" : "iht"] = {{"outside", c.outside()}, {"tile_chunks", c.tiles * c.chunks}};
+        }
+        out[side == Side::left ? "as_a" : "as_b"] = j.is_null() ? nlohmann::json() : j;
+    }
+    return out;
+}
+
 void run_detect(const std::string& path, bool json, double tau, double kappa) {
     NpyArray x = npy_read_matrix(path);
+    const nlohmann::json window = window_census(x);
     DetectorOptions o;
     o.tau = tau;
     o.kappa = kappa;
@@ -160,7 +183,8 @@ void run_detect(const std::string& path, bool json, double tau, double kappa) {
                                             {"cv_row", s.cv_row}, {"cv_col", s.cv_col}, {"row_col_ratio", ratio},
                                             {"kurtosis_row", s.kurtosis_row}, {"kurtosis_col", s.kurtosis_col},
                                             {"mean_row_variance", s.mean_row_variance},
-                                            {"mean_col_variance", s.mean_col_variance}, {"tau", tau}, {"kappa", kappa}})
+                                            {"mean_col_variance", s.mean_col_variance}, {"tau", tau}, {"kappa", kappa},
+                                            {"int8_window", window}})
                                   .dump(2)
                                   .c_str());
         return;
@@ -169,6 +193,18 @@ void run_detect(const std::string& path, bool json, double tau, double kappa) {
                 "cols %.2f)\n",
                 path.c_str(), (long long)s.rows, (long long)s.cols, pattern_name(s.pattern), s.cv_row, s.cv_col, ratio, tau,
                 s.kurtosis_row, s.kurtosis_col);
+    std::printf("MXFP4 INT8 tensor-core window (128-line tile, 256-deep chunk) pairs outside / all:");
+    for (const auto& [role, label] : {std::pair{"as_a", "as A (K = columns)"}, std::pair{"as_b", "as B (K = rows)"}}) {
+        const nlohmann::json& j = window[role];
+        if (j.is_null()) {
+            std::printf("  %s: K not a multiple of 32", label);
+            continue;
+        }
+        std::printf("  %s: plain %lld/%lld, IHT %lld/%lld", label, (long long)j["plain"]["outside"].get<int64_t>(),
+                    (long long)j["plain"]["tile_chunks"].get<int64_t>(), (long long)j["iht"]["outside"].get<int64_t>(),
+                    (long long)j["iht"]["tile_chunks"].get<int64_t>());
+    }
+    std::printf("\n");
 }
 
 }  // namespace
@@ -199,7 +235,8 @@ void register_analyze_command(CLI::App& app) {
     pairs->callback([a] { run_pairs(*a); });
 
     auto d = std::make_shared<std::tuple<std::string, bool, double, double>>("", false, 2.0, 0.0);
-    auto* detect = analyze->add_subcommand("detect", "outlier pattern (row / col / none) and statistics of a 2-D .npy");
+    auto* detect = analyze->add_subcommand("detect", "outlier pattern (row / col / none) and statistics of a 2-D .npy, and "
+                                                     "how much of it the INT8 tensor-core MXFP4 GEMM can chain (adahop/int8_window.h)");
     detect->add_option("IN", std::get<0>(*d), "2-D .npy (leading dimensions flattened into rows)")->required();
     detect->add_flag("--json", std::get<1>(*d), "machine-readable output");
     detect->add_option("--tau", std::get<2>(*d), "ratio threshold (default 2.0)");
