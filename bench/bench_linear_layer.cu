@@ -109,12 +109,14 @@ int main(int argc, char** argv) {
             };
             add("bf16 (cuBLAS)", bf16_us, kBf16PeakTflops);
             for (Strategy st : {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right})
-                for (int engine = 0; engine < 3; ++engine) {
+                for (int engine = 0; engine < 4; ++engine) {
                     TrainGemmMode mode;
                     mode.strategy = st;
-                    gemm.set_tensor_core_mx(engine < 2, engine == 1 ? MxGemmFold::int8_stages : MxGemmFold::b_columns);
+                    const MxGemmFold folds[] = {MxGemmFold::b_columns, MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns,
+                                                MxGemmFold::b_columns};
+                    gemm.set_tensor_core_mx(engine < 3, folds[engine]);
                     const double us = median_event_us([&] { layer(mode); }, reps);
-                    const char* how[] = {" (FP8 tensor cores)", " (INT8 tensor cores)", " (BF16 emulation)"};
+                    const char* how[] = {" (FP8 tensor cores)", " (INT8 tensor cores)", " (INT8, column bases)", " (BF16 emulation)"};
                     add(std::string("mxfp4 ") + strategy_name(st) + how[engine], us, kFp8PeakTflops);
                 }
             gemm.set_tensor_core_mx(true);

@@ -6,7 +6,8 @@
 //                  other rows (every stage outside the window: the per-block path), 127 + 0…3 (every stage
 //                  inside: the chained path), the same with one block in 65,536 six binades up (rare outliers: the
 //                  chunks they touch take the per-block path), and Gaussian data quantized by mx_quantize_cuda (what the
-//                  data decide; the count of stages outside the window is printed)
+//                  data decide; the count of stages outside the window is printed); and MxGemmFold::int8_stages_columns
+//                  (one base per column of B) on the in-window scales: its cost where both rules fit
 //   lowbit MXFP8   E4M3 codes + E8M0 scales (the same kernel without the expansion)
 //   cuBLAS BF16    cublasGemmEx, BF16 in, FP32 compute, BF16 out — the baseline of every ratio
 //   cuBLAS FP8     cublasLtMatmul, E4M3 in with per-tensor FP32 scales, BF16 out — the practical FP8 ceiling
@@ -298,8 +299,9 @@ int main(int argc, char** argv) {
             add({s.name, "lowbit MXFP4 (unfolded, + passes)", m, n, k,
                  median_us([&] { mx_gemm_fp8_cuda(mx4a, mx4b, m, n, k, nullptr, c.data(), 0, &scratch, MxGemmFold::none); }, reps),
                  bf16_us, ""});
-            const auto int8_us = [&](const MxGemmOperand& x, const MxGemmOperand& y, const char* what) {
-                const double us = median_us([&] { mx_gemm_fp8_cuda(x, y, m, n, k, nullptr, c.data(), 0, &scratch, MxGemmFold::int8_stages); }, reps);
+            const auto int8_us = [&](const MxGemmOperand& x, const MxGemmOperand& y, const char* what,
+                                     MxGemmFold fold = MxGemmFold::int8_stages) {
+                const double us = median_us([&] { mx_gemm_fp8_cuda(x, y, m, n, k, nullptr, c.data(), 0, &scratch, fold); }, reps);
                 std::printf("    (%s: %u of %lld operand tile-chunks (K = 256) outside the INT8 window)\n", what,
                             mx_gemm_fp8_unfolded_blocks(scratch), (long long)(((m + 127) / 128 + (n + 127) / 128) * ((k + 1023) / 1024 * 4)));
                 return us;
@@ -312,6 +314,9 @@ int main(int argc, char** argv) {
                 DeviceBuffer<uint8_t> ra = filled(m * k / 32, Fill::scale_rare, 13), rb = filled(n * k / 32, Fill::scale_rare, 14);
                 add({s.name, "lowbit MXFP4 INT8 (127+0..3, 1 block in 65536 +6)", m, n, k,
                      int8_us({a4.data(), ra.data(), MxElement::e2m1}, {b4.data(), rb.data(), MxElement::e2m1}, "rare +6"), bf16_us, ""});
+                add({s.name, "lowbit MXFP4 INT8 column bases (127+0..3)", m, n, k,
+                     int8_us({a4.data(), wa.data(), MxElement::e2m1}, {b4.data(), wb.data(), MxElement::e2m1}, "columns, 127+0..3",
+                             MxGemmFold::int8_stages_columns), bf16_us, ""});
             }
             {
                 DeviceBuffer<uint8_t> ga = filled(m * k, Fill::gauss_bf16, 11), gb = filled(n * k, Fill::gauss_bf16, 12);

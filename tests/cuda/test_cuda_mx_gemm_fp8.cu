@@ -355,10 +355,15 @@ TEST(MxGemmFp8, FoldedScalesAreBitIdenticalAndCountedOutsideTheWindow) {
 // per-block path; A inside but B outside mixes them per output tile and chunk. All against the exact product.
 TEST(MxGemmFp8, Int8StagesMatchExactProduct) {
     REQUIRE_GPU();
-    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::int8_rows, 91, MxGemmFold::int8_stages, Spread::int8_flat, true);
-    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::narrow, 93, MxGemmFold::int8_stages);
-    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::wide, 95, MxGemmFold::int8_stages);
-    expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::int8_rows, 97, MxGemmFold::int8_stages, Spread::narrow, true);
+    for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns}) {
+        SCOPED_TRACE(fold == MxGemmFold::int8_stages ? "tile bases for B" : "column bases for B");
+        expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::int8_rows, 91, fold, Spread::int8_flat, true);
+        expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::narrow, 93, fold);
+        expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::wide, 95, fold);
+        expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::int8_rows, 97, fold, Spread::narrow, true);
+        // B's rows 40 binades apart: outside for tile bases, inside for column bases
+        expect_matches_reference(MxElement::e2m1, MxElement::e2m1, Spread::int8_rows, 96, fold, Spread::int8_rows, true);
+    }
     // Chunk counts whose chained loop ends in a 2- and a 1-chunk step (7 = 4 + 2 + 1, 3 = 2 + 1; 2 stages per chunk,
     // the last one partial at K = 1760).
     if (!cuda_tma_usable()) return;
@@ -393,13 +398,33 @@ TEST(MxGemmFp8, Int8StagesDecidePerChunk) {
     for (const int64_t c : {0, 3, 4, 9, 63, 64, 67}) push_out(a, 5, c);
     push_out(a, 150, 10);
     for (const int64_t c : {5, 66}) push_out(b, 131, c);
-    MxGemmScratch scratch;
-    EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages), cpu_reference(a, b), k, Bound{},
-                             "int8 stages, chunks outside the window here and there"));
-    EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 10u);
+    const Reference exact = cpu_reference(a, b);
+    for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns}) {
+        MxGemmScratch scratch;
+        EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, fold), exact, k, Bound{},
+                                 fold == MxGemmFold::int8_stages ? "int8 stages, chunks outside here and there"
+                                                                 : "int8 stages with column bases, chunks outside here and there"));
+        EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 10u);  // B's pushed block is outside by either rule
+    }
     const MxGemmWindowGeometry g = mx_gemm_fp8_window_geometry(m, n, k, MxElement::e2m1, MxElement::e2m1, MxGemmFold::int8_stages);
     EXPECT_EQ(g.chunks, 68);
     EXPECT_EQ(g.chunk_words, 2);
+}
+
+// B whose lines sit 40 binades apart (int8_rows) but span ≤ 3 each: with one base per 128-line tile every B unit is
+// outside (the real-model case of bench/results/int8_window_smollm2_cpu_devbox.md); with one base per column none is.
+TEST(MxGemmFp8, Int8StagesColumnBasesFitLinesFarApart) {
+    REQUIRE_GPU();
+    if (!cuda_tma_usable()) GTEST_SKIP() << "the INT8 stages are the sm_90a kernel's";
+    const int64_t m = 256, n = 384, k = 1024;  // 2 + 3 tiles, 4 chunks: 20 units, 12 of them B's
+    const HostOperand a = random_operand(m, k, MxElement::e2m1, Spread::int8_flat, 121);
+    const HostOperand b = random_operand(n, k, MxElement::e2m1, Spread::int8_rows, 122);
+    const Reference exact = cpu_reference(a, b);
+    MxGemmScratch scratch;
+    EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages), exact, k, Bound{}, "tile bases"));
+    EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 12u);
+    EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages_columns), exact, k, Bound{}, "column bases"));
+    EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 0u);
 }
 
 // Which tiles take which path is counted: none outside the window for int8_rows × int8_flat (2300 × 2048 ×

@@ -580,9 +580,12 @@ __device__ __forceinline__ void stage_block_by_block(Part (&part0)[64], Part (&p
 // kChunks chunks from pipeline use `use` on: two partials alternate, each chunk's wgmmas issued before the
 // previous chunk is promoted, and every group opened here is also waited for here (a group still running at the
 // loop's back edge makes ptxas serialize every wgmma of the kernel).
-template <int kChunks>
+// kColumnBases (MxGemmFold::int8_stages_columns): B's lines carry their own bases, so a chunk is promoted with
+// per-row × per-column factors (promote_int8_block on the chunk's first block, whose effective exponents are the
+// bases) instead of the per-row factor times one tile factor.
+template <int kChunks, bool kColumnBases>
 __device__ __forceinline__ void int8_chained_step(float (&acc)[64], MxGemmShared& sh, uint32_t use, int consumer, int row_local,
-                                                  int lane) {
+                                                  int col_local, int lane) {
     int32_t part0[64], part1[64];
     const MxGemmStage* chunk[kChunks][kInt8ChunkStages];
 #pragma unroll
@@ -603,14 +606,15 @@ __device__ __forceinline__ void int8_chained_step(float (&acc)[64], MxGemmShared
     for (int c = 0; c < kChunks; ++c) {
         if (c + 1 < kChunks) wgmma_wait<1>();
         else wgmma_wait<0>();
-        promote_int8_chunk(acc, c % 2 ? part1 : part0, *chunk[c][0], row_local);
+        if constexpr (kColumnBases) promote_int8_block(acc, c % 2 ? part1 : part0, *chunk[c][0], 0, row_local, col_local);
+        else promote_int8_chunk(acc, c % 2 ? part1 : part0, *chunk[c][0], row_local);
 #pragma unroll
         for (int i = 0; i < kInt8ChunkStages; ++i) release_stage(&sh.empty[(use + c * kInt8ChunkStages + i) % kStages], lane);
         if (c + 2 < kChunks) issue_int8_chunk(c % 2 ? part1 : part0, ready(c + 2), consumer);
     }
 }
 
-template <bool kInt8>
+template <bool kInt8, bool kColumnBases>
 __global__ void __launch_bounds__(kThreads, 1)
     mx_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                          const uint8_t* __restrict__ a_chunks, const uint8_t* __restrict__ b_chunks,
@@ -698,14 +702,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                     int run = ~ok != 0 ? __ffsll(static_cast<long long>(~ok)) - 1 : 64;
                     if (run > chunks - c) run = chunks - c;
                     c += run;
-                    for (; run >= 4; run -= 4, use += 4 * kInt8ChunkStages) int8_chained_step<4>(acc, sh, use, consumer, row_local, lane);
+                    for (; run >= 4; run -= 4, use += 4 * kInt8ChunkStages) int8_chained_step<4, kColumnBases>(acc, sh, use, consumer, row_local, col_local, lane);
                     if (run >= 2) {
-                        int8_chained_step<2>(acc, sh, use, consumer, row_local, lane);
+                        int8_chained_step<2, kColumnBases>(acc, sh, use, consumer, row_local, col_local, lane);
                         run -= 2;
                         use += 2 * kInt8ChunkStages;
                     }
                     if (run == 1) {
-                        int8_chained_step<1>(acc, sh, use, consumer, row_local, lane);
+                        int8_chained_step<1, kColumnBases>(acc, sh, use, consumer, row_local, col_local, lane);
                         use += kInt8ChunkStages;
                     }
                 } else {  // chunk c block by block
@@ -840,7 +844,7 @@ const uint8_t* folded_b_codes(const MxGemmOperand& b, int64_t n, int64_t k, MxGe
 // Both MXFP4 operands packed for the INT8 path: int8 bytes in a_e4m3 / b_e4m3, effective exponents in the scale
 // chunks, the per-(tile, chunk) bits; k_stages a multiple of kInt8ChunkStages (the padding is TMA's zero fill).
 void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, int k_stages,
-                        MxGemmScratch& s, cudaStream_t stream) {
+                        bool b_per_line, MxGemmScratch& s, cudaStream_t stream) {
     const int k_blocks = int(k / kMxBlock);
     unsigned* outside = s.unfolded.grow(1);
     CUDA_CHECK(cudaMemsetAsync(outside, 0, sizeof(unsigned), stream));
@@ -862,20 +866,22 @@ void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t 
         CUDA_CHECK(cudaGetLastError());
     };
     pack(a, m, s.a_e4m3, s.a_scale_chunks, s.a_chunk_ok, true);
-    pack(b, n, s.b_e4m3, s.b_scale_chunks, s.b_chunk_ok, false);
+    pack(b, n, s.b_e4m3, s.b_scale_chunks, s.b_chunk_ok, b_per_line);
 }
 
 // Which schedule the wgmma kernel runs for these element types under `fold` (the INT8 stages need MXFP4 on both
 // sides; B's folding needs MXFP4 B), and how many stages of kStageK it multiplies (the INT8 path whole chunks).
 struct WgmmaSchedule {
-    bool int8 = false, folded = false;
+    bool int8 = false, folded = false, column_bases = false;
     int k_stages = 0;
 };
 
 WgmmaSchedule wgmma_schedule(MxElement a, MxElement b, int64_t k, MxGemmFold fold) {
     WgmmaSchedule w;
-    w.int8 = fold == MxGemmFold::int8_stages && a == MxElement::e2m1 && b == MxElement::e2m1;
-    w.folded = (fold == MxGemmFold::b_columns || fold == MxGemmFold::int8_stages) && !w.int8 && b == MxElement::e2m1;
+    const bool int8_fold = fold == MxGemmFold::int8_stages || fold == MxGemmFold::int8_stages_columns;
+    w.int8 = int8_fold && a == MxElement::e2m1 && b == MxElement::e2m1;
+    w.column_bases = w.int8 && fold == MxGemmFold::int8_stages_columns;
+    w.folded = (fold == MxGemmFold::b_columns || int8_fold) && !w.int8 && b == MxElement::e2m1;
     const int k_blocks = int(k / kMxBlock);
     w.k_stages = (k_blocks + kBlocksPerStage - 1) / kBlocksPerStage;
     if (w.int8) w.k_stages = (w.k_stages + kInt8ChunkStages - 1) / kInt8ChunkStages * kInt8ChunkStages;
@@ -891,7 +897,7 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
     const int k_blocks = int(k / kMxBlock), k_stages = schedule.k_stages;
     const uint8_t *a8 = nullptr, *b8 = nullptr, *a_chunks = nullptr, *b_chunks = nullptr;
     if (int8) {
-        pack_int8_operands(a, b, m, n, k, k_stages, s, stream);
+        pack_int8_operands(a, b, m, n, k, k_stages, schedule.column_bases, s, stream);
         a8 = s.a_e4m3.data();
         b8 = s.b_e4m3.data();
         a_chunks = s.a_scale_chunks.data();
@@ -928,14 +934,15 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
     const int ctas = grid.count() < cuda_multiprocessor_count() ? grid.count() : cuda_multiprocessor_count();
     const int32_t* tile_ref = folded ? s.b_tile_ref.data() : nullptr;
     if (int8) {
-        cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<true>), kSharedBytes);
-        mx_gemm_wgmma_kernel<true><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, nullptr,
-                                                                             s.a_chunk_ok.data(), s.b_chunk_ok.data(), int(m), int(n),
-                                                                             k_stages, c_f32, c_bf16);
+        const auto kernel = schedule.column_bases ? &mx_gemm_wgmma_kernel<true, true> : &mx_gemm_wgmma_kernel<true, false>;
+        cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kSharedBytes);
+        kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, nullptr, s.a_chunk_ok.data(),
+                                                         s.b_chunk_ok.data(), int(m), int(n), k_stages, c_f32, c_bf16);
     } else {
-        cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<false>), kSharedBytes);
-        mx_gemm_wgmma_kernel<false><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, tile_ref, nullptr,
-                                                                              nullptr, int(m), int(n), k_stages, c_f32, c_bf16);
+        cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<false, false>), kSharedBytes);
+        mx_gemm_wgmma_kernel<false, false><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, tile_ref,
+                                                                                     nullptr, nullptr, int(m), int(n), k_stages,
+                                                                                     c_f32, c_bf16);
     }
     CUDA_CHECK(cudaGetLastError());
 }

@@ -140,8 +140,12 @@ struct MxGemmScratch {
 // values per tile-block (the header's "Scale folding"). none: FP8, every block promoted with per-column factors
 // (the v1 arithmetic: kept for measurement and as the reference of the folded path's tests). int8_stages: INT8
 // tensor cores with exact int32 sums over chunks of 2 stages (the header's "INT8 stages"); other element types fall
-// back to b_columns.
-enum class MxGemmFold : uint8_t { none, b_columns, int8_stages };
+// back to b_columns. int8_stages_columns: the same with one base per line of B (per column of C, as A has per row)
+// instead of one per 128-line tile, so a chunk fits when each column's scales do; its promotion multiplies per-row ×
+// per-column factors (one FMUL more per element and chunk). Built after the CPU census of SmolLM2-135M's operands
+// (bench/results/int8_window_smollm2_cpu_devbox.md): per-tile bases put nearly every wgrad chunk outside; not yet
+// measured on the GPU.
+enum class MxGemmFold : uint8_t { none, b_columns, int8_stages, int8_stages_columns };
 
 // C = A · Bᵀ: c_f32 (M × N row-major FP32) or c_bf16 (the same in BF16, rounded to nearest even); exactly one
 // of them non-null. K must be a multiple of 32 (K = 0 writes zeros); M, N, K < 2^31. Asynchronous on
