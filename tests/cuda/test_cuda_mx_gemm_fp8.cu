@@ -20,6 +20,7 @@
 
 #include "adahop/cuda/lp_matmul_cuda.cuh"
 #include "adahop/cuda/mx_gemm_fp8.cuh"
+#include "adahop/int8_window.h"
 #include "formats/element_codec.h"
 
 using namespace lowbit;
@@ -425,6 +426,26 @@ TEST(MxGemmFp8, Int8StagesColumnBasesFitLinesFarApart) {
     EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 12u);
     EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages_columns), exact, k, Bound{}, "column bases"));
     EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 0u);
+}
+
+// The pack pass's window decisions against their CPU reference (adahop/int8_window.h): the count of units outside
+// equals the CPU census of A (per line) plus B's (per tile, or per line for column bases), on spreads that put some,
+// all or none outside, with zero blocks and scale byte 0 (wide), a partial tile and a partial chunk.
+TEST(MxGemmFp8, Int8WindowCountsMatchTheCpuReference) {
+    REQUIRE_GPU();
+    if (!cuda_tma_usable()) GTEST_SKIP() << "the INT8 stages are the sm_90a kernel's";
+    const int64_t m = 300, n = 200, k = 1312;  // 3 + 2 tiles, 6 chunks (the last 32 deep)
+    for (const Spread spread : {Spread::narrow, Spread::wide, Spread::int8_rows, Spread::int8_flat, Spread::window}) {
+        const HostOperand a = random_operand(m, k, MxElement::e2m1, spread, 131), b = random_operand(n, k, MxElement::e2m1, spread, 132);
+        for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns}) {
+            const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, k, true);
+            const Int8WindowCensus cb = int8_window_census(b.codes.data(), b.scales.data(), n, k, fold == MxGemmFold::int8_stages_columns);
+            MxGemmScratch scratch;
+            run_gemm(a, b, false, &scratch, fold);
+            EXPECT_EQ(int64_t(mx_gemm_fp8_unfolded_blocks(scratch)), ca.outside() + cb.outside())
+                << "spread " << int(spread) << (fold == MxGemmFold::int8_stages ? ", tile bases" : ", column bases");
+        }
+    }
 }
 
 // Which tiles take which path is counted: none outside the window for int8_rows × int8_flat (2300 × 2048 ×
