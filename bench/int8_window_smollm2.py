@@ -7,6 +7,11 @@ the kernel's rule (one base per 128-line tile) and with A's (one base per line),
 printed as a sanity check (a wrong forward gives ~10 nats).
 
     python bench/int8_window_smollm2.py --lowbit build-cpu/lowbit --text ../shared/data/corpora/sotu/2021_joseph_r_biden_d.txt
+
+With --compare R.json (`lowbit analyze model --json` over the same tokens: a text of exactly tokens + 2 tokens, so
+that its one window starts at 0) it is also the peer of `analyze model` (train/operand_analysis.h), whose operands
+come from the C++ training forward and backward: the loss, and for every census above the count `analyze model`
+reports for the same operand (fwd A = X, wgrad B = X, fwd B = Wᵀ), must agree.
 """
 import argparse
 import json
@@ -21,6 +26,7 @@ ap.add_argument("--lowbit", required=True)
 ap.add_argument("--text", required=True)
 ap.add_argument("--tokens", type=int, default=512)
 ap.add_argument("--layers", default="0,7,15,23,29")
+ap.add_argument("--compare", help="`lowbit analyze model --json` output over the same tokens")
 args = ap.parse_args()
 work = tempfile.mkdtemp(prefix="int8win_")
 
@@ -106,3 +112,27 @@ print("|---:|---|---:|---:|---:|---:|---:|---:|")
 for layer, what, a, b, bl in rows:
     print(f"| {layer} | {what} | {frac(a, 'plain')} | {frac(a, 'iht')} | {frac(b, 'plain')} | {frac(b, 'iht')} | "
           f"{frac(bl, 'plain')} | {frac(bl, 'iht')} |")
+
+if args.compare:
+    rep = json.load(open(args.compare))
+    by_name = {p["name"]: p["slots"] for p in rep["projections"]}
+    linear = {"q/k/v input": "attn_q", "o input": "attn_output", "gate/up input": "ffn_gate", "down input": "ffn_down",
+              "q weight": "attn_q", "down weight": "ffn_down"}
+    checks = []
+    for layer, what, a, b, bl in rows:
+        slots = by_name[f"blk.{layer}.{linear[what]}"]
+        for rot in ("plain", "iht"):
+            if what.endswith("weight"):  # the forward's B = Wᵀ
+                fwd = slots["forward_y"]["int8_window"][rot]
+                checks += [(layer, what, rot, "fwd B per tile", b[rot]["outside"], fwd["b_tile_outside"]),
+                           (layer, what, rot, "fwd B per line", bl[rot]["outside"], fwd["b_line_outside"])]
+            else:
+                fwd, wg = slots["forward_y"]["int8_window"][rot], slots["backward_gw"]["int8_window"][rot]
+                checks += [(layer, what, rot, "fwd A", a[rot]["outside"], fwd["a_outside"]),
+                           (layer, what, rot, "wgrad B per tile", b[rot]["outside"], wg["b_tile_outside"]),
+                           (layer, what, rot, "wgrad B per line", bl[rot]["outside"], wg["b_line_outside"])]
+    bad = [c for c in checks if c[4] != c[5]]
+    print(f"peer check of `lowbit analyze model` ({args.compare}): loss {rep['loss']:.4f} vs NumPy {nll:.4f}; "
+          f"{len(checks) - len(bad)} of {len(checks)} census counts equal")
+    for layer, what, rot, role, mine, theirs in bad:
+        print(f"  differs: layer {layer} {what} {rot} {role}: NumPy {mine}, analyze model {theirs}")

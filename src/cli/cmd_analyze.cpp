@@ -1,9 +1,15 @@
-// cmd_analyze.cpp — `lowbit analyze {pairs, detect}`: why a GEMM loses accuracy in MXFP4. `pairs` runs the
+// cmd_analyze.cpp — `lowbit analyze {pairs, detect, model}`: why a GEMM loses accuracy in MXFP4. `pairs` runs the
 // synthetic pattern-pair experiment (adahop.md §9) and draws its table; `detect` labels a user's matrix and counts
-// the chunks of it the INT8 tensor-core GEMM would compute block by block (adahop/int8_window.h).
+// the chunks of it the INT8 tensor-core GEMM would compute block by block (adahop/int8_window.h); `model` does both
+// for every GEMM of a real model's forward and backward on real text (train/operand_analysis.h).
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <algorithm>
+#include <array>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -17,8 +23,14 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/thread_pool.h"
 #include "io/npy.h"
+#include "io/model_registry.h"
 #include "io/plot.h"
+#include "model/tokenizer.h"
+#include "model/weights.h"
+#include "ptq/calibration.h"
+#include "train/operand_analysis.h"
 
 namespace lowbit {
 
@@ -39,19 +51,26 @@ struct PairsArgs {
     std::string plot;
 };
 
-LpMatmulOptions lp_options(const PairsArgs& a) {
+// The low-precision GEMM's options from the command line (an empty scale rule or rounding keeps lp_matmul's default).
+LpMatmulOptions lp_options(const std::string& format, const std::string& scale_rule, const std::string& rounding,
+                           int64_t oe_k, const std::string& oe_metric, bool bf16_slivers) {
     LpMatmulOptions o;
-    const FormatInfo& f = find_format(a.format);
+    const FormatInfo& f = find_format(format);
     if (f.kind == FormatKind::nvfp4) o.nvfp4 = true;
     else if (f.kind == FormatKind::mx) o.element = f.mx_element;
-    else fail(ErrorKind::usage, "analyze: --format must be an MX format or nvfp4, not {}", a.format);
-    parse_scale_rule(a.scale_rule.c_str(), &o.scale_rule);
-    parse_rounding(a.rounding.c_str(), &o.rounding_a);
+    else fail(ErrorKind::usage, "analyze: --format must be an MX format or nvfp4, not {}", format);
+    if (!scale_rule.empty()) parse_scale_rule(scale_rule.c_str(), &o.scale_rule);
+    if (!rounding.empty()) parse_rounding(rounding.c_str(), &o.rounding_a);
     o.rounding_b = o.rounding_a;
-    o.oe_k = a.oe_k;
-    o.oe_metric = parse_outlier_metric(a.oe_metric);
-    o.high_precision_bf16 = a.bf16_slivers;
+    LOWBIT_CHECK(oe_k >= 1, ErrorKind::usage, "analyze: --oe-k {}: at least 1", oe_k);
+    o.oe_k = oe_k;
+    o.oe_metric = parse_outlier_metric(oe_metric);
+    o.high_precision_bf16 = bf16_slivers;
     return o;
+}
+
+LpMatmulOptions lp_options(const PairsArgs& a) {
+    return lp_options(a.format, a.scale_rule, a.rounding, a.oe_k, a.oe_metric, a.bf16_slivers);
 }
 
 ProgressLine* g_progress = nullptr;
@@ -207,6 +226,253 @@ void run_detect(const std::string& path, bool json, double tau, double kappa) {
     std::printf("\n");
 }
 
+struct ModelArgs {
+    std::string model, tokenizer, corpus = "sotu-train", text_file;
+    int64_t windows = 2, ctx = 512;
+    uint64_t seed = 0;
+    std::string format = "mxfp4", scale_rule, rounding, oe_metric = "l2", table = "lv1", plan_out;
+    int64_t oe_k = 64;
+    double tau = 2.0;
+    int threads = 0;
+    bool per_layer = false, json = false;
+};
+
+// "q", "k", …, "output", "gate", "up", "down": the projection's GGUF name without its "attn_" / "ffn_".
+const char* short_name(Projection p) { return std::strchr(projection_name(p), '_') + 1; }
+
+nlohmann::json census_json(const std::optional<WindowCensus>& c) {
+    if (!c) return nullptr;
+    return {{"a_outside", c->a_outside},           {"a_units", c->a_units},
+            {"b_tile_outside", c->b_tile_outside}, {"b_line_outside", c->b_line_outside},
+            {"b_units", c->b_units},               {"pairs", c->pairs},
+            {"slow_pairs_tile", c->slow_pairs_tile}, {"slow_pairs_line", c->slow_pairs_line}};
+}
+
+nlohmann::json pattern_json(const PatternStats& s) {
+    return {{"pattern", pattern_name(s.pattern)}, {"cv_row", s.cv_row}, {"cv_col", s.cv_col},
+            {"kurtosis_row", s.kurtosis_row}, {"kurtosis_col", s.kurtosis_col}};
+}
+
+// A JSON number, or null for NaN (a slot whose K is not a multiple of 32).
+nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
+
+// Per projection kind, summed over the blocks: pattern and strategy counts, mean errors, census sums.
+struct ProjectionSummary {
+    std::array<std::array<int64_t, 3>, 3> patterns{};  // [x, w, g][row, col, none]
+    std::array<std::map<std::string, int64_t>, 3> strategies;  // per slot: short name → blocks
+    std::array<std::vector<double>, 3> error_sum;       // per slot, per strategy
+    std::array<std::vector<int64_t>, 3> error_n;
+    std::array<double, 3> planned_error_sum{};
+    std::array<int64_t, 3> planned_error_n{};
+    std::array<WindowCensus, 3> census_plain, census_iht;
+    bool census = false;
+};
+
+void add_census(WindowCensus& into, const WindowCensus& c) {
+    into.a_outside += c.a_outside;
+    into.a_units += c.a_units;
+    into.b_tile_outside += c.b_tile_outside;
+    into.b_line_outside += c.b_line_outside;
+    into.b_units += c.b_units;
+    into.pairs += c.pairs;
+    into.slow_pairs_tile += c.slow_pairs_tile;
+    into.slow_pairs_line += c.slow_pairs_line;
+}
+
+std::array<ProjectionSummary, kProjectionCount> summarize(const ModelOperandAnalysis& r, const OperandAnalysisOptions& o) {
+    std::array<ProjectionSummary, kProjectionCount> out;
+    for (ProjectionSummary& s : out)
+        for (int sl = 0; sl < 3; ++sl) {
+            s.error_sum[size_t(sl)].assign(o.strategies.size(), 0.0);
+            s.error_n[size_t(sl)].assign(o.strategies.size(), 0);
+        }
+    for (const ProjectionAnalysis& p : r.projections) {
+        ProjectionSummary& s = out[size_t(p.projection)];
+        ++s.patterns[0][size_t(p.x.pattern)];
+        ++s.patterns[1][size_t(p.w.pattern)];
+        ++s.patterns[2][size_t(p.g.pattern)];
+        for (size_t sl = 0; sl < 3; ++sl) {
+            const SlotAnalysis& a = p.slots[sl];
+            ++s.strategies[sl][strategy_short_name(a.planned)];
+            for (size_t i = 0; i < o.strategies.size(); ++i) {
+                if (std::isnan(a.rel_error[i])) continue;
+                s.error_sum[sl][i] += a.rel_error[i];
+                ++s.error_n[sl][i];
+                if (o.strategies[i] == a.planned) {
+                    s.planned_error_sum[sl] += a.rel_error[i];
+                    ++s.planned_error_n[sl];
+                }
+            }
+            if (a.census_plain) add_census(s.census_plain[sl], *a.census_plain), s.census = true;
+            if (a.census_iht) add_census(s.census_iht[sl], *a.census_iht);
+        }
+    }
+    return out;
+}
+
+std::string percent(int64_t part, int64_t all) {
+    return all > 0 ? fmt::format("{:.1f}%", 100.0 * double(part) / double(all)) : std::string("-");
+}
+
+void print_model_report(const ModelArgs& a, const std::string& path, const LlamaConfig& c, const ModelOperandAnalysis& r,
+                        const OperandAnalysisOptions& o) {
+    const auto sum = summarize(r, o);
+    std::printf("analyze model: %s (%lld blocks, d %lld, ffn %lld)\n", path.c_str(), (long long)c.n_layers,
+                (long long)c.hidden_size, (long long)c.ffn_size);
+    std::printf("  batch: %lld windows x %lld tokens of %s (seed %llu), mean loss %.4f nats (FP32 forward and backward, no update)\n",
+                (long long)r.shape.n_seq, (long long)r.shape.n_tok, a.text_file.empty() ? a.corpus.c_str() : a.text_file.c_str(),
+                (unsigned long long)a.seed, r.loss);
+    std::printf("  operands: %s, scale rule %s, rounding %s, OE top-%lld; detector tau %.1f; plan table %s\n", a.format.c_str(),
+                scale_rule_name(o.lp.scale_rule), rounding_name(o.lp.rounding_a), (long long)o.lp.oe_k, o.detector.tau,
+                o.table.name.c_str());
+    std::printf("  slots: fwd Y = X.W^T (A = X, B = W^T), dgrad dX = dY.W (A = dY, B = W), wgrad dW = dY^T.X (A = dY^T, B = X)\n\n");
+
+    std::printf("Outlier patterns, blocks labelled row / col / none:\n%-6s %-12s %-12s %-12s\n", "proj", "X", "W", "dY");
+    for (Projection p : kProjections) {
+        const ProjectionSummary& s = sum[size_t(p)];
+        std::printf("%-6s", short_name(p));
+        for (int op = 0; op < 3; ++op)
+            std::printf(" %-12s", fmt::format("{}/{}/{}", s.patterns[op][0], s.patterns[op][1], s.patterns[op][2]).c_str());
+        std::printf("\n");
+    }
+
+    std::printf("\nStrategies the planner fixed (blocks):\n%-6s %-30s %-30s %-30s\n", "proj", "fwd", "dgrad", "wgrad");
+    for (Projection p : kProjections) {
+        const ProjectionSummary& s = sum[size_t(p)];
+        std::printf("%-6s", short_name(p));
+        for (int sl = 0; sl < 3; ++sl) {
+            std::string cell;
+            for (const auto& [name, n] : s.strategies[size_t(sl)]) cell += fmt::format("{}{} {}", cell.empty() ? "" : ", ", name, n);
+            std::printf(" %-30s", cell.c_str());
+        }
+        std::printf("\n");
+    }
+
+    std::printf("\nRelative error of the product against FP32, mean over blocks (* = the lowest in low precision; planned = the\n"
+                "planner's strategy):\n");
+    std::printf("%-6s %-6s", "proj", "slot");
+    for (Strategy st : o.strategies) std::printf(" %12s ", strategy_short_name(st));
+    std::printf(" %9s\n", "planned");
+    for (Projection p : kProjections) {
+        const ProjectionSummary& s = sum[size_t(p)];
+        for (int sl = 0; sl < 3; ++sl) {
+            std::printf("%-6s %-6s", short_name(p),
+                        sl == 0 ? "fwd" : sl == 1 ? "dgrad" : "wgrad");
+            std::vector<double> mean(o.strategies.size(), std::nan(""));
+            size_t best = 0;
+            for (size_t i = 0; i < mean.size(); ++i) {
+                if (s.error_n[size_t(sl)][i] > 0) mean[i] = s.error_sum[size_t(sl)][i] / double(s.error_n[size_t(sl)][i]);
+                const bool low_precision = o.strategies[i] != Strategy::full;
+                if (low_precision && !std::isnan(mean[i]) && (std::isnan(mean[best]) || mean[i] < mean[best])) best = i;
+            }
+            for (size_t i = 0; i < mean.size(); ++i)
+                std::printf(" %12.4f%s", mean[i], i == best && !std::isnan(mean[i]) ? "*" : " ");
+            const int64_t n = s.planned_error_n[size_t(sl)];
+            std::printf(" %9.4f\n", n > 0 ? s.planned_error_sum[size_t(sl)] / double(n) : std::nan(""));
+        }
+    }
+
+    if (std::any_of(sum.begin(), sum.end(), [](const ProjectionSummary& s) { return s.census; })) {
+        std::printf("\nINT8 tensor-core window (adahop/int8_window.h): (128x128 output tile, 256-deep chunk) pairs computed block by\n"
+                    "block, summed over blocks, with B's bases per 128-line tile (int8_stages) / per line (int8_stages_columns):\n");
+        std::printf("%-6s %-6s %24s %24s\n", "proj", "slot", "plain: tile / line", "IHT: tile / line");
+        for (Projection p : kProjections) {
+            const ProjectionSummary& s = sum[size_t(p)];
+            for (int sl = 0; sl < 3; ++sl) {
+                const WindowCensus& cp = s.census_plain[size_t(sl)];
+                const WindowCensus& ci = s.census_iht[size_t(sl)];
+                std::printf("%-6s %-6s %24s %24s\n", short_name(p),
+                            sl == 0 ? "fwd" : sl == 1 ? "dgrad" : "wgrad",
+                            (percent(cp.slow_pairs_tile, cp.pairs) + " / " + percent(cp.slow_pairs_line, cp.pairs)).c_str(),
+                            (percent(ci.slow_pairs_tile, ci.pairs) + " / " + percent(ci.slow_pairs_line, ci.pairs)).c_str());
+            }
+        }
+    }
+
+    if (a.per_layer) {
+        std::printf("\nPer layer: patterns X W dY | planned strategy (error) per slot\n");
+        for (const ProjectionAnalysis& p : r.projections) {
+            std::printf("%-18s %-4s %-4s %-4s", linear_name(p.layer, p.projection).c_str(), pattern_name(p.x.pattern),
+                        pattern_name(p.w.pattern), pattern_name(p.g.pattern));
+            for (const SlotAnalysis& sa : p.slots) {
+                double e = std::nan("");
+                for (size_t i = 0; i < o.strategies.size(); ++i)
+                    if (o.strategies[i] == sa.planned) e = sa.rel_error[i];
+                std::printf(" | %s %s (%.4f)", sa.slot == Slot::fwd ? "fwd" : sa.slot == Slot::dgrad ? "dgrad" : "wgrad",
+                            strategy_short_name(sa.planned), e);
+            }
+            std::printf("\n");
+        }
+    }
+}
+
+nlohmann::json model_report_json(const ModelArgs& a, const std::string& path, const LlamaConfig& c,
+                                 const ModelOperandAnalysis& r, const OperandAnalysisOptions& o) {
+    nlohmann::json names = nlohmann::json::array();
+    for (Strategy st : o.strategies) names.push_back(strategy_short_name(st));
+    nlohmann::json projections = nlohmann::json::array();
+    for (const ProjectionAnalysis& p : r.projections) {
+        nlohmann::json slots;
+        for (const SlotAnalysis& sa : p.slots) {
+            nlohmann::json errs;
+            for (size_t i = 0; i < o.strategies.size(); ++i) errs[strategy_short_name(o.strategies[i])] = number_or_null(sa.rel_error[i]);
+            slots[slot_name(sa.slot)] = {{"m", sa.m}, {"k", sa.k}, {"n", sa.n}, {"a_pattern", pattern_name(sa.a)},
+                                         {"b_pattern", pattern_name(sa.b)}, {"planned", strategy_short_name(sa.planned)},
+                                         {"relative_error", errs},
+                                         {"int8_window", {{"plain", census_json(sa.census_plain)}, {"iht", census_json(sa.census_iht)}}}};
+        }
+        projections.push_back({{"name", linear_name(p.layer, p.projection)}, {"layer", p.layer},
+                               {"projection", projection_name(p.projection)}, {"x", pattern_json(p.x)}, {"w", pattern_json(p.w)},
+                               {"g", pattern_json(p.g)}, {"slots", slots}});
+    }
+    return {{"model", path}, {"layers", c.n_layers}, {"hidden_size", c.hidden_size}, {"ffn_size", c.ffn_size},
+            {"windows", r.shape.n_seq}, {"ctx", r.shape.n_tok}, {"text", a.text_file.empty() ? a.corpus : a.text_file},
+            {"seed", a.seed}, {"loss", r.loss}, {"format", a.format}, {"scale_rule", scale_rule_name(o.lp.scale_rule)},
+            {"rounding", rounding_name(o.lp.rounding_a)}, {"oe_k", o.lp.oe_k}, {"tau", o.detector.tau},
+            {"table", o.table.name}, {"strategies", names}, {"plan", plan_to_json(r.plan())}, {"projections", projections}};
+}
+
+void run_model(const ModelArgs& a) {
+    LOWBIT_CHECK(a.windows >= 1 && a.ctx >= 2, ErrorKind::usage, "analyze model: --windows ≥ 1 and --ctx ≥ 2 (got {} and {})",
+                 a.windows, a.ctx);
+    if (a.threads > 0) set_thread_count(a.threads);
+    OperandAnalysisOptions o;
+    o.lp = lp_options(a.format, a.scale_rule, a.rounding, a.oe_k, a.oe_metric, true);
+    o.detector.tau = a.tau;
+    o.table = strategy_table_named(a.table);
+    const std::string path = resolve_model_path(a.model);
+    const LlamaModel model = load_llama_model(path);
+    const LlamaConfig& c = model.config;
+    LOWBIT_CHECK(a.ctx <= c.context_length, ErrorKind::usage, "analyze model: --ctx {} exceeds the model's context length {}", a.ctx,
+                 c.context_length);
+    const Tokenizer tok = load_tokenizer(path, a.tokenizer);
+    CalibrationSpec spec;
+    spec.corpus = a.corpus;
+    spec.text_file = a.text_file;
+    spec.samples = a.windows;
+    spec.length = a.ctx + 1;  // inputs and their next tokens
+    spec.seed = a.seed;
+    const std::vector<int32_t> w = calibration_windows(tok, spec);
+    std::vector<int32_t> inputs, targets;
+    for (int64_t s = 0; s < a.windows; ++s)
+        for (int64_t t = 0; t < a.ctx; ++t) {
+            inputs.push_back(w[size_t(s * (a.ctx + 1) + t)]);
+            targets.push_back(w[size_t(s * (a.ctx + 1) + t + 1)]);
+        }
+    const TokenBatch batch{inputs.data(), targets.data(), BatchShape{a.windows, a.ctx}};
+    ProgressLine progress("analyze model", c.n_layers * kProjectionCount, "projections");
+    o.progress = [&progress](int64_t done, int64_t) { progress.update(done); };
+    const ModelOperandAnalysis r = analyze_model_operands(model, batch, o);
+    progress.finish();
+    if (!a.plan_out.empty()) plan_save(r.plan(), a.plan_out);
+    if (a.json) {
+        std::printf("%s\n", model_report_json(a, path, c, r, o).dump(2).c_str());
+        return;
+    }
+    print_model_report(a, path, c, r, o);
+    if (!a.plan_out.empty()) std::printf("\nplan written to %s\n", a.plan_out.c_str());
+}
+
 }  // namespace
 
 void register_analyze_command(CLI::App& app) {
@@ -242,6 +508,31 @@ void register_analyze_command(CLI::App& app) {
     detect->add_option("--tau", std::get<2>(*d), "ratio threshold (default 2.0)");
     detect->add_option("--kappa", std::get<3>(*d), "kurtosis gate (default 0: off)");
     detect->callback([d] { run_detect(std::get<0>(*d), std::get<1>(*d), std::get<2>(*d), std::get<3>(*d)); });
+
+    auto m = std::make_shared<ModelArgs>();
+    auto* model = analyze->add_subcommand(
+        "model", "AdaHOP on a real model's operands: one FP32 forward and backward on real text, and for every projection's "
+                 "fwd, dgrad and wgrad the patterns, the plan, the MX error of each strategy and the INT8 window census");
+    model->add_option("--model", m->model, "a .gguf file, an HF checkpoint directory, or a known name (smollm2-135m)")->required();
+    model->add_option("--tokenizer", m->tokenizer, "tokenizer override (default: the model's)");
+    model->add_option("--corpus", m->corpus, "a named corpus: sotu-train (default) | sotu-validation | sotu-test");
+    model->add_option("--text", m->text_file, "windows from this text file instead of a corpus");
+    model->add_option("--windows", m->windows, "windows in the batch (default 2)");
+    model->add_option("--ctx", m->ctx, "tokens per window (default 512; a multiple of 32 keeps wgrad's K = windows x ctx MX-blocked)");
+    model->add_option("--seed", m->seed, "seed of the window offsets (default 0)");
+    model->add_option("--format", m->format, "mxfp4 (default), any MX format, or nvfp4");
+    model->add_option("--scale-rule", m->scale_rule, "floor | rceil | midmax (default: lp_matmul's, midmax)")
+        ->check(CLI::IsMember({"floor", "rceil", "midmax"}));
+    model->add_option("--rounding", m->rounding, "rne (default) | away")->check(CLI::IsMember({"rne", "away"}));
+    model->add_option("--oe-k", m->oe_k, "rows/columns extracted by OE (default 64)");
+    model->add_option("--oe-metric", m->oe_metric, "l2 | absmax")->check(CLI::IsMember({"l2", "absmax"}));
+    model->add_option("--table", m->table, "the planner's table: lv1 (default) | lv2 | FILE.json");
+    model->add_option("--tau", m->tau, "the detector's ratio threshold (default 2.0)");
+    model->add_option("--plan-out", m->plan_out, "write the plan (strategy_plan.h's JSON, the training engine's format) here");
+    model->add_flag("--per-layer", m->per_layer, "also print every projection's patterns and planned strategies");
+    model->add_flag("--json", m->json, "machine-readable output (every projection and slot)");
+    model->add_option("--threads", m->threads, "lowbit worker threads (default: all cores)");
+    model->callback([m] { run_model(*m); });
 }
 
 }  // namespace lowbit

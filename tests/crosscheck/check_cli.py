@@ -334,6 +334,33 @@ if gpt2:
             rep = json.load(open(os.path.join(run, "report.json")))
             c.check("the report records grad_accum", rep["config"]["grad_accum"] == 2 and rep["config"]["batch_size"] == 4,
                     rep["config"])
+            # analyze model on the trained model: every projection's three slots, the plan file, and refusals
+            text = c.path("am_text.txt")
+            open(text, "w").write(" ".join(open(os.path.join(src, f)).read() for f in sorted(os.listdir(src))
+                                           if f.endswith(".txt")) * 4)
+            plan = c.path("am_plan.json")
+            r = c.lowbit("analyze", "model", "--model", os.path.join(run, "model.gguf"), "--text", text, "--windows", "2",
+                         "--ctx", "32", "--json", "--plan-out", plan, "--threads", "1", expect_rc=None)
+            c.check("analyze model on the trained tiny model exits 0", r.returncode == 0, r.stderr[-400:])
+            if r.returncode == 0:
+                am = json.loads(r.stdout)
+                slots = [s for p in am["projections"] for s in p["slots"].values()]
+                c.check("analyze model: 2 layers x 7 projections x 3 slots, each with its error per strategy and a census",
+                        len(am["projections"]) == 14 and len(slots) == 42
+                        and all(s["relative_error"]["plain"] > 0 and s["int8_window"]["plain"] is not None for s in slots),
+                        (len(am["projections"]), slots[:1]))
+                c.check("analyze model: the batch's loss is finite", 0 < am["loss"] < 20, am["loss"])
+                saved = json.load(open(plan))
+                c.check("analyze model --plan-out writes the report's plan",
+                        saved == am["plan"] and len(saved["per_layer_modes"]) == 14, list(saved)[:4])
+            for args, rc, needle, what in [
+                    (["--ctx", "100000"], 2, "context length", "a window longer than the model's context"),
+                    (["--windows", "0"], 2, "--windows", "no windows"),
+                    (["--table", c.path("no_such_table.json")], 3, "no_such_table.json", "a missing plan table")]:
+                r = c.lowbit("analyze", "model", "--model", os.path.join(run, "model.gguf"), "--text", text, *args,
+                             expect_rc=None)
+                c.check(f"analyze model with {what} exits {rc} and says why", r.returncode == rc and needle in r.stderr,
+                        (r.returncode, r.stderr[-300:]))
         refused = c.path("train_refused")
         shutil.rmtree(refused, ignore_errors=True)
         r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", refused, "--steps", "2", "--grad-accum", "3",

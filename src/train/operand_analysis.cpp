@@ -1,0 +1,164 @@
+// operand_analysis.cpp — `lowbit analyze model`'s library half: patterns, plan, per-strategy error and INT8-window
+// census of every block GEMM of one forward and backward (operand_analysis.h).
+#include "train/operand_analysis.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "adahop/int8_window.h"
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+#include "model/linear.h"
+#include "train/param_layout.h"
+#include "train/train_model.h"
+
+namespace lowbit {
+
+namespace {
+
+bool census_applies(const LpMatmulOptions& lp, int64_t k) {
+    return !lp.nvfp4 && lp.element == MxElement::e2m1 && lp.quantize && k % 32 == 0;
+}
+
+WindowCensus window_census_of(const PreparedOperand& a, const PreparedOperand& b, int64_t m, int64_t k, int64_t n) {
+    const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, k, true);
+    const Int8WindowCensus cb_tile = int8_window_census(b.codes.data(), b.scales.data(), n, k, false);
+    const Int8WindowCensus cb_line = int8_window_census(b.codes.data(), b.scales.data(), n, k, true);
+    WindowCensus w;
+    w.a_outside = ca.outside();
+    w.a_units = ca.tiles * ca.chunks;
+    w.b_tile_outside = cb_tile.outside();
+    w.b_line_outside = cb_line.outside();
+    w.b_units = cb_tile.tiles * cb_tile.chunks;
+    w.pairs = ca.tiles * cb_tile.tiles * ca.chunks;
+    w.slow_pairs_tile = int8_window_slow_pairs(ca, cb_tile);
+    w.slow_pairs_line = int8_window_slow_pairs(ca, cb_line);
+    return w;
+}
+
+// Dense row-major copy check: the analysis hands raw pointers to lp_prepare.
+void check_dense(ConstMatF m, const char* what) {
+    LOWBIT_CHECK(m.dense(), ErrorKind::usage, "operand analysis: {} must be a dense matrix view", what);
+}
+
+// The analysis linear: FP32 products (DenseTrainLinear), and at the weight gradient, where X, dY and (from the
+// forward) W are at hand, the analysis of the projection's three slots.
+class AnalysedTrainLinear final : public TrainLinear {
+public:
+    using Analyse = std::function<void(ConstMatF x, ConstMatF w, ConstMatF dy)>;
+    explicit AnalysedTrainLinear(Analyse analyse) : analyse_(std::move(analyse)) {}
+    void forward(ConstMatF x, ConstMatF w, MatF y, float beta) override {
+        w_ = w;
+        dense_.forward(x, w, y, beta);
+    }
+    void backward_data(ConstMatF dy, ConstMatF w, MatF dx, float beta) override { dense_.backward_data(dy, w, dx, beta); }
+    void backward_weight(ConstMatF dy, ConstMatF x, MatF dw, float beta) override {
+        LOWBIT_CHECK(w_.data != nullptr, ErrorKind::usage, "operand analysis: backward before forward");
+        analyse_(x, w_, dy);
+        dense_.backward_weight(dy, x, dw, beta);
+    }
+    std::string describe() const override { return "analysed dense"; }
+
+private:
+    DenseTrainLinear dense_;
+    Analyse analyse_;
+    ConstMatF w_;
+};
+
+}  // namespace
+
+SlotAnalysis analyze_slot(Slot slot, const float* a, const float* b, int64_t m, int64_t k, int64_t n,
+                          std::pair<Pattern, Pattern> pair, Strategy planned, const OperandAnalysisOptions& opts) {
+    SlotAnalysis s;
+    s.slot = slot;
+    s.m = m;
+    s.k = k;
+    s.n = n;
+    s.a = pair.first;
+    s.b = pair.second;
+    s.planned = planned;
+    s.rel_error.assign(opts.strategies.size(), std::numeric_limits<double>::quiet_NaN());
+    if (k % 32 != 0) return s;  // MX blocks and the block-32 Hadamard run along K
+
+    std::vector<float> exact(size_t(m * n)), c(size_t(m * n));
+    gemm_f32(ConstMatF(a, m, k), Trans::no, ConstMatF(b, k, n), Trans::no, MatF(exact.data(), m, n));
+    double norm2 = 0;
+    for (const float v : exact) norm2 += double(v) * v;
+    const bool census = census_applies(opts.lp, k);
+    for (size_t i = 0; i < opts.strategies.size(); ++i) {
+        const Strategy st = opts.strategies[i];
+        const PreparedOperand pa = lp_prepare(a, m, k, Side::left, st, opts.lp);
+        const PreparedOperand pb = lp_prepare(b, k, n, Side::right, st, opts.lp);
+        lp_matmul_prepared(pa, pb, opts.lp, c.data());
+        double err2 = 0;
+        for (size_t j = 0; j < c.size(); ++j) {
+            const double d = double(c[j]) - exact[j];
+            err2 += d * d;
+        }
+        s.rel_error[i] = norm2 > 0 ? std::sqrt(err2 / norm2) : (err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+        if (census && st == Strategy::plain) s.census_plain = window_census_of(pa, pb, m, k, n);
+        if (census && st == Strategy::iht) s.census_iht = window_census_of(pa, pb, m, k, n);
+    }
+    return s;
+}
+
+ProjectionAnalysis analyze_projection(int64_t layer, Projection p, ConstMatF x, ConstMatF w, ConstMatF dy,
+                                      const OperandAnalysisOptions& opts) {
+    check_dense(x, "X");
+    check_dense(w, "W");
+    check_dense(dy, "dY");
+    LOWBIT_CHECK(x.rows == dy.rows && x.cols == w.cols && dy.cols == w.rows, ErrorKind::usage,
+                 "operand analysis of {}: X {}x{}, W {}x{} and dY {}x{} do not fit one linear layer", linear_name(layer, p),
+                 x.rows, x.cols, w.rows, w.cols, dy.rows, dy.cols);
+    ProjectionAnalysis r;
+    r.layer = layer;
+    r.projection = p;
+    r.x = detect_outlier_pattern(x.data, x.rows, x.cols, opts.detector);
+    r.w = detect_outlier_pattern(w.data, w.rows, w.cols, opts.detector);
+    r.g = detect_outlier_pattern(dy.data, dy.rows, dy.cols, opts.detector);
+    const LayerPatterns patterns{r.x.pattern, r.w.pattern, r.g.pattern};
+    r.plan = plan_layer(patterns, opts.table);
+    const int64_t tokens = x.rows, in = x.cols, out = w.rows;
+
+    const std::vector<float> w_t = transposed(w);  // Wᵀ [in, out]
+    r.slots[0] = analyze_slot(Slot::fwd, x.data, w_t.data(), tokens, in, out, slot_pair(Slot::fwd, patterns), r.plan.fwd, opts);
+    r.slots[1] = analyze_slot(Slot::dgrad, dy.data, w.data, tokens, out, in, slot_pair(Slot::dgrad, patterns), r.plan.dgrad, opts);
+    const std::vector<float> dy_t = transposed(dy);  // dYᵀ [out, M]
+    r.slots[2] = analyze_slot(Slot::wgrad, dy_t.data(), x.data, out, tokens, in, slot_pair(Slot::wgrad, patterns), r.plan.wgrad,
+                              opts);
+    return r;
+}
+
+Plan ModelOperandAnalysis::plan() const {
+    Plan p;
+    p.table_name = table_name;
+    for (const ProjectionAnalysis& a : projections) p.layers[linear_name(a.layer, a.projection)] = a.plan;
+    return p;
+}
+
+ModelOperandAnalysis analyze_model_operands(const LlamaModel& model, const TokenBatch& batch,
+                                            const OperandAnalysisOptions& opts) {
+    const ParamLayout layout(model.config);  // refuses q/k/v biases
+    const std::vector<float> params = params_from_model(layout, model);
+    const LlamaConfig& c = layout.config();
+    ModelOperandAnalysis out;
+    out.shape = batch.shape;
+    out.table_name = opts.table.name;
+    out.projections.resize(size_t(c.n_layers * kProjectionCount));
+    const int64_t total = c.n_layers * kProjectionCount;
+    int64_t done = 0;
+    TrainLinears linears = make_train_linears(c, [&](int64_t layer, Projection p) -> std::unique_ptr<TrainLinear> {
+        return std::make_unique<AnalysedTrainLinear>([&, layer, p](ConstMatF x, ConstMatF w, ConstMatF dy) {
+            out.projections[size_t(layer * kProjectionCount + int64_t(p))] = analyze_projection(layer, p, x, w, dy, opts);
+            if (opts.progress) opts.progress(++done, total);
+        });
+    });
+    TrainActivations acts;
+    out.loss = train_forward(layout, params.data(), linears, batch, acts);
+    std::vector<float> grads(size_t(layout.total()));
+    train_backward(layout, params.data(), linears, batch, acts, grads.data());
+    return out;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,196 @@
+// test_operand_analysis.cpp — `lowbit analyze model`'s library half (train/operand_analysis.h): it sees the operands a
+// training step's linears see (checked against the calibration's own observer), analyses each slot in the right
+// orientation (checked against lp_matmul called directly), and a planted channel outlier shows up where it must: the
+// detector's label, the INT8 window of A, and B's per-line bases against per-tile ones.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "adahop/int8_window.h"
+#include "core/error.h"
+#include "core/gemm_cpu.h"
+#include "core/random_fill.h"
+#include "model/linear.h"
+#include "train/operand_analysis.h"
+#include "train/param_layout.h"
+#include "train/train_model.h"
+#include "train_test_util.h"
+
+namespace lowbit {
+namespace {
+
+// Every GEMM dimension a multiple of 32 (MX blocks and the block-32 Hadamard): d 64, q 4 × 16, kv 2 × 16, ffn 128.
+LlamaModel analysis_model(uint64_t seed = 5) {
+    LlamaModel m;
+    LlamaConfig& c = m.config;
+    c.architecture = "llama";
+    c.name = "operand analysis";
+    c.vocab_size = 97;
+    c.hidden_size = 64;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.ffn_size = 128;
+    c.context_length = 128;
+    c.tied_embeddings = true;
+    m.weights = random_llama_weights(c, seed, 0.3f);
+    return m;
+}
+
+const BatchShape kShape{2, 64};  // 128 tokens: wgrad's K
+
+Batch analysis_batch(const LlamaConfig& c) {
+    return batch_from_stream(random_token_ids(kShape.n_seq * (kShape.n_tok + 1), c.vocab_size, 11), kShape);
+}
+
+TEST(OperandAnalysis, SeesTheOperandsOfATrainingStepAndPlansFromThem) {
+    const LlamaModel m = analysis_model();
+    const LlamaConfig& c = m.config;
+    const Batch batch = analysis_batch(c);
+    const ModelOperandAnalysis r = analyze_model_operands(m, batch.view(), OperandAnalysisOptions{});
+
+    // The reference: AdaHOP's calibration observer (ObservedTrainLinear) on a dense forward and backward.
+    const ParamLayout layout(c);
+    const std::vector<float> params = params_from_model(layout, m);
+    std::map<std::tuple<int64_t, Projection, Operand>, PatternStats> seen;
+    TrainLinears observed = make_train_linears(c, [&](int64_t layer, Projection p) -> std::unique_ptr<TrainLinear> {
+        return std::make_unique<ObservedTrainLinear>(std::make_unique<DenseTrainLinear>(), [&seen, layer, p](Operand which, ConstMatF t) {
+            seen[{layer, p, which}] = detect_outlier_pattern(t.data, t.rows, t.cols);
+        });
+    });
+    TrainActivations acts;
+    const double loss = train_forward(layout, params.data(), observed, batch.view(), acts);
+    std::vector<float> grads(size_t(layout.total()));
+    train_backward(layout, params.data(), observed, batch.view(), acts, grads.data());
+    EXPECT_EQ(r.loss, loss);
+    EXPECT_EQ(r.shape.rows(), kShape.rows());
+
+    ASSERT_EQ(r.projections.size(), size_t(c.n_layers * kProjectionCount));
+    const StrategyTable lv1 = strategy_table_lv1();
+    for (const ProjectionAnalysis& a : r.projections) {
+        SCOPED_TRACE(linear_name(a.layer, a.projection));
+        EXPECT_EQ(&a - r.projections.data(), a.layer * kProjectionCount + int64_t(a.projection));
+        for (const auto& [which, stats] : {std::pair{Operand::x, a.x}, std::pair{Operand::w, a.w}, std::pair{Operand::g, a.g}}) {
+            const PatternStats& ref = seen.at({a.layer, a.projection, which});
+            EXPECT_EQ(stats.pattern, ref.pattern);
+            EXPECT_EQ(stats.rows, ref.rows);
+            EXPECT_EQ(stats.cols, ref.cols);
+            EXPECT_EQ(stats.cv_row, ref.cv_row);
+            EXPECT_EQ(stats.cv_col, ref.cv_col);
+        }
+        const LayerPatterns pat{a.x.pattern, a.w.pattern, a.g.pattern};
+        const LayerPlan plan = plan_layer(pat, lv1);
+        const int64_t in = projection_in_features(c, a.projection), out = projection_out_features(c, a.projection);
+        const int64_t tokens = kShape.rows();
+        const std::array<std::array<int64_t, 3>, 3> mkn = {{{tokens, in, out}, {tokens, out, in}, {out, tokens, in}}};
+        for (int s = 0; s < 3; ++s) {
+            const SlotAnalysis& sa = a.slots[size_t(s)];
+            EXPECT_EQ(sa.slot, Slot(s));
+            EXPECT_EQ(sa.planned, plan.at(Slot(s)));
+            EXPECT_EQ(std::pair(sa.a, sa.b), slot_pair(Slot(s), pat));
+            EXPECT_EQ((std::array<int64_t, 3>{sa.m, sa.k, sa.n}), mkn[size_t(s)]);
+            ASSERT_EQ(sa.rel_error.size(), OperandAnalysisOptions{}.strategies.size());
+            for (double e : sa.rel_error) EXPECT_TRUE(std::isfinite(e) && e >= 0);
+            ASSERT_TRUE(sa.census_plain && sa.census_iht);
+            EXPECT_EQ(sa.census_plain->pairs, ((sa.m + 127) / 128) * ((sa.n + 127) / 128) * ((sa.k + 255) / 256));
+        }
+        EXPECT_EQ(r.plan().layers.at(linear_name(a.layer, a.projection)).fwd, plan.fwd);
+    }
+}
+
+TEST(OperandAnalysis, SlotErrorsAreLpMatmulsInTheSlotsOrientation) {
+    const int64_t m = 96, k = 160, n = 64;
+    std::vector<float> a(size_t(m * k)), b(size_t(k * n)), exact(size_t(m * n)), c(size_t(m * n));
+    fill_gaussian(a.data(), int64_t(a.size()), 3);
+    fill_gaussian(b.data(), int64_t(b.size()), 4);
+    for (int64_t i = 0; i < k; ++i) b[size_t(i * n + 7)] *= 50.0f;  // one column of B with outliers: OE-right's case
+    gemm_f32(ConstMatF(a.data(), m, k), Trans::no, ConstMatF(b.data(), k, n), Trans::no, MatF(exact.data(), m, n));
+    OperandAnalysisOptions o;
+    const SlotAnalysis s = analyze_slot(Slot::wgrad, a.data(), b.data(), m, k, n, {Pattern::none, Pattern::col}, Strategy::iht_oe_right, o);
+    EXPECT_EQ(s.slot, Slot::wgrad);
+    EXPECT_EQ(s.planned, Strategy::iht_oe_right);
+    for (size_t i = 0; i < o.strategies.size(); ++i) {
+        lp_matmul(a.data(), b.data(), m, k, n, o.strategies[i], o.lp, c.data());
+        double e2 = 0, n2 = 0;
+        for (size_t j = 0; j < c.size(); ++j) e2 += (double(c[j]) - exact[j]) * (double(c[j]) - exact[j]), n2 += double(exact[j]) * exact[j];
+        EXPECT_NEAR(s.rel_error[i], std::sqrt(e2 / n2), 1e-12) << strategy_short_name(o.strategies[i]);
+    }
+    const auto err = [&](Strategy st) { return s.rel_error[size_t(std::find(o.strategies.begin(), o.strategies.end(), st) - o.strategies.begin())]; };
+    EXPECT_LT(err(Strategy::iht_oe_right), 0.5 * err(Strategy::plain));  // the column went to the BF16 path
+    EXPECT_LT(err(Strategy::full), 0.01);
+    // The census is the one of the operands lp_prepare quantizes: B's outlier column sits in one 128-column tile.
+    ASSERT_TRUE(s.census_plain);
+    EXPECT_EQ(s.census_plain->a_units, 1 * 1);
+    EXPECT_EQ(s.census_plain->b_units, 1 * 1);
+    EXPECT_EQ(s.census_plain->b_tile_outside, 1);  // 50× is 5.6 binades over the tile's other lines
+    EXPECT_EQ(s.census_plain->b_line_outside, 0);  // each line alone is Gaussian
+    EXPECT_EQ(s.census_plain->a_outside, 0);
+
+    // Without quantization (and with FP32 OE slices) every strategy is the product up to FP32 rounding; BF16's
+    // operands round to 8 bits.
+    o.lp.quantize = false;
+    o.lp.high_precision_bf16 = false;
+    const SlotAnalysis exactish = analyze_slot(Slot::fwd, a.data(), b.data(), m, k, n, {Pattern::none, Pattern::none}, Strategy::iht, o);
+    for (size_t i = 0; i < o.strategies.size(); ++i)
+        EXPECT_LT(exactish.rel_error[i], o.strategies[i] == Strategy::full ? 1e-2 : 1e-5) << strategy_short_name(o.strategies[i]);
+    EXPECT_FALSE(exactish.census_plain);  // nothing is quantized
+
+    // K not a multiple of 32: no MX blocks, no Hadamard: nothing is measured, and said so (NaN).
+    const SlotAnalysis odd = analyze_slot(Slot::dgrad, a.data(), b.data(), m, 40, n, {Pattern::none, Pattern::none}, Strategy::iht, OperandAnalysisOptions{});
+    for (double e : odd.rel_error) EXPECT_TRUE(std::isnan(e));
+    EXPECT_FALSE(odd.census_plain || odd.census_iht);
+    // NVFP4 has no INT8-stage GEMM: errors, no census.
+    OperandAnalysisOptions nv;
+    nv.lp.nvfp4 = true;
+    const SlotAnalysis nvfp4 = analyze_slot(Slot::fwd, a.data(), b.data(), m, k, n, {Pattern::none, Pattern::none}, Strategy::iht, nv);
+    EXPECT_TRUE(std::isfinite(nvfp4.rel_error[0]));
+    EXPECT_FALSE(nvfp4.census_plain);
+}
+
+TEST(OperandAnalysis, APlantedChannelOutlierShowsWhereItMust) {
+    LlamaModel m = analysis_model();
+    const int64_t channel = 5;
+    m.weights.blocks[1].attn_norm[channel] *= 64.0f;  // channel 5 of layer 1's attention input: 6 binades up
+    const Batch batch = analysis_batch(m.config);
+    const ModelOperandAnalysis r = analyze_model_operands(m, batch.view(), OperandAnalysisOptions{});
+    for (Projection p : {Projection::q, Projection::k, Projection::v}) {
+        SCOPED_TRACE(projection_name(p));
+        const ProjectionAnalysis& hit = r.projections[size_t(1 * kProjectionCount + int64_t(p))];
+        const ProjectionAnalysis& clean = r.projections[size_t(0 * kProjectionCount + int64_t(p))];
+        EXPECT_EQ(hit.x.pattern, Pattern::col);  // X [tokens, d]: one channel = one column
+        const SlotAnalysis& fwd = hit.slots[0];
+        // A = X per line: every row holds the channel, so its one chunk (K = 64) is outside in the one row tile.
+        EXPECT_EQ(fwd.census_plain->a_outside, fwd.census_plain->a_units);
+        EXPECT_EQ(fwd.census_plain->slow_pairs_tile, fwd.census_plain->pairs);
+        EXPECT_EQ(clean.slots[0].census_plain->a_outside, 0);
+        // wgrad's B = X [tokens, d], lines = channels: one base for the 64-line tile cannot hold the channel, one per
+        // line can.
+        const WindowCensus& wg = *hit.slots[2].census_plain;
+        EXPECT_EQ(wg.b_tile_outside, wg.b_units);
+        EXPECT_LT(wg.b_line_outside, wg.b_tile_outside);
+        EXPECT_LE(wg.slow_pairs_line, wg.slow_pairs_tile);
+    }
+}
+
+TEST(OperandAnalysis, RefusesAModelWithQkvBiases) {
+    LlamaModel m = analysis_model();
+    m.config.qkv_bias = true;
+    m.config.architecture = "qwen2";
+    m.weights = random_llama_weights(m.config, 5, 0.3f);
+    const Batch batch = analysis_batch(m.config);
+    try {
+        analyze_model_operands(m, batch.view(), OperandAnalysisOptions{});
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::usage);
+        EXPECT_NE(std::string(e.what()).find("bias"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace lowbit
