@@ -306,4 +306,10 @@ TEST(Int8Window, ChunksOutsideTheWindowPerLineAndPerTile) {
     // chunk 2 (1 × 1) 1 of 4: 2 + 3 + 3 slow.
     EXPECT_EQ(int8_window_slow_pairs(a, b), 8);
     EXPECT_THROW(int8_window_census(codes.data(), scales.data(), lines, 40, true), Error);
+    // A wider window (what a wider design would chain): 4 binades take B's tile 0 chunk 0 (125…129) in, 6 take line
+    // 5's chunk in too; NaN stays outside at any width, and a width of 2 drops line 130's 3-binade chunk.
+    EXPECT_EQ(int8_window_census(codes.data(), scales.data(), lines, k, false, 4).inside, (std::vector<uint8_t>{1, 0, 1, 1, 1, 0}));
+    EXPECT_EQ(int8_window_census(codes.data(), scales.data(), lines, k, true, 6).inside, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0}));
+    EXPECT_EQ(int8_window_census(codes.data(), scales.data(), lines, k, true, 2).inside, (std::vector<uint8_t>{1, 0, 1, 0, 1, 0}));
+    EXPECT_THROW(int8_window_census(codes.data(), scales.data(), lines, k, true, -1), Error);
 }

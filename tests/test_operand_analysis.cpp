@@ -145,7 +145,8 @@ TEST(OperandAnalysis, SlotErrorsAreLpMatmulsInTheSlotsOrientation) {
     for (double e : odd.rel_error) EXPECT_TRUE(std::isnan(e));
     EXPECT_FALSE(odd.census_plain || odd.census_iht);
     // NVFP4 has no INT8-stage GEMM: errors, no census.
-    OperandAnalysisOptions nv;
+    OperandAnalysisOptions nv = o;
+    nv.lp = LpMatmulOptions{};
     nv.lp.nvfp4 = true;
     const SlotAnalysis nvfp4 = analyze_slot(Slot::fwd, a.data(), b.data(), m, k, n, {Pattern::none, Pattern::none}, Strategy::iht, nv);
     EXPECT_TRUE(std::isfinite(nvfp4.rel_error[0]));

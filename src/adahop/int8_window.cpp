@@ -13,9 +13,11 @@ int64_t Int8WindowCensus::outside() const {
     return int64_t(std::count(inside.begin(), inside.end(), uint8_t(0)));
 }
 
-Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales, int64_t lines, int64_t k, bool per_line) {
+Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales, int64_t lines, int64_t k, bool per_line,
+                                    int binades) {
     LOWBIT_CHECK(lines >= 0 && k >= 0 && k % kMxBlock == 0, ErrorKind::usage,
                  "int8_window_census: {} lines of K {}: K must be a multiple of 32", lines, k);
+    LOWBIT_CHECK(binades >= 0 && binades <= 254, ErrorKind::usage, "int8_window_census: a window of {} binades", binades);
     constexpr int64_t kBlocksPerChunk = kInt8WindowChunk / kMxBlock;
     const int64_t k_blocks = k / kMxBlock;
     Int8WindowCensus c;
@@ -23,7 +25,7 @@ Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales,
     c.chunks = (k_blocks + kBlocksPerChunk - 1) / kBlocksPerChunk;
     c.inside.assign(size_t(c.tiles * c.chunks), 1);
     constexpr int kNone = -1, kNan = -2;  // lo/hi of a group with no live block; NaN never fits
-    const auto fits = [](int lo, int hi) { return hi == kNone || (lo != kNan && hi - lo <= kInt8WindowBinades); };
+    const auto fits = [binades](int lo, int hi) { return hi == kNone || (lo != kNan && hi - lo <= binades); };
     for (int64_t t = 0; t < c.tiles; ++t)
         for (int64_t ch = 0; ch < c.chunks; ++ch) {
             int tile_lo = kNone, tile_hi = kNone;

@@ -24,7 +24,9 @@ struct Int8WindowCensus {
 
 // codes: E2M1 [lines][k / 2] (two per byte, low nibble first); scales: E8M0 [lines][k / 32]; k % 32 == 0.
 // per_line: A's rule (each line its own base; a tile is inside when all its lines are), else B's (one base per tile).
-Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales, int64_t lines, int64_t k, bool per_line);
+// binades: the window's width (the kernel's is kInt8WindowBinades; a wider one asks what a wider design would chain).
+Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales, int64_t lines, int64_t k, bool per_line,
+                                    int binades = kInt8WindowBinades);
 
 // Of the (output tile, chunk) pairs of a product A · Bᵀ with these operand censuses (same chunks), those that take
 // the per-block path.

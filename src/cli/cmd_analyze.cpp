@@ -230,9 +230,10 @@ struct ModelArgs {
     std::string model, tokenizer, corpus = "sotu-train", text_file;
     int64_t windows = 2, ctx = 512;
     uint64_t seed = 0;
-    std::string format = "mxfp4", scale_rule, rounding, oe_metric = "l2", table = "lv1", plan_out;
+    std::string format = "mxfp4", scale_rule, rounding, oe_metric = "l2", table = "lv1", plan_out, report;
     int64_t oe_k = 64;
     double tau = 2.0;
+    int window_binades = kInt8WindowBinades;
     int threads = 0;
     bool per_layer = false, json = false;
 };
@@ -373,8 +374,10 @@ void print_model_report(const ModelArgs& a, const std::string& path, const Llama
     }
 
     if (std::any_of(sum.begin(), sum.end(), [](const ProjectionSummary& s) { return s.census; })) {
-        std::printf("\nINT8 tensor-core window (adahop/int8_window.h): (128x128 output tile, 256-deep chunk) pairs computed block by\n"
-                    "block, summed over blocks, with B's bases per 128-line tile (int8_stages) / per line (int8_stages_columns):\n");
+        std::printf("\nINT8 tensor-core window of %d binades%s (adahop/int8_window.h): (128x128 output tile, 256-deep chunk) pairs\n"
+                    "computed block by block, summed over blocks, with B's bases per 128-line tile (int8_stages) / per line\n"
+                    "(int8_stages_columns):\n",
+                    o.window_binades, o.window_binades == kInt8WindowBinades ? ", the kernel's" : " (the kernel's is 3)");
         std::printf("%-6s %-6s %24s %24s\n", "proj", "slot", "plain: tile / line", "IHT: tile / line");
         for (Projection p : kProjections) {
             const ProjectionSummary& s = sum[size_t(p)];
@@ -429,7 +432,7 @@ nlohmann::json model_report_json(const ModelArgs& a, const std::string& path, co
             {"windows", r.shape.n_seq}, {"ctx", r.shape.n_tok}, {"text", a.text_file.empty() ? a.corpus : a.text_file},
             {"seed", a.seed}, {"loss", r.loss}, {"format", a.format}, {"scale_rule", scale_rule_name(o.lp.scale_rule)},
             {"rounding", rounding_name(o.lp.rounding_a)}, {"oe_k", o.lp.oe_k}, {"tau", o.detector.tau},
-            {"table", o.table.name}, {"strategies", names}, {"plan", plan_to_json(r.plan())}, {"projections", projections}};
+            {"table", o.table.name}, {"window_binades", o.window_binades}, {"strategies", names}, {"plan", plan_to_json(r.plan())}, {"projections", projections}};
 }
 
 void run_model(const ModelArgs& a) {
@@ -440,6 +443,9 @@ void run_model(const ModelArgs& a) {
     o.lp = lp_options(a.format, a.scale_rule, a.rounding, a.oe_k, a.oe_metric, true);
     o.detector.tau = a.tau;
     o.table = strategy_table_named(a.table);
+    LOWBIT_CHECK(a.window_binades >= 0 && a.window_binades <= 30, ErrorKind::usage, "analyze model: --window-binades {}: 0 to 30",
+                 a.window_binades);
+    o.window_binades = a.window_binades;
     const std::string path = resolve_model_path(a.model);
     const LlamaModel model = load_llama_model(path);
     const LlamaConfig& c = model.config;
@@ -465,12 +471,17 @@ void run_model(const ModelArgs& a) {
     const ModelOperandAnalysis r = analyze_model_operands(model, batch, o);
     progress.finish();
     if (!a.plan_out.empty()) plan_save(r.plan(), a.plan_out);
-    if (a.json) {
-        std::printf("%s\n", model_report_json(a, path, c, r, o).dump(2).c_str());
-        return;
+    if (a.json || !a.report.empty()) {
+        const std::string text = model_report_json(a, path, c, r, o).dump(2) + "\n";
+        if (!a.report.empty()) write_file_atomic(a.report, text.data(), text.size());
+        if (a.json) {
+            std::printf("%s", text.c_str());
+            return;
+        }
     }
     print_model_report(a, path, c, r, o);
     if (!a.plan_out.empty()) std::printf("\nplan written to %s\n", a.plan_out.c_str());
+    if (!a.report.empty()) std::printf("report written to %s\n", a.report.c_str());
 }
 
 }  // namespace
@@ -528,7 +539,10 @@ void register_analyze_command(CLI::App& app) {
     model->add_option("--oe-metric", m->oe_metric, "l2 | absmax")->check(CLI::IsMember({"l2", "absmax"}));
     model->add_option("--table", m->table, "the planner's table: lv1 (default) | lv2 | FILE.json");
     model->add_option("--tau", m->tau, "the detector's ratio threshold (default 2.0)");
+    model->add_option("--window-binades", m->window_binades,
+                      "width of the INT8 window in the census (default 3, the kernel's; wider: what a wider design would chain)");
     model->add_option("--plan-out", m->plan_out, "write the plan (strategy_plan.h's JSON, the training engine's format) here");
+    model->add_option("--report", m->report, "also write the JSON report (every projection and slot) to this file");
     model->add_flag("--per-layer", m->per_layer, "also print every projection's patterns and planned strategies");
     model->add_flag("--json", m->json, "machine-readable output (every projection and slot)");
     model->add_option("--threads", m->threads, "lowbit worker threads (default: all cores)");

@@ -6,7 +6,6 @@
 #include <limits>
 #include <memory>
 
-#include "adahop/int8_window.h"
 #include "core/error.h"
 #include "core/gemm_cpu.h"
 #include "model/linear.h"
@@ -21,10 +20,10 @@ bool census_applies(const LpMatmulOptions& lp, int64_t k) {
     return !lp.nvfp4 && lp.element == MxElement::e2m1 && lp.quantize && k % 32 == 0;
 }
 
-WindowCensus window_census_of(const PreparedOperand& a, const PreparedOperand& b, int64_t m, int64_t k, int64_t n) {
-    const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, k, true);
-    const Int8WindowCensus cb_tile = int8_window_census(b.codes.data(), b.scales.data(), n, k, false);
-    const Int8WindowCensus cb_line = int8_window_census(b.codes.data(), b.scales.data(), n, k, true);
+WindowCensus window_census_of(const PreparedOperand& a, const PreparedOperand& b, int64_t m, int64_t k, int64_t n, int binades) {
+    const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, k, true, binades);
+    const Int8WindowCensus cb_tile = int8_window_census(b.codes.data(), b.scales.data(), n, k, false, binades);
+    const Int8WindowCensus cb_line = int8_window_census(b.codes.data(), b.scales.data(), n, k, true, binades);
     WindowCensus w;
     w.a_outside = ca.outside();
     w.a_units = ca.tiles * ca.chunks;
@@ -97,8 +96,8 @@ SlotAnalysis analyze_slot(Slot slot, const float* a, const float* b, int64_t m, 
             err2 += d * d;
         }
         s.rel_error[i] = norm2 > 0 ? std::sqrt(err2 / norm2) : (err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-        if (census && st == Strategy::plain) s.census_plain = window_census_of(pa, pb, m, k, n);
-        if (census && st == Strategy::iht) s.census_iht = window_census_of(pa, pb, m, k, n);
+        if (census && st == Strategy::plain) s.census_plain = window_census_of(pa, pb, m, k, n, opts.window_binades);
+        if (census && st == Strategy::iht) s.census_iht = window_census_of(pa, pb, m, k, n, opts.window_binades);
     }
     return s;
 }

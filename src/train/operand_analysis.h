@@ -24,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "adahop/int8_window.h"
 #include "adahop/lp_matmul.h"
 #include "adahop/outlier_detector.h"
 #include "adahop/strategy_plan.h"
@@ -38,6 +39,8 @@ struct OperandAnalysisOptions {
     StrategyTable table = strategy_table_lv1();
     std::vector<Strategy> strategies = {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right,
                                         Strategy::full};
+    // The census's window width in binades: the kernel's 3, or wider to ask what a wider-window design would chain.
+    int window_binades = kInt8WindowBinades;
     std::function<void(int64_t done, int64_t total)> progress;  // after each analysed projection
 };
 
