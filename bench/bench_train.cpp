@@ -9,7 +9,8 @@
 // --grad-accum G runs each step of `batch` sequences as G micro-batches (TrainConfig::grad_accum): the same
 // tokens per step with a G-th of the activations.
 // A precision written P:tensor-cores runs recipe P with its MXFP4 main products on the INT8 tensor cores
-// (Recipe::mx_tensor_cores) instead of the BF16 emulation (the engine's default).
+// (Recipe::mx_tensor_cores) instead of the BF16 emulation (the engine's default); P:tensor-cores-columns the same with
+// one INT8 base per column of B (Recipe::mx_column_bases, MxGemmFold::int8_stages_columns).
 // --profile: a second pass of the same steps with the engine's phase clock on (CUDA events at phase
 // boundaries; trainer.h phase_seconds) prints where a step's time goes, with the FLOP floor of the GEMM and
 // attention phases at the 989 TFLOP/s peak next to it (the timed pass above runs without the events).
@@ -36,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/counter_rng.h"
+#include "core/error.h"
 #include "io/npy.h"
 #include "train/mx_census_report.h"
 #include "train/trainer.h"
@@ -163,11 +165,16 @@ int main(int argc, char** argv) {
     std::vector<int32_t> inputs(size_t(batch * seq)), targets(size_t(batch * seq));
     for (const std::string& p : split(precisions)) {
         Recipe r;
-        const std::string suffix = ":tensor-cores";  // the MX main products on the INT8 tensor cores
-        const bool suffixed = p.size() > suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0;
-        r.precision = parse_precision(suffixed ? p.substr(0, p.size() - suffix.size()) : p);
+        // The MX main products on the INT8 tensor cores: P:tensor-cores, or P:tensor-cores-columns with B's bases per line.
+        const size_t colon = p.find(':');
+        const std::string engine = colon == std::string::npos ? "" : p.substr(colon + 1);
+        LOWBIT_CHECK(engine.empty() || engine == "tensor-cores" || engine == "tensor-cores-columns", ErrorKind::usage,
+                     "--precision {}: P, P:tensor-cores or P:tensor-cores-columns", p);
+        const bool suffixed = !engine.empty();
+        r.precision = parse_precision(p.substr(0, colon));
         r.mx_tensor_cores = suffixed || mx_census;
-        const std::string label = r.mx_tensor_cores && !suffixed ? p + suffix : p;
+        r.mx_column_bases = engine == "tensor-cores-columns";
+        const std::string label = r.mx_tensor_cores && !suffixed ? p + ":tensor-cores" : p;
         r.calibration_steps = int(warmup);  // AdaHOP: calibrate during the warm-up, time the planned steps
         auto trainer = make_cuda_trainer(cfg, r);
         double seconds = 0, loss = 0;

@@ -192,10 +192,12 @@ TEST(TrainRecipe, CalibrationFixesThePlanByMajorityAndRoundTripsThroughJson) {
     // The engine settings are not part of a state: a restored state keeps those of the recipe it is restored into.
     Recipe engine = recipe_of(Precision::adahop_lv1, 3);
     engine.mx_tensor_cores = true;
+    engine.mx_column_bases = true;
     engine.save_quantized_operands = false;
     const RecipeState fresh(recipe_of(Precision::adahop_lv1, 3), c);
     const RecipeState restored = RecipeState::from_json(fresh.to_json(), c, "state.json", engine);
     EXPECT_TRUE(restored.recipe().mx_tensor_cores);
+    EXPECT_TRUE(restored.recipe().mx_column_bases);
     EXPECT_FALSE(restored.recipe().save_quantized_operands);
     EXPECT_EQ(restored.to_json(), fresh.to_json());
     EXPECT_FALSE(RecipeState::from_json(fresh.to_json(), c, "state.json").recipe().mx_tensor_cores);

@@ -90,11 +90,12 @@ void run_train(const TrainArgs& a) {
     Recipe recipe;
     recipe.precision = parse_precision(a.precision);
     if (a.calibration_steps > 0) recipe.calibration_steps = int(a.calibration_steps);
-    LOWBIT_CHECK(a.mx_gemm == "emulated" || a.mx_gemm == "tensor-cores", ErrorKind::usage,
-                 "--mx-gemm {}: emulated or tensor-cores", a.mx_gemm);
-    recipe.mx_tensor_cores = a.mx_gemm == "tensor-cores";
+    LOWBIT_CHECK(a.mx_gemm == "emulated" || a.mx_gemm == "tensor-cores" || a.mx_gemm == "tensor-cores-columns",
+                 ErrorKind::usage, "--mx-gemm {}: emulated, tensor-cores or tensor-cores-columns", a.mx_gemm);
+    recipe.mx_tensor_cores = a.mx_gemm != "emulated";
+    recipe.mx_column_bases = a.mx_gemm == "tensor-cores-columns";
     LOWBIT_CHECK(!recipe.mx_tensor_cores || a.device == "cuda", ErrorKind::usage,
-                 "--mx-gemm tensor-cores runs on the CUDA engine only (--device cuda); the CPU reference emulates");
+                 "--mx-gemm {} runs on the CUDA engine only (--device cuda); the CPU reference emulates", a.mx_gemm);
     LOWBIT_CHECK(!a.mx_census || recipe.mx_tensor_cores, ErrorKind::usage,
                  "--mx-census counts the tensor-core products: it needs --mx-gemm tensor-cores (and --device cuda)");
     std::unique_ptr<Trainer> trainer = make_trainer(a.device, c, recipe);
@@ -192,8 +193,9 @@ void register_train_command(CLI::App& app) {
     c->add_option("--device", a->device, "cpu (FP32 reference) or cuda (default cpu)");
     c->add_option("--precision", a->precision, "bf16 | mxfp4 | mxfp4-iht | mxfp4-rht-sr | adahop-lv1 | adahop-lv2 (default bf16)");
     c->add_option("--mx-gemm", a->mx_gemm,
-                  "the MXFP4 main products: emulated (dequantized to BF16, cuBLAS; the default) or tensor-cores (exact "
-                  "INT8-stage GEMM, adahop/cuda/mx_gemm_fp8.cuh; the same results up to FP32 summation order); CUDA");
+                  "the MXFP4 main products: emulated (dequantized to BF16, cuBLAS; the default), tensor-cores (exact "
+                  "INT8-stage GEMM, adahop/cuda/mx_gemm_fp8.cuh; the same results up to FP32 summation order) or "
+                  "tensor-cores-columns (the same with one INT8 base per column of B); CUDA");
     c->add_flag("--mx-census", a->mx_census,
                 "count the tensor-core products' window units outside the INT8 window and the output tiles sent to "
                 "the slow per-block path, per projection and slot; printed at the end and in report.json "

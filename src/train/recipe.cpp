@@ -123,6 +123,7 @@ RecipeState RecipeState::from_json(const nlohmann::json& j, const LlamaConfig& c
     Recipe recipe;
     recipe.save_quantized_operands = engine.save_quantized_operands;
     recipe.mx_tensor_cores = engine.mx_tensor_cores;
+    recipe.mx_column_bases = engine.mx_column_bases;
     try {
         recipe.precision = parse_precision(r["precision"].get<std::string>());
         recipe.calibration_steps = r.value("calibration_steps", recipe.calibration_steps);

@@ -44,6 +44,11 @@ struct Recipe {
     // of the BF16 emulation; the same results up to FP32 summation order. Off: on the `base` training step the tensor
     // cores are slower today (bench/results/mx_gemm_h200.md). `lowbit train --mx-gemm tensor-cores`. Not a plan setting.
     bool mx_tensor_cores = false;
+    // With mx_tensor_cores: one INT8 base per line of B (MxGemmFold::int8_stages_columns) instead of one per 128-line
+    // tile (int8_stages). Real operands need it: on SmolLM2's, per-line bases halve the wgrad chunks computed block by
+    // block under IHT (bench/results/analyze_model_smollm2_cpu_devbox.md). `--mx-gemm tensor-cores-columns`. Not a
+    // plan setting.
+    bool mx_column_bases = false;
 };
 
 // A run's position in its recipe: calibrating (observations so far) or planned (strategies fixed).
@@ -72,7 +77,8 @@ public:
     std::string plan_map() const;
 
     nlohmann::json to_json() const;  // recipe, calibration observations, plan
-    // The engine settings, which a state does not record (save_quantized_operands, mx_tensor_cores), are `engine`'s:
+    // The engine settings, which a state does not record (save_quantized_operands, mx_tensor_cores, mx_column_bases),
+    // are `engine`'s:
     // a trainer restoring a state passes its own recipe, so a checkpoint never switches them.
     static RecipeState from_json(const nlohmann::json& j, const LlamaConfig& c, const std::string& origin,
                                  const Recipe& engine = Recipe{});

@@ -320,44 +320,50 @@ TEST(CudaTrainer, SlotProbeCoversEverySlotAndLeavesTheRunAsItWas) {
 // and slot, one product per step with (⌈M/128⌉ + ⌈N/128⌉) · ⌈K/256⌉ (operand, tile, chunk) triples and ⌈M/128⌉ ·
 // ⌈N/128⌉ output tiles for the slot's product C [M × N] over K (train_linear_cuda.cuh), the off-window triples and
 // slow tiles among them (a product with a triple outside has a slow tile, and only then); a probe adds nothing. Off
-// by default, and refused without Recipe::mx_tensor_cores.
+// by default, and refused without Recipe::mx_tensor_cores. The same geometry under both folds of B (one INT8 base per
+// 128-line tile, or per line: Recipe::mx_column_bases), whose steps agree with the emulation's within FP32 summation.
 TEST(CudaTrainer, MxCensusCountsEveryTensorCoreProductOfEverySlot) {
     REQUIRE_GPU();
     if (!cuda_tma_usable()) GTEST_SKIP() << "the tensor-core MX GEMM is the sm_90a kernel's";
     const TrainConfig c = tiny(6);
     testing_util::expect_error(ErrorKind::usage, [&] { make_cuda_trainer(c, Recipe{Precision::mxfp4})->set_mx_census(true); });
-    Recipe r{Precision::mxfp4};
-    r.mx_tensor_cores = true;
-    auto gpu = make_cuda_trainer(c, r);
-    gpu->step(random_batch(c, 1).view());
-    EXPECT_TRUE(gpu->mx_census().empty());
-    gpu->set_mx_census(true);
-    const int64_t steps = 2;
-    for (int64_t s = 0; s < steps; ++s) gpu->step(random_batch(c, 10 + uint64_t(s)).view());
-    gpu->probe_slot_errors(random_batch(c, 99).view());
-    const std::vector<MxCensusEntry> entries = gpu->mx_census();
-    ASSERT_EQ(int64_t(entries.size()), c.model.n_layers * int64_t(kProjectionCount) * 3);
-    const int64_t rows = c.batch_size * c.seq_len;
-    const auto tiles = [](int64_t lines, int64_t tile) { return (lines + tile - 1) / tile; };
-    for (size_t i = 0; i < entries.size(); ++i) {
-        const MxCensusEntry& e = entries[i];
-        EXPECT_EQ(e.layer, int64_t(i) / int64_t(3 * kProjectionCount));
-        EXPECT_EQ(size_t(e.projection), i / 3 % kProjectionCount);
-        EXPECT_EQ(size_t(e.slot), i % 3);
-        const int64_t in = projection_in_features(c.model, e.projection), out = projection_out_features(c.model, e.projection);
-        const int64_t m = e.slot == Slot::wgrad ? out : rows, n = e.slot == Slot::fwd ? out : in,
-                      k = e.slot == Slot::fwd ? in : e.slot == Slot::dgrad ? out : rows;
-        SCOPED_TRACE("entry " + std::to_string(i));
-        EXPECT_EQ(e.tally.calls, steps);
-        EXPECT_EQ(e.tally.units, steps * (tiles(m, 128) + tiles(n, 128)) * tiles(k, 256));
-        EXPECT_EQ(e.tally.tile_chunks, steps * tiles(m, 128) * tiles(n, 128) * tiles(k, 256));
-        EXPECT_GE(e.tally.off_window, 0);
-        EXPECT_LE(e.tally.off_window, e.tally.units);
-        EXPECT_LE(e.tally.slow_tile_chunks, e.tally.tile_chunks);
-        EXPECT_EQ(e.tally.slow_tile_chunks == 0, e.tally.off_window == 0);
+    for (const bool column_bases : {false, true}) {
+        SCOPED_TRACE(column_bases ? "one base per line of B" : "one base per tile of B");
+        Recipe r{Precision::mxfp4};
+        r.mx_tensor_cores = true;
+        r.mx_column_bases = column_bases;
+        auto gpu = make_cuda_trainer(c, r);
+        auto emulated = make_cuda_trainer(c, Recipe{Precision::mxfp4});
+        EXPECT_NEAR(gpu->step(random_batch(c, 1).view()).loss, emulated->step(random_batch(c, 1).view()).loss, 1e-4);
+        EXPECT_TRUE(gpu->mx_census().empty());
+        gpu->set_mx_census(true);
+        const int64_t steps = 2;
+        for (int64_t s = 0; s < steps; ++s) gpu->step(random_batch(c, 10 + uint64_t(s)).view());
+        gpu->probe_slot_errors(random_batch(c, 99).view());
+        const std::vector<MxCensusEntry> entries = gpu->mx_census();
+        ASSERT_EQ(int64_t(entries.size()), c.model.n_layers * int64_t(kProjectionCount) * 3);
+        const int64_t rows = c.batch_size * c.seq_len;
+        const auto tiles = [](int64_t lines, int64_t tile) { return (lines + tile - 1) / tile; };
+        for (size_t i = 0; i < entries.size(); ++i) {
+            const MxCensusEntry& e = entries[i];
+            EXPECT_EQ(e.layer, int64_t(i) / int64_t(3 * kProjectionCount));
+            EXPECT_EQ(size_t(e.projection), i / 3 % kProjectionCount);
+            EXPECT_EQ(size_t(e.slot), i % 3);
+            const int64_t in = projection_in_features(c.model, e.projection), out = projection_out_features(c.model, e.projection);
+            const int64_t m = e.slot == Slot::wgrad ? out : rows, n = e.slot == Slot::fwd ? out : in,
+                          k = e.slot == Slot::fwd ? in : e.slot == Slot::dgrad ? out : rows;
+            SCOPED_TRACE("entry " + std::to_string(i));
+            EXPECT_EQ(e.tally.calls, steps);
+            EXPECT_EQ(e.tally.units, steps * (tiles(m, 128) + tiles(n, 128)) * tiles(k, 256));
+            EXPECT_EQ(e.tally.tile_chunks, steps * tiles(m, 128) * tiles(n, 128) * tiles(k, 256));
+            EXPECT_GE(e.tally.off_window, 0);
+            EXPECT_LE(e.tally.off_window, e.tally.units);
+            EXPECT_LE(e.tally.slow_tile_chunks, e.tally.tile_chunks);
+            EXPECT_EQ(e.tally.slow_tile_chunks == 0, e.tally.off_window == 0);
+        }
+        gpu->set_mx_census(false);
+        EXPECT_TRUE(gpu->mx_census().empty());
     }
-    gpu->set_mx_census(false);
-    EXPECT_TRUE(gpu->mx_census().empty());
 }
 
 TEST(CudaTrainer, NonFiniteParametersStopTheStepNamingIt) {

@@ -179,7 +179,8 @@ CudaTrainer::CudaTrainer(const TrainConfig& config, const Recipe& recipe) : conf
         cuda_usage_error("the CUDA training engine supports head_dim 16, 32, 64 or 128, not " + std::to_string(mc().head_dim));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<CudaTrainGemm>(stream_);
-    gemm_->set_tensor_core_mx(recipe.mx_tensor_cores, MxGemmFold::int8_stages);
+    gemm_->set_tensor_core_mx(recipe.mx_tensor_cores,
+                              recipe.mx_column_bases ? MxGemmFold::int8_stages_columns : MxGemmFold::int8_stages);
     const int64_t n = layout_.total();
     params_.resize(size_t(n));
     grads_.resize(size_t(n));
