@@ -116,9 +116,15 @@ TEST(OperandAnalysis, SlotErrorsAreLpMatmulsInTheSlotsOrientation) {
     EXPECT_EQ(s.planned, Strategy::iht_oe_right);
     for (size_t i = 0; i < o.strategies.size(); ++i) {
         lp_matmul(a.data(), b.data(), m, k, n, o.strategies[i], o.lp, c.data());
-        double e2 = 0, n2 = 0;
-        for (size_t j = 0; j < c.size(); ++j) e2 += (double(c[j]) - exact[j]) * (double(c[j]) - exact[j]), n2 += double(exact[j]) * exact[j];
+        double e2 = 0, n2 = 0, dot = 0;
+        for (size_t j = 0; j < c.size(); ++j) {
+            e2 += (double(c[j]) - exact[j]) * (double(c[j]) - exact[j]);
+            n2 += double(exact[j]) * exact[j];
+            dot += double(c[j]) * exact[j];
+        }
         EXPECT_NEAR(s.rel_error[i], std::sqrt(e2 / n2), 1e-12) << strategy_short_name(o.strategies[i]);
+        EXPECT_NEAR(s.gain[i], dot / n2, 1e-12) << strategy_short_name(o.strategies[i]);
+        EXPECT_GT(s.gain[i], 0.8);  // a low-precision product still points along the exact one
     }
     const auto err = [&](Strategy st) { return s.rel_error[size_t(std::find(o.strategies.begin(), o.strategies.end(), st) - o.strategies.begin())]; };
     EXPECT_LT(err(Strategy::iht_oe_right), 0.5 * err(Strategy::plain));  // the column went to the BF16 path
@@ -136,13 +142,16 @@ TEST(OperandAnalysis, SlotErrorsAreLpMatmulsInTheSlotsOrientation) {
     o.lp.quantize = false;
     o.lp.high_precision_bf16 = false;
     const SlotAnalysis exactish = analyze_slot(Slot::fwd, a.data(), b.data(), m, k, n, {Pattern::none, Pattern::none}, Strategy::iht, o);
-    for (size_t i = 0; i < o.strategies.size(); ++i)
+    for (size_t i = 0; i < o.strategies.size(); ++i) {
         EXPECT_LT(exactish.rel_error[i], o.strategies[i] == Strategy::full ? 1e-2 : 1e-5) << strategy_short_name(o.strategies[i]);
+        EXPECT_NEAR(exactish.gain[i], 1.0, o.strategies[i] == Strategy::full ? 1e-2 : 1e-5) << strategy_short_name(o.strategies[i]);
+    }
     EXPECT_FALSE(exactish.census_plain);  // nothing is quantized
 
     // K not a multiple of 32: no MX blocks, no Hadamard: nothing is measured, and said so (NaN).
     const SlotAnalysis odd = analyze_slot(Slot::dgrad, a.data(), b.data(), m, 40, n, {Pattern::none, Pattern::none}, Strategy::iht, OperandAnalysisOptions{});
     for (double e : odd.rel_error) EXPECT_TRUE(std::isnan(e));
+    for (double g : odd.gain) EXPECT_TRUE(std::isnan(g));
     EXPECT_FALSE(odd.census_plain || odd.census_iht);
     // NVFP4 has no INT8-stage GEMM: errors, no census.
     OperandAnalysisOptions nv = o;
@@ -176,6 +185,96 @@ TEST(OperandAnalysis, APlantedChannelOutlierShowsWhereItMust) {
         EXPECT_LT(wg.b_line_outside, wg.b_tile_outside);
         EXPECT_LE(wg.slow_pairs_line, wg.slow_pairs_tile);
     }
+}
+
+TEST(OperandAnalysis, EveryProductIsObservedWithTheSlotsError) {
+    const LlamaModel m = analysis_model();
+    const Batch batch = analysis_batch(m.config);
+    OperandAnalysisOptions o;
+    std::map<std::tuple<int64_t, Projection, Slot, size_t>, double> seen;  // the relative error recomputed
+    o.observe_product = [&seen](const ProductObservation& p) {
+        double e2 = 0, n2 = 0;
+        for (int64_t i = 0; i < p.m * p.n; ++i) {
+            e2 += (double(p.c_s[i]) - p.c[i]) * (double(p.c_s[i]) - p.c[i]);
+            n2 += double(p.c[i]) * p.c[i];
+        }
+        EXPECT_TRUE(seen.emplace(std::tuple{p.layer, p.projection, p.slot, p.strategy}, std::sqrt(e2 / n2)).second);
+    };
+    const ModelOperandAnalysis r = analyze_model_operands(m, batch.view(), o);
+    EXPECT_EQ(seen.size(), r.projections.size() * 3 * o.strategies.size());
+    for (const ProjectionAnalysis& a : r.projections)
+        for (const SlotAnalysis& s : a.slots)
+            for (size_t i = 0; i < o.strategies.size(); ++i)
+                EXPECT_NEAR(seen.at({a.layer, a.projection, s.slot, i}), s.rel_error[i], 1e-12);
+}
+
+TEST(OperandAnalysis, BatchesMergeByMajorityVoteAndMeans) {
+    const LlamaModel m = analysis_model();
+    const LlamaConfig& c = m.config;
+    const OperandAnalysisOptions o;
+    std::vector<ModelOperandAnalysis> runs;
+    for (uint64_t seed : {21, 22, 23})
+        runs.push_back(analyze_model_operands(
+            m, batch_from_stream(random_token_ids(kShape.n_seq * (kShape.n_tok + 1), c.vocab_size, seed), kShape).view(), o));
+    // Plant disagreeing labels in one projection: x = row, col, row → row; w = none, col, col → col; g = col, row, none →
+    // col (a three-way tie goes to the label seen first).
+    const size_t j = 3;
+    runs[0].projections[j].x.pattern = Pattern::row, runs[1].projections[j].x.pattern = Pattern::col, runs[2].projections[j].x.pattern = Pattern::row;
+    runs[0].projections[j].w.pattern = Pattern::none, runs[1].projections[j].w.pattern = Pattern::col, runs[2].projections[j].w.pattern = Pattern::col;
+    runs[0].projections[j].g.pattern = Pattern::col, runs[1].projections[j].g.pattern = Pattern::row, runs[2].projections[j].g.pattern = Pattern::none;
+    const ModelOperandAnalysis merged = merge_batches(runs, o.table);
+    EXPECT_EQ(merged.shape.n_seq, 3 * kShape.n_seq);
+    EXPECT_NEAR(merged.loss, (runs[0].loss + runs[1].loss + runs[2].loss) / 3, 1e-12);
+    const ProjectionAnalysis& p = merged.projections[j];
+    EXPECT_EQ(p.x.pattern, Pattern::row);
+    EXPECT_EQ(p.w.pattern, Pattern::col);
+    EXPECT_EQ(p.g.pattern, Pattern::col);
+    const LayerPatterns voted{Pattern::row, Pattern::col, Pattern::col};
+    EXPECT_EQ(p.plan.fwd, plan_layer(voted, o.table).fwd);
+    EXPECT_EQ(p.plan.wgrad, plan_layer(voted, o.table).wgrad);
+    EXPECT_NEAR(p.x.cv_row, (runs[0].projections[j].x.cv_row + runs[1].projections[j].x.cv_row + runs[2].projections[j].x.cv_row) / 3, 1e-12);
+    for (size_t sl = 0; sl < 3; ++sl) {
+        const SlotAnalysis& s = p.slots[sl];
+        EXPECT_EQ(std::pair(s.a, s.b), slot_pair(Slot(sl), voted));
+        EXPECT_EQ(s.planned, p.plan.at(Slot(sl)));
+        for (size_t i = 0; i < o.strategies.size(); ++i) {
+            double e = 0, g = 0;
+            for (const auto& r : runs) e += r.projections[j].slots[sl].rel_error[i] / 3, g += r.projections[j].slots[sl].gain[i] / 3;
+            EXPECT_NEAR(s.rel_error[i], e, 1e-12);
+            EXPECT_NEAR(s.gain[i], g, 1e-12);
+        }
+        int64_t pairs = 0, slow = 0;
+        for (const auto& r : runs) pairs += r.projections[j].slots[sl].census_iht->pairs, slow += r.projections[j].slots[sl].census_iht->slow_pairs_line;
+        EXPECT_EQ(s.census_iht->pairs, pairs);
+        EXPECT_EQ(s.census_iht->slow_pairs_line, slow);
+    }
+    EXPECT_THROW(merge_batches({}, o.table), Error);
+}
+
+TEST(OperandAnalysis, ErrorConsistencyTellsSystematicFromIndependentErrors) {
+    // One 2 × 2 wgrad product over batches: C = (1, 0, 0, 1) every batch.
+    const std::vector<float> c = {1, 0, 0, 1};
+    const auto feed = [&c](ErrorConsistency& ec, size_t strategy, const std::vector<float>& error) {
+        std::vector<float> c_s(4);
+        for (size_t i = 0; i < 4; ++i) c_s[i] = c[i] + error[i];
+        ec.observe(ProductObservation{0, Projection::q, Slot::wgrad, strategy, c_s.data(), c.data(), 2, 2});
+        ec.observe(ProductObservation{0, Projection::q, Slot::fwd, strategy, c.data(), c_s.data(), 2, 2});  // another slot: ignored
+    };
+    ErrorConsistency ec(Slot::wgrad);
+    // strategy 0: the same shrinkage every batch (−0.1·C); strategy 1: errors that cancel (+e, −e, +e, −e).
+    for (int b = 0; b < 4; ++b) {
+        feed(ec, 0, {-0.1f, 0, 0, -0.1f});
+        feed(ec, 1, b % 2 ? std::vector<float>{0, 0.2f, 0, 0} : std::vector<float>{0, -0.2f, 0, 0});
+        ec.end_batch();
+    }
+    const std::vector<ErrorConsistency::Entry> e = ec.entries();
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(ec.batches(), 4);
+    EXPECT_NEAR(e[0].consistency(), 2.0, 1e-6);  // √4: the same error every batch
+    EXPECT_NEAR(e[0].sum_c_norm2, 32.0, 1e-6);   // ‖4·C‖²
+    EXPECT_NEAR(e[0].dot / std::sqrt(e[0].sum_error_norm2 * e[0].sum_c_norm2), -1.0, 1e-6);  // along −C: shrinkage
+    EXPECT_NEAR(e[1].consistency(), 0.0, 1e-6);  // cancels over the batches
+    EXPECT_NEAR(e[1].error_norm2_sum, 4 * 0.04, 1e-6);
 }
 
 TEST(OperandAnalysis, RefusesAModelWithQkvBiases) {

@@ -228,7 +228,7 @@ void run_detect(const std::string& path, bool json, double tau, double kappa) {
 
 struct ModelArgs {
     std::string model, tokenizer, corpus = "sotu-train", text_file;
-    int64_t windows = 2, ctx = 512;
+    int64_t windows = 2, ctx = 512, batches = 1;
     uint64_t seed = 0;
     std::string format = "mxfp4", scale_rule, rounding, oe_metric = "l2", table = "lv1", plan_out, report;
     int64_t oe_k = 64;
@@ -257,14 +257,31 @@ nlohmann::json pattern_json(const PatternStats& s) {
 // A JSON number, or null for NaN (a slot whose K is not a multiple of 32).
 nlohmann::json number_or_null(double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); }
 
-// Per projection kind, summed over the blocks: pattern and strategy counts, mean errors, census sums.
+// The mean over blocks of a per-strategy metric of one slot (NaN entries skipped), and of the planner's strategy's.
+struct SlotMeans {
+    std::vector<double> sum;
+    std::vector<int64_t> n;
+    double planned_sum = 0;
+    int64_t planned_n = 0;
+    void add(const std::vector<double>& v, const std::vector<Strategy>& strategies, Strategy planned) {
+        sum.resize(v.size(), 0.0);
+        n.resize(v.size(), 0);
+        for (size_t i = 0; i < v.size(); ++i) {
+            if (std::isnan(v[i])) continue;
+            sum[i] += v[i];
+            ++n[i];
+            if (strategies[i] == planned) planned_sum += v[i], ++planned_n;
+        }
+    }
+    double mean(size_t i) const { return i < n.size() && n[i] > 0 ? sum[i] / double(n[i]) : std::nan(""); }
+    double planned() const { return planned_n > 0 ? planned_sum / double(planned_n) : std::nan(""); }
+};
+
+// Per projection kind, summed over the blocks: pattern and strategy counts, mean errors and gains, census sums.
 struct ProjectionSummary {
     std::array<std::array<int64_t, 3>, 3> patterns{};  // [x, w, g][row, col, none]
     std::array<std::map<std::string, int64_t>, 3> strategies;  // per slot: short name → blocks
-    std::array<std::vector<double>, 3> error_sum;       // per slot, per strategy
-    std::array<std::vector<int64_t>, 3> error_n;
-    std::array<double, 3> planned_error_sum{};
-    std::array<int64_t, 3> planned_error_n{};
+    std::array<SlotMeans, 3> error, gain;                // per slot
     std::array<WindowCensus, 3> census_plain, census_iht;
     bool census = false;
 };
@@ -282,11 +299,6 @@ void add_census(WindowCensus& into, const WindowCensus& c) {
 
 std::array<ProjectionSummary, kProjectionCount> summarize(const ModelOperandAnalysis& r, const OperandAnalysisOptions& o) {
     std::array<ProjectionSummary, kProjectionCount> out;
-    for (ProjectionSummary& s : out)
-        for (int sl = 0; sl < 3; ++sl) {
-            s.error_sum[size_t(sl)].assign(o.strategies.size(), 0.0);
-            s.error_n[size_t(sl)].assign(o.strategies.size(), 0);
-        }
     for (const ProjectionAnalysis& p : r.projections) {
         ProjectionSummary& s = out[size_t(p.projection)];
         ++s.patterns[0][size_t(p.x.pattern)];
@@ -295,20 +307,37 @@ std::array<ProjectionSummary, kProjectionCount> summarize(const ModelOperandAnal
         for (size_t sl = 0; sl < 3; ++sl) {
             const SlotAnalysis& a = p.slots[sl];
             ++s.strategies[sl][strategy_short_name(a.planned)];
-            for (size_t i = 0; i < o.strategies.size(); ++i) {
-                if (std::isnan(a.rel_error[i])) continue;
-                s.error_sum[sl][i] += a.rel_error[i];
-                ++s.error_n[sl][i];
-                if (o.strategies[i] == a.planned) {
-                    s.planned_error_sum[sl] += a.rel_error[i];
-                    ++s.planned_error_n[sl];
-                }
-            }
+            s.error[sl].add(a.rel_error, o.strategies, a.planned);
+            s.gain[sl].add(a.gain, o.strategies, a.planned);
             if (a.census_plain) add_census(s.census_plain[sl], *a.census_plain), s.census = true;
             if (a.census_iht) add_census(s.census_iht[sl], *a.census_iht);
         }
     }
     return out;
+}
+
+const char* slot_short_name(int slot) { return slot == 0 ? "fwd" : slot == 1 ? "dgrad" : "wgrad"; }
+
+// One row per (projection, slot): a metric's mean over blocks per strategy and the planner's. mark_lowest: a star on
+// the lowest low-precision mean (BF16 is the high-precision reference, not a candidate).
+void print_slot_means(const char* title, const std::array<ProjectionSummary, kProjectionCount>& sum,
+                      std::array<SlotMeans, 3> ProjectionSummary::*metric, const OperandAnalysisOptions& o, bool mark_lowest) {
+    std::printf("\n%s\n%-6s %-6s", title, "proj", "slot");
+    for (Strategy st : o.strategies) std::printf(" %12s ", strategy_short_name(st));
+    std::printf(" %9s\n", "planned");
+    for (Projection p : kProjections) {
+        for (int sl = 0; sl < 3; ++sl) {
+            const SlotMeans& m = (sum[size_t(p)].*metric)[size_t(sl)];
+            std::printf("%-6s %-6s", short_name(p), slot_short_name(sl));
+            size_t best = o.strategies.size();
+            for (size_t i = 0; i < o.strategies.size(); ++i)
+                if (o.strategies[i] != Strategy::full && !std::isnan(m.mean(i)) &&
+                    (best == o.strategies.size() || m.mean(i) < m.mean(best)))
+                    best = i;
+            for (size_t i = 0; i < o.strategies.size(); ++i) std::printf(" %12.4f%s", m.mean(i), mark_lowest && i == best ? "*" : " ");
+            std::printf(" %9.4f\n", m.planned());
+        }
+    }
 }
 
 std::string percent(int64_t part, int64_t all) {
@@ -320,9 +349,11 @@ void print_model_report(const ModelArgs& a, const std::string& path, const Llama
     const auto sum = summarize(r, o);
     std::printf("analyze model: %s (%lld blocks, d %lld, ffn %lld)\n", path.c_str(), (long long)c.n_layers,
                 (long long)c.hidden_size, (long long)c.ffn_size);
-    std::printf("  batch: %lld windows x %lld tokens of %s (seed %llu), mean loss %.4f nats (FP32 forward and backward, no update)\n",
-                (long long)r.shape.n_seq, (long long)r.shape.n_tok, a.text_file.empty() ? a.corpus.c_str() : a.text_file.c_str(),
-                (unsigned long long)a.seed, r.loss);
+    std::printf("  %lld batch%s of %lld windows x %lld tokens of %s (seed %llu), mean loss %.4f nats (FP32 forward and backward, "
+                "no update)%s\n",
+                (long long)a.batches, a.batches > 1 ? "es" : "", (long long)a.windows, (long long)r.shape.n_tok,
+                a.text_file.empty() ? a.corpus.c_str() : a.text_file.c_str(), (unsigned long long)a.seed, r.loss,
+                a.batches > 1 ? ";\n  labels: majority vote over the batches; errors and gains: means; census: sums" : "");
     std::printf("  operands: %s, scale rule %s, rounding %s, OE top-%lld; detector tau %.1f; plan table %s\n", a.format.c_str(),
                 scale_rule_name(o.lp.scale_rule), rounding_name(o.lp.rounding_a), (long long)o.lp.oe_k, o.detector.tau,
                 o.table.name.c_str());
@@ -349,29 +380,11 @@ void print_model_report(const ModelArgs& a, const std::string& path, const Llama
         std::printf("\n");
     }
 
-    std::printf("\nRelative error of the product against FP32, mean over blocks (* = the lowest in low precision; planned = the\n"
-                "planner's strategy):\n");
-    std::printf("%-6s %-6s", "proj", "slot");
-    for (Strategy st : o.strategies) std::printf(" %12s ", strategy_short_name(st));
-    std::printf(" %9s\n", "planned");
-    for (Projection p : kProjections) {
-        const ProjectionSummary& s = sum[size_t(p)];
-        for (int sl = 0; sl < 3; ++sl) {
-            std::printf("%-6s %-6s", short_name(p),
-                        sl == 0 ? "fwd" : sl == 1 ? "dgrad" : "wgrad");
-            std::vector<double> mean(o.strategies.size(), std::nan(""));
-            size_t best = 0;
-            for (size_t i = 0; i < mean.size(); ++i) {
-                if (s.error_n[size_t(sl)][i] > 0) mean[i] = s.error_sum[size_t(sl)][i] / double(s.error_n[size_t(sl)][i]);
-                const bool low_precision = o.strategies[i] != Strategy::full;
-                if (low_precision && !std::isnan(mean[i]) && (std::isnan(mean[best]) || mean[i] < mean[best])) best = i;
-            }
-            for (size_t i = 0; i < mean.size(); ++i)
-                std::printf(" %12.4f%s", mean[i], i == best && !std::isnan(mean[i]) ? "*" : " ");
-            const int64_t n = s.planned_error_n[size_t(sl)];
-            std::printf(" %9.4f\n", n > 0 ? s.planned_error_sum[size_t(sl)] / double(n) : std::nan(""));
-        }
-    }
+    print_slot_means("Relative error of the product against FP32, mean over blocks (* = the lowest in low precision; planned = "
+                     "the\nplanner's strategy):",
+                     sum, &ProjectionSummary::error, o, true);
+    print_slot_means("Gain <C_s, C> / |C|^2 of the product (1: no shrinkage along the FP32 product), mean over blocks:", sum,
+                     &ProjectionSummary::gain, o, false);
 
     if (std::any_of(sum.begin(), sum.end(), [](const ProjectionSummary& s) { return s.census; })) {
         std::printf("\nINT8 tensor-core window of %d binades%s (adahop/int8_window.h): (128x128 output tile, 256-deep chunk) pairs\n"
@@ -384,8 +397,7 @@ void print_model_report(const ModelArgs& a, const std::string& path, const Llama
             for (int sl = 0; sl < 3; ++sl) {
                 const WindowCensus& cp = s.census_plain[size_t(sl)];
                 const WindowCensus& ci = s.census_iht[size_t(sl)];
-                std::printf("%-6s %-6s %24s %24s\n", short_name(p),
-                            sl == 0 ? "fwd" : sl == 1 ? "dgrad" : "wgrad",
+                std::printf("%-6s %-6s %24s %24s\n", short_name(p), slot_short_name(sl),
                             (percent(cp.slow_pairs_tile, cp.pairs) + " / " + percent(cp.slow_pairs_line, cp.pairs)).c_str(),
                             (percent(ci.slow_pairs_tile, ci.pairs) + " / " + percent(ci.slow_pairs_line, ci.pairs)).c_str());
             }
@@ -401,8 +413,7 @@ void print_model_report(const ModelArgs& a, const std::string& path, const Llama
                 double e = std::nan("");
                 for (size_t i = 0; i < o.strategies.size(); ++i)
                     if (o.strategies[i] == sa.planned) e = sa.rel_error[i];
-                std::printf(" | %s %s (%.4f)", sa.slot == Slot::fwd ? "fwd" : sa.slot == Slot::dgrad ? "dgrad" : "wgrad",
-                            strategy_short_name(sa.planned), e);
+                std::printf(" | %s %s (%.4f)", slot_short_name(int(sa.slot)), strategy_short_name(sa.planned), e);
             }
             std::printf("\n");
         }
@@ -417,11 +428,14 @@ nlohmann::json model_report_json(const ModelArgs& a, const std::string& path, co
     for (const ProjectionAnalysis& p : r.projections) {
         nlohmann::json slots;
         for (const SlotAnalysis& sa : p.slots) {
-            nlohmann::json errs;
-            for (size_t i = 0; i < o.strategies.size(); ++i) errs[strategy_short_name(o.strategies[i])] = number_or_null(sa.rel_error[i]);
+            nlohmann::json errs, gains;
+            for (size_t i = 0; i < o.strategies.size(); ++i) {
+                errs[strategy_short_name(o.strategies[i])] = number_or_null(sa.rel_error[i]);
+                gains[strategy_short_name(o.strategies[i])] = number_or_null(sa.gain[i]);
+            }
             slots[slot_name(sa.slot)] = {{"m", sa.m}, {"k", sa.k}, {"n", sa.n}, {"a_pattern", pattern_name(sa.a)},
                                          {"b_pattern", pattern_name(sa.b)}, {"planned", strategy_short_name(sa.planned)},
-                                         {"relative_error", errs},
+                                         {"relative_error", errs}, {"gain", gains},
                                          {"int8_window", {{"plain", census_json(sa.census_plain)}, {"iht", census_json(sa.census_iht)}}}};
         }
         projections.push_back({{"name", linear_name(p.layer, p.projection)}, {"layer", p.layer},
@@ -435,9 +449,67 @@ nlohmann::json model_report_json(const ModelArgs& a, const std::string& path, co
             {"table", o.table.name}, {"window_binades", o.window_binades}, {"strategies", names}, {"plan", plan_to_json(r.plan())}, {"projections", projections}};
 }
 
+// ErrorConsistency's entries per projection kind, summed over the layers: consistency √(Σ‖ΣE‖² / ΣΣ‖E‖²), the error
+// of the summed gradient relative to it √(Σ‖ΣE‖² / Σ‖ΣC‖²), and the cosine between the two sums.
+struct ConsistencySums {
+    double sum_error_norm2 = 0, error_norm2_sum = 0, sum_c_norm2 = 0, dot = 0;
+    double consistency() const { return error_norm2_sum > 0 ? std::sqrt(sum_error_norm2 / error_norm2_sum) : std::nan(""); }
+    double relative() const { return sum_c_norm2 > 0 ? std::sqrt(sum_error_norm2 / sum_c_norm2) : std::nan(""); }
+    double cosine() const { return sum_error_norm2 > 0 && sum_c_norm2 > 0 ? dot / std::sqrt(sum_error_norm2 * sum_c_norm2) : std::nan(""); }
+};
+
+std::map<std::pair<int, size_t>, ConsistencySums> consistency_by_kind(const std::vector<ErrorConsistency::Entry>& entries) {
+    std::map<std::pair<int, size_t>, ConsistencySums> by;
+    for (const ErrorConsistency::Entry& e : entries) {
+        ConsistencySums& s = by[{int(e.projection), e.strategy}];
+        s.sum_error_norm2 += e.sum_error_norm2;
+        s.error_norm2_sum += e.error_norm2_sum;
+        s.sum_c_norm2 += e.sum_c_norm2;
+        s.dot += e.dot;
+    }
+    return by;
+}
+
+nlohmann::json consistency_json(const std::vector<ErrorConsistency::Entry>& entries, const OperandAnalysisOptions& o) {
+    if (entries.empty()) return nullptr;
+    nlohmann::json per_kind = nlohmann::json::object(), per_layer = nlohmann::json::array();
+    for (const auto& [key, s] : consistency_by_kind(entries))
+        per_kind[projection_name(Projection(key.first))][strategy_short_name(o.strategies[key.second])] = {
+            {"consistency", number_or_null(s.consistency())}, {"relative", number_or_null(s.relative())},
+            {"cosine", number_or_null(s.cosine())}};
+    for (const ErrorConsistency::Entry& e : entries)
+        per_layer.push_back({{"name", linear_name(e.layer, e.projection)}, {"strategy", strategy_short_name(o.strategies[e.strategy])},
+                             {"sum_error_norm2", e.sum_error_norm2}, {"error_norm2_sum", e.error_norm2_sum},
+                             {"sum_c_norm2", e.sum_c_norm2}, {"dot", e.dot}});
+    return {{"slot", "backward_gw"}, {"by_projection", per_kind}, {"entries", per_layer}};
+}
+
+void print_consistency(const std::vector<ErrorConsistency::Entry>& entries, int64_t batches, const OperandAnalysisOptions& o) {
+    std::printf("\nwgrad across the %lld batches, summed over blocks: consistency |sum E| / sqrt(sum |E|^2) (1: independent "
+                "errors that\naverage out over steps, %.2f = sqrt(batches): the same error every batch) / |sum E| / |sum dW| / "
+                "cos(sum E, sum dW):\n%-6s",
+                (long long)batches, std::sqrt(double(batches)), "proj");
+    for (Strategy st : o.strategies) std::printf(" %22s", strategy_short_name(st));
+    std::printf("\n");
+    const auto by = consistency_by_kind(entries);
+    for (Projection p : kProjections) {
+        std::printf("%-6s", short_name(p));
+        for (size_t i = 0; i < o.strategies.size(); ++i) {
+            const auto it = by.find({int(p), i});
+            if (it == by.end()) {
+                std::printf(" %22s", "-");
+                continue;
+            }
+            std::printf(" %22s",
+                        fmt::format("{:.2f} / {:.3f} / {:+.2f}", it->second.consistency(), it->second.relative(), it->second.cosine()).c_str());
+        }
+        std::printf("\n");
+    }
+}
+
 void run_model(const ModelArgs& a) {
-    LOWBIT_CHECK(a.windows >= 1 && a.ctx >= 2, ErrorKind::usage, "analyze model: --windows ≥ 1 and --ctx ≥ 2 (got {} and {})",
-                 a.windows, a.ctx);
+    LOWBIT_CHECK(a.windows >= 1 && a.ctx >= 2 && a.batches >= 1, ErrorKind::usage,
+                 "analyze model: --windows ≥ 1, --ctx ≥ 2 and --batches ≥ 1 (got {}, {} and {})", a.windows, a.ctx, a.batches);
     if (a.threads > 0) set_thread_count(a.threads);
     OperandAnalysisOptions o;
     o.lp = lp_options(a.format, a.scale_rule, a.rounding, a.oe_k, a.oe_metric, true);
@@ -455,24 +527,36 @@ void run_model(const ModelArgs& a) {
     CalibrationSpec spec;
     spec.corpus = a.corpus;
     spec.text_file = a.text_file;
-    spec.samples = a.windows;
+    spec.samples = a.windows * a.batches;
     spec.length = a.ctx + 1;  // inputs and their next tokens
     spec.seed = a.seed;
     const std::vector<int32_t> w = calibration_windows(tok, spec);
-    std::vector<int32_t> inputs, targets;
-    for (int64_t s = 0; s < a.windows; ++s)
-        for (int64_t t = 0; t < a.ctx; ++t) {
-            inputs.push_back(w[size_t(s * (a.ctx + 1) + t)]);
-            targets.push_back(w[size_t(s * (a.ctx + 1) + t + 1)]);
-        }
-    const TokenBatch batch{inputs.data(), targets.data(), BatchShape{a.windows, a.ctx}};
-    ProgressLine progress("analyze model", c.n_layers * kProjectionCount, "projections");
-    o.progress = [&progress](int64_t done, int64_t) { progress.update(done); };
-    const ModelOperandAnalysis r = analyze_model_operands(model, batch, o);
+    ProgressLine progress("analyze model", a.batches * c.n_layers * kProjectionCount, "projections");
+    ErrorConsistency consistency(Slot::wgrad);
+    if (a.batches > 1) o.observe_product = [&consistency](const ProductObservation& p) { consistency.observe(p); };
+    std::vector<ModelOperandAnalysis> per_batch;
+    for (int64_t b = 0; b < a.batches; ++b) {
+        std::vector<int32_t> inputs, targets;
+        for (int64_t s = b * a.windows; s < (b + 1) * a.windows; ++s)
+            for (int64_t t = 0; t < a.ctx; ++t) {
+                inputs.push_back(w[size_t(s * (a.ctx + 1) + t)]);
+                targets.push_back(w[size_t(s * (a.ctx + 1) + t + 1)]);
+            }
+        const int64_t done_before = b * c.n_layers * kProjectionCount;
+        o.progress = [&progress, done_before](int64_t done, int64_t) { progress.update(done_before + done); };
+        per_batch.push_back(analyze_model_operands(model, {inputs.data(), targets.data(), BatchShape{a.windows, a.ctx}}, o));
+        consistency.end_batch();
+    }
     progress.finish();
+    const ModelOperandAnalysis r = a.batches == 1 ? std::move(per_batch.front()) : merge_batches(per_batch, o.table);
+    const std::vector<ErrorConsistency::Entry> wgrad_consistency = a.batches > 1 ? consistency.entries()
+                                                                                 : std::vector<ErrorConsistency::Entry>{};
     if (!a.plan_out.empty()) plan_save(r.plan(), a.plan_out);
     if (a.json || !a.report.empty()) {
-        const std::string text = model_report_json(a, path, c, r, o).dump(2) + "\n";
+        nlohmann::json report = model_report_json(a, path, c, r, o);
+        report["batches"] = a.batches;
+        report["wgrad_consistency"] = consistency_json(wgrad_consistency, o);
+        const std::string text = report.dump(2) + "\n";
         if (!a.report.empty()) write_file_atomic(a.report, text.data(), text.size());
         if (a.json) {
             std::printf("%s", text.c_str());
@@ -480,6 +564,7 @@ void run_model(const ModelArgs& a) {
         }
     }
     print_model_report(a, path, c, r, o);
+    if (!wgrad_consistency.empty()) print_consistency(wgrad_consistency, a.batches, o);
     if (!a.plan_out.empty()) std::printf("\nplan written to %s\n", a.plan_out.c_str());
     if (!a.report.empty()) std::printf("report written to %s\n", a.report.c_str());
 }
@@ -528,7 +613,10 @@ void register_analyze_command(CLI::App& app) {
     model->add_option("--tokenizer", m->tokenizer, "tokenizer override (default: the model's)");
     model->add_option("--corpus", m->corpus, "a named corpus: sotu-train (default) | sotu-validation | sotu-test");
     model->add_option("--text", m->text_file, "windows from this text file instead of a corpus");
-    model->add_option("--windows", m->windows, "windows in the batch (default 2)");
+    model->add_option("--windows", m->windows, "windows in a batch (default 2)");
+    model->add_option("--batches", m->batches,
+                      "batches (default 1); more: labels by majority vote (AdaHOP's calibration), means of the errors, and "
+                      "whether wgrad's error is the same from batch to batch (memory: ~6 x the model's parameters)");
     model->add_option("--ctx", m->ctx, "tokens per window (default 512; a multiple of 32 keeps wgrad's K = windows x ctx MX-blocked)");
     model->add_option("--seed", m->seed, "seed of the window offsets (default 0)");
     model->add_option("--format", m->format, "mxfp4 (default), any MX format, or nvfp4");

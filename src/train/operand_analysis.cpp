@@ -68,7 +68,8 @@ private:
 }  // namespace
 
 SlotAnalysis analyze_slot(Slot slot, const float* a, const float* b, int64_t m, int64_t k, int64_t n,
-                          std::pair<Pattern, Pattern> pair, Strategy planned, const OperandAnalysisOptions& opts) {
+                          std::pair<Pattern, Pattern> pair, Strategy planned, const OperandAnalysisOptions& opts,
+                          const std::function<void(size_t strategy, const float* c_s, const float* c)>& observe) {
     SlotAnalysis s;
     s.slot = slot;
     s.m = m;
@@ -78,6 +79,7 @@ SlotAnalysis analyze_slot(Slot slot, const float* a, const float* b, int64_t m, 
     s.b = pair.second;
     s.planned = planned;
     s.rel_error.assign(opts.strategies.size(), std::numeric_limits<double>::quiet_NaN());
+    s.gain = s.rel_error;
     if (k % 32 != 0) return s;  // MX blocks and the block-32 Hadamard run along K
 
     std::vector<float> exact(size_t(m * n)), c(size_t(m * n));
@@ -90,12 +92,15 @@ SlotAnalysis analyze_slot(Slot slot, const float* a, const float* b, int64_t m, 
         const PreparedOperand pa = lp_prepare(a, m, k, Side::left, st, opts.lp);
         const PreparedOperand pb = lp_prepare(b, k, n, Side::right, st, opts.lp);
         lp_matmul_prepared(pa, pb, opts.lp, c.data());
-        double err2 = 0;
+        double err2 = 0, dot = 0;
         for (size_t j = 0; j < c.size(); ++j) {
             const double d = double(c[j]) - exact[j];
             err2 += d * d;
+            dot += double(c[j]) * exact[j];
         }
         s.rel_error[i] = norm2 > 0 ? std::sqrt(err2 / norm2) : (err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+        s.gain[i] = norm2 > 0 ? dot / norm2 : std::numeric_limits<double>::quiet_NaN();
+        if (observe) observe(i, c.data(), exact.data());
         if (census && st == Strategy::plain) s.census_plain = window_census_of(pa, pb, m, k, n, opts.window_binades);
         if (census && st == Strategy::iht) s.census_iht = window_census_of(pa, pb, m, k, n, opts.window_binades);
     }
@@ -120,12 +125,21 @@ ProjectionAnalysis analyze_projection(int64_t layer, Projection p, ConstMatF x, 
     r.plan = plan_layer(patterns, opts.table);
     const int64_t tokens = x.rows, in = x.cols, out = w.rows;
 
+    // Each slot's products go to opts.observe_product with the slot's place.
+    const auto observer = [&](Slot slot, int64_t m, int64_t n) -> std::function<void(size_t, const float*, const float*)> {
+        if (!opts.observe_product) return {};
+        return [&opts, layer, p, slot, m, n](size_t i, const float* c_s, const float* c) {
+            opts.observe_product(ProductObservation{layer, p, slot, i, c_s, c, m, n});
+        };
+    };
     const std::vector<float> w_t = transposed(w);  // Wᵀ [in, out]
-    r.slots[0] = analyze_slot(Slot::fwd, x.data, w_t.data(), tokens, in, out, slot_pair(Slot::fwd, patterns), r.plan.fwd, opts);
-    r.slots[1] = analyze_slot(Slot::dgrad, dy.data, w.data, tokens, out, in, slot_pair(Slot::dgrad, patterns), r.plan.dgrad, opts);
+    r.slots[0] = analyze_slot(Slot::fwd, x.data, w_t.data(), tokens, in, out, slot_pair(Slot::fwd, patterns), r.plan.fwd, opts,
+                              observer(Slot::fwd, tokens, out));
+    r.slots[1] = analyze_slot(Slot::dgrad, dy.data, w.data, tokens, out, in, slot_pair(Slot::dgrad, patterns), r.plan.dgrad, opts,
+                              observer(Slot::dgrad, tokens, in));
     const std::vector<float> dy_t = transposed(dy);  // dYᵀ [out, M]
     r.slots[2] = analyze_slot(Slot::wgrad, dy_t.data(), x.data, out, tokens, in, slot_pair(Slot::wgrad, patterns), r.plan.wgrad,
-                              opts);
+                              opts, observer(Slot::wgrad, out, in));
     return r;
 }
 
@@ -157,6 +171,145 @@ ModelOperandAnalysis analyze_model_operands(const LlamaModel& model, const Token
     out.loss = train_forward(layout, params.data(), linears, batch, acts);
     std::vector<float> grads(size_t(layout.total()));
     train_backward(layout, params.data(), linears, batch, acts, grads.data());
+    return out;
+}
+
+namespace {
+
+// The mean of a per-strategy metric over batches, NaN where any batch has NaN (a slot whose K is not a multiple of 32
+// is so in every batch).
+std::vector<double> mean_over(const std::vector<const std::vector<double>*>& v) {
+    std::vector<double> out(v.front()->size(), 0.0);
+    for (const std::vector<double>* x : v)
+        for (size_t i = 0; i < out.size(); ++i) out[i] += (*x)[i] / double(v.size());
+    return out;
+}
+
+PatternStats mean_stats(const std::vector<const PatternStats*>& v, Pattern voted) {
+    PatternStats s = *v.front();
+    s.pattern = voted;
+    s.cv_row = s.cv_col = s.kurtosis_row = s.kurtosis_col = s.mean_row_variance = s.mean_col_variance = 0;
+    const double n = double(v.size());
+    for (const PatternStats* x : v) {
+        s.cv_row += x->cv_row / n;
+        s.cv_col += x->cv_col / n;
+        s.kurtosis_row += x->kurtosis_row / n;
+        s.kurtosis_col += x->kurtosis_col / n;
+        s.mean_row_variance += x->mean_row_variance / n;
+        s.mean_col_variance += x->mean_col_variance / n;
+    }
+    return s;
+}
+
+void add_into(std::optional<WindowCensus>& into, const std::optional<WindowCensus>& c) {
+    if (!c) return;
+    if (!into) into = WindowCensus{};
+    into->a_outside += c->a_outside;
+    into->a_units += c->a_units;
+    into->b_tile_outside += c->b_tile_outside;
+    into->b_line_outside += c->b_line_outside;
+    into->b_units += c->b_units;
+    into->pairs += c->pairs;
+    into->slow_pairs_tile += c->slow_pairs_tile;
+    into->slow_pairs_line += c->slow_pairs_line;
+}
+
+}  // namespace
+
+ModelOperandAnalysis merge_batches(const std::vector<ModelOperandAnalysis>& batches, const StrategyTable& table) {
+    LOWBIT_CHECK(!batches.empty(), ErrorKind::usage, "merge_batches: no analyses");
+    const ModelOperandAnalysis& first = batches.front();
+    Calibration votes(int(batches.size()));
+    for (const ModelOperandAnalysis& b : batches) {
+        LOWBIT_CHECK(b.projections.size() == first.projections.size() && b.shape.n_tok == first.shape.n_tok, ErrorKind::usage,
+                     "merge_batches: analyses of different models or window lengths");
+        for (const ProjectionAnalysis& p : b.projections) {
+            const std::string name = linear_name(p.layer, p.projection);
+            votes.record(name, Operand::x, p.x.pattern);
+            votes.record(name, Operand::w, p.w.pattern);
+            votes.record(name, Operand::g, p.g.pattern);
+        }
+        votes.end_step();
+    }
+    ModelOperandAnalysis out;
+    out.table_name = table.name;
+    out.shape = first.shape;
+    out.shape.n_seq = 0;
+    for (const ModelOperandAnalysis& b : batches) {
+        out.shape.n_seq += b.shape.n_seq;
+        out.loss += b.loss / double(batches.size());
+    }
+    for (size_t j = 0; j < first.projections.size(); ++j) {
+        ProjectionAnalysis p = first.projections[j];
+        const LayerPatterns voted = votes.majority(linear_name(p.layer, p.projection));
+        std::vector<const PatternStats*> xs, ws, gs;
+        for (const ModelOperandAnalysis& b : batches) {
+            xs.push_back(&b.projections[j].x);
+            ws.push_back(&b.projections[j].w);
+            gs.push_back(&b.projections[j].g);
+        }
+        p.x = mean_stats(xs, voted.x);
+        p.w = mean_stats(ws, voted.w);
+        p.g = mean_stats(gs, voted.g);
+        p.plan = plan_layer(voted, table);
+        for (size_t sl = 0; sl < 3; ++sl) {
+            SlotAnalysis& s = p.slots[sl];
+            std::vector<const std::vector<double>*> errors, gains;
+            s.census_plain.reset();
+            s.census_iht.reset();
+            for (const ModelOperandAnalysis& b : batches) {
+                const SlotAnalysis& bs = b.projections[j].slots[sl];
+                errors.push_back(&bs.rel_error);
+                gains.push_back(&bs.gain);
+                add_into(s.census_plain, bs.census_plain);
+                add_into(s.census_iht, bs.census_iht);
+            }
+            s.rel_error = mean_over(errors);
+            s.gain = mean_over(gains);
+            std::tie(s.a, s.b) = slot_pair(s.slot, voted);
+            s.planned = p.plan.at(s.slot);
+        }
+        out.projections.push_back(std::move(p));
+    }
+    return out;
+}
+
+void ErrorConsistency::observe(const ProductObservation& p) {
+    if (p.slot != slot_) return;
+    const size_t n = size_t(p.m * p.n);
+    Sums& e = errors_[{p.layer, int(p.projection), p.strategy}];
+    if (e.error.empty()) e.error.assign(n, 0.0f);
+    LOWBIT_CHECK(e.error.size() == n, ErrorKind::usage, "ErrorConsistency: {} changed shape", linear_name(p.layer, p.projection));
+    double norm2 = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const float d = p.c_s[i] - p.c[i];
+        e.error[i] += d;
+        norm2 += double(d) * d;
+    }
+    e.error_norm2_sum += norm2;
+    if (p.strategy != 0) return;  // C is the same for every strategy: summed once per batch
+    std::vector<float>& c = products_[{p.layer, int(p.projection)}];
+    if (c.empty()) c.assign(n, 0.0f);
+    for (size_t i = 0; i < n; ++i) c[i] += p.c[i];
+}
+
+std::vector<ErrorConsistency::Entry> ErrorConsistency::entries() const {
+    std::vector<Entry> out;
+    for (const auto& [key, sums] : errors_) {
+        const auto& [layer, projection, strategy] = key;
+        const std::vector<float>& c = products_.at({layer, projection});
+        Entry e;
+        e.layer = layer;
+        e.projection = Projection(projection);
+        e.strategy = strategy;
+        e.error_norm2_sum = sums.error_norm2_sum;
+        for (size_t i = 0; i < c.size(); ++i) {
+            e.sum_error_norm2 += double(sums.error[i]) * sums.error[i];
+            e.sum_c_norm2 += double(c[i]) * c[i];
+            e.dot += double(sums.error[i]) * c[i];
+        }
+        out.push_back(e);
+    }
     return out;
 }
 

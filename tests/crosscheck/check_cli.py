@@ -340,7 +340,7 @@ if gpt2:
                                            if f.endswith(".txt")) * 4)
             plan = c.path("am_plan.json")
             r = c.lowbit("analyze", "model", "--model", os.path.join(run, "model.gguf"), "--text", text, "--windows", "2",
-                         "--ctx", "32", "--json", "--plan-out", plan, "--threads", "1", expect_rc=None)
+                         "--ctx", "32", "--batches", "2", "--json", "--plan-out", plan, "--threads", "1", expect_rc=None)
             c.check("analyze model on the trained tiny model exits 0", r.returncode == 0, r.stderr[-400:])
             if r.returncode == 0:
                 am = json.loads(r.stdout)
@@ -350,6 +350,10 @@ if gpt2:
                         and all(s["relative_error"]["plain"] > 0 and s["int8_window"]["plain"] is not None for s in slots),
                         (len(am["projections"]), slots[:1]))
                 c.check("analyze model: the batch's loss is finite", 0 < am["loss"] < 20, am["loss"])
+                cons = am["wgrad_consistency"]["by_projection"]
+                c.check("analyze model --batches 2: wgrad's error consistency per projection and strategy, within [0, sqrt 2]",
+                        am["batches"] == 2 and am["windows"] == 4 and len(cons) == 7
+                        and all(0 <= v["consistency"] <= 2 ** 0.5 + 1e-6 for p in cons.values() for v in p.values()), cons)
                 saved = json.load(open(plan))
                 c.check("analyze model --plan-out writes the report's plan",
                         saved == am["plan"] and len(saved["per_layer_modes"]) == 14, list(saved)[:4])
