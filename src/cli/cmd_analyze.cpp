@@ -286,17 +286,6 @@ struct ProjectionSummary {
     bool census = false;
 };
 
-void add_census(WindowCensus& into, const WindowCensus& c) {
-    into.a_outside += c.a_outside;
-    into.a_units += c.a_units;
-    into.b_tile_outside += c.b_tile_outside;
-    into.b_line_outside += c.b_line_outside;
-    into.b_units += c.b_units;
-    into.pairs += c.pairs;
-    into.slow_pairs_tile += c.slow_pairs_tile;
-    into.slow_pairs_line += c.slow_pairs_line;
-}
-
 std::array<ProjectionSummary, kProjectionCount> summarize(const ModelOperandAnalysis& r, const OperandAnalysisOptions& o) {
     std::array<ProjectionSummary, kProjectionCount> out;
     for (const ProjectionAnalysis& p : r.projections) {
@@ -309,8 +298,11 @@ std::array<ProjectionSummary, kProjectionCount> summarize(const ModelOperandAnal
             ++s.strategies[sl][strategy_short_name(a.planned)];
             s.error[sl].add(a.rel_error, o.strategies, a.planned);
             s.gain[sl].add(a.gain, o.strategies, a.planned);
-            if (a.census_plain) add_census(s.census_plain[sl], *a.census_plain), s.census = true;
-            if (a.census_iht) add_census(s.census_iht[sl], *a.census_iht);
+            if (a.census_plain) {
+                s.census_plain[sl] += *a.census_plain;
+                s.census = true;
+            }
+            if (a.census_iht) s.census_iht[sl] += *a.census_iht;
         }
     }
     return out;

@@ -67,6 +67,18 @@ private:
 
 }  // namespace
 
+WindowCensus& WindowCensus::operator+=(const WindowCensus& c) {
+    a_outside += c.a_outside;
+    a_units += c.a_units;
+    b_tile_outside += c.b_tile_outside;
+    b_line_outside += c.b_line_outside;
+    b_units += c.b_units;
+    pairs += c.pairs;
+    slow_pairs_tile += c.slow_pairs_tile;
+    slow_pairs_line += c.slow_pairs_line;
+    return *this;
+}
+
 SlotAnalysis analyze_slot(Slot slot, const float* a, const float* b, int64_t m, int64_t k, int64_t n,
                           std::pair<Pattern, Pattern> pair, Strategy planned, const OperandAnalysisOptions& opts,
                           const std::function<void(size_t strategy, const float* c_s, const float* c)>& observe) {
@@ -204,14 +216,7 @@ PatternStats mean_stats(const std::vector<const PatternStats*>& v, Pattern voted
 void add_into(std::optional<WindowCensus>& into, const std::optional<WindowCensus>& c) {
     if (!c) return;
     if (!into) into = WindowCensus{};
-    into->a_outside += c->a_outside;
-    into->a_units += c->a_units;
-    into->b_tile_outside += c->b_tile_outside;
-    into->b_line_outside += c->b_line_outside;
-    into->b_units += c->b_units;
-    into->pairs += c->pairs;
-    into->slow_pairs_tile += c->slow_pairs_tile;
-    into->slow_pairs_line += c->slow_pairs_line;
+    *into += *c;
 }
 
 }  // namespace

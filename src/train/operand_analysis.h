@@ -71,6 +71,7 @@ struct WindowCensus {
     int64_t b_tile_outside = 0, b_line_outside = 0, b_units = 0;  // B's (column tile, chunk) units, per-tile / per-line bases
     int64_t pairs = 0;                                             // (output tile, chunk) pairs of the product
     int64_t slow_pairs_tile = 0, slow_pairs_line = 0;              // of those, block by block under each fold of B
+    WindowCensus& operator+=(const WindowCensus& c);              // sums (over blocks or batches)
 };
 
 struct SlotAnalysis {
