@@ -611,5 +611,63 @@ TEST(TrainConfigs, JsonRefusesWhatCannotBeTrained) {
     std::filesystem::remove(bad);
 }
 
+// CpuTrainer::probe_slot_errors: every block slot in layer-major order, the run's own error (0 for FP32 linears; the
+// plain candidate's for mxfp4), the wgrad observations for ErrorConsistency, and the run untouched.
+TEST(CpuTrainerProbe, MeasuresEverySlotAndLeavesTheRunAsItWas) {
+    TrainConfig cfg = train_preset("tiny");
+    cfg.batch_size = 2;
+    cfg.seq_len = 32;
+    for (const Precision precision : {Precision::bf16, Precision::mxfp4}) {
+        SCOPED_TRACE(precision_name(precision));
+        CpuTrainer probed(cfg, Recipe{precision}), plain(cfg, Recipe{precision});
+        const Batch b0 = random_batch(cfg.model, {cfg.batch_size, cfg.seq_len}, 1);
+        const Batch b1 = random_batch(cfg.model, {cfg.batch_size, cfg.seq_len}, 2);
+        probed.step(b0.view());
+        plain.step(b0.view());
+        std::vector<ProductObservation> seen;
+        std::vector<double> seen_error;  // ‖E‖ / ‖C‖ of each observation
+        probed.set_probe_observer([&](const ProductObservation& p) {
+            seen.push_back(p);
+            double e2 = 0, c2 = 0;
+            for (int64_t i = 0; i < p.m * p.n; ++i) {
+                e2 += (double(p.c_s[i]) - p.c[i]) * (double(p.c_s[i]) - p.c[i]);
+                c2 += double(p.c[i]) * p.c[i];
+            }
+            seen_error.push_back(std::sqrt(e2 / c2));
+        });
+        const std::vector<SlotError> e = probed.probe_slot_errors(b1.view());
+        ASSERT_EQ(e.size(), size_t(cfg.model.n_layers * kProjectionCount * 3));
+        for (size_t i = 0; i < e.size(); ++i) {
+            EXPECT_EQ(e[i].layer, int64_t(i) / (3 * kProjectionCount));
+            EXPECT_EQ(size_t(e[i].projection), i / 3 % kProjectionCount);
+            EXPECT_EQ(size_t(e[i].slot), i % 3);
+            if (precision == Precision::bf16) {
+                EXPECT_EQ(e[i].active, Strategy::full);
+                EXPECT_EQ(e[i].active_error, 0.0);
+            } else {
+                EXPECT_EQ(e[i].active, Strategy::plain);
+                EXPECT_NEAR(e[i].active_error, e[i].error[0], 1e-9);
+            }
+            for (double x : e[i].error) EXPECT_TRUE(x > 0 && x < 1) << x;
+        }
+        // One observation per wgrad and candidate, whose error is the slot's.
+        ASSERT_EQ(seen.size(), size_t(cfg.model.n_layers * kProjectionCount) * kProbeStrategies.size());
+        for (size_t i = 0; i < seen.size(); ++i) {
+            const ProductObservation& p = seen[i];
+            EXPECT_EQ(p.slot, Slot::wgrad);
+            EXPECT_EQ(p.m, projection_out_features(cfg.model, p.projection));
+            EXPECT_EQ(p.n, projection_in_features(cfg.model, p.projection));
+            const SlotError& slot = e[size_t((p.layer * kProjectionCount + int64_t(p.projection)) * 3 + 2)];
+            EXPECT_NEAR(seen_error[i], slot.error[p.strategy], 1e-12);
+        }
+        probed.set_probe_observer({});
+        EXPECT_EQ(probed.step(b1.view()).loss, plain.step(b1.view()).loss);
+        EXPECT_EQ(probed.params(), plain.params());
+    }
+    // The probe takes a step's batch shape.
+    CpuTrainer t(cfg);
+    EXPECT_THROW(t.probe_slot_errors(random_batch(cfg.model, {1, cfg.seq_len}, 3).view()), Error);
+}
+
 }  // namespace
 }  // namespace lowbit

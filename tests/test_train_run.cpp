@@ -282,56 +282,51 @@ TEST(TrainRun, ResumeIsBitExact) {
     }
 }
 
-// The CPU trainer with a stand-in probe (the real one is CUDA-only: tests/cuda/test_cuda_trainer.cu): one slot
-// whose "error" is the probe batch's loss under the current parameters, so the lines depend on the state.
-class ProbingTrainer final : public Trainer {
-public:
-    ProbingTrainer(const TrainConfig& c, const Recipe& r) : inner_(c, r) {}
-    StepStats step(const TokenBatch& b) override { return inner_.step(b); }
-    double loss(const TokenBatch& b) override { return inner_.loss(b); }
-    const TrainConfig& config() const override { return inner_.config(); }
-    const ParamLayout& layout() const override { return inner_.layout(); }
-    int64_t steps_done() const override { return inner_.steps_done(); }
-    TrainerState state() const override { return inner_.state(); }
-    void set_state(const TrainerState& s) override { inner_.set_state(s); }
-    std::vector<float> gradients() const override { return inner_.gradients(); }
-    const RecipeState& recipe() const override { return inner_.recipe(); }
-    int64_t saved_operand_bytes() const override { return 0; }
-    int64_t saved_operand_bytes_bf16() const override { return 0; }
-    int64_t peak_device_bytes() const override { return 0; }
-    std::string describe() const override { return "probing cpu"; }
-    std::vector<SlotError> probe_slot_errors(const TokenBatch& b) override {
-        SlotError e;
-        e.active_error = inner_.loss(b);
-        return {e};
-    }
-
-private:
-    CpuTrainer inner_;
-};
-
+// The CPU engine's probe (CpuTrainer::probe_slot_errors) on an mxfp4 run: one line per probe with every slot's errors
+// and the wgrad consistency so far; the probes do not touch the run; a resume keeps the lines before its step (and
+// starts the consistency afresh: it lives in the call).
 TEST(TrainRun, SlotErrorProbesAreLoggedAndResumeKeepsTheEarlierOnes) {
     const TrainConfig cfg = tiny_run(12);
     const TokenShardSet data = TokenShardSet::open(tiny_shards().string());
     const fs::path straight = fresh_dir("probe_straight"), resumed = fresh_dir("probe_resumed");
-    ProbingTrainer a(cfg, Recipe{});
+    const Recipe mxfp4{Precision::mxfp4};
+    CpuTrainer a(cfg, mxfp4);
     RunOptions o = quiet_run(straight);
     o.probe_every = 4;
+    o.probe_train_batch = true;
     run_training(a, data, o);
     const std::vector<nlohmann::json> want = read_metrics((straight / "slot_errors.jsonl").string());
     ASSERT_EQ(want.size(), 3u);
+    const size_t slots = size_t(cfg.model.n_layers * kProjectionCount * 3);
     for (size_t i = 0; i < want.size(); ++i) {
         EXPECT_EQ(want[i]["step"], int64_t(4 * i + 3));
-        EXPECT_EQ(want[i]["batch"], "val");
-        ASSERT_EQ(want[i]["slots"].size(), 1u);
-        const nlohmann::json& slot = want[i]["slots"][0];
-        for (const char* key : {"layer", "projection", "slot", "active", "active_error", "plain", "IHT", "IHT+OE-left",
-                                "IHT+OE-right"})
-            EXPECT_TRUE(slot.contains(key)) << key;
+        EXPECT_EQ(want[i]["batch"], "train");
+        ASSERT_EQ(want[i]["slots"].size(), slots);
+        for (const nlohmann::json& slot : want[i]["slots"]) {
+            for (const char* key : {"layer", "projection", "slot", "active", "active_error", "plain", "IHT", "IHT+OE-left",
+                                    "IHT+OE-right"})
+                EXPECT_TRUE(slot.contains(key)) << key;
+            EXPECT_EQ(slot["active"], "plain");
+            EXPECT_EQ(slot["active_error"], slot["plain"]);  // the run's own linear is plain MXFP4
+        }
+        const nlohmann::json& cons = want[i]["wgrad_consistency"];
+        EXPECT_EQ(cons["probes"], int64_t(i + 1));
+        ASSERT_EQ(cons["by_projection"].size(), size_t(kProjectionCount));
+        for (const auto& [proj, by_strategy] : cons["by_projection"].items()) {
+            ASSERT_EQ(by_strategy.size(), kProbeStrategies.size()) << proj;
+            for (const auto& [name, v] : by_strategy.items()) {
+                EXPECT_GE(v["consistency"].get<double>(), 0.0) << proj << " " << name;
+                EXPECT_LE(v["consistency"].get<double>(), std::sqrt(double(i + 1)) + 1e-6) << proj << " " << name;
+            }
+        }
     }
-    EXPECT_NE(want[0]["slots"][0]["active_error"], want[2]["slots"][0]["active_error"]);  // the model trains
+    EXPECT_NE(want[0]["slots"][0]["plain"], want[2]["slots"][0]["plain"]);  // new batches, a model that trains
+    // The probes leave the run as it was.
+    CpuTrainer unprobed(cfg, mxfp4);
+    run_training(unprobed, data, quiet_run(fresh_dir("probe_none")));
+    EXPECT_EQ(unprobed.params(), a.params());
     {
-        ProbingTrainer b(cfg, Recipe{});
+        CpuTrainer b(cfg, mxfp4);
         RunOptions ob = o;
         ob.run_dir = resumed.string();
         ob.stop_at = 6;
@@ -339,17 +334,16 @@ TEST(TrainRun, SlotErrorProbesAreLoggedAndResumeKeepsTheEarlierOnes) {
     }
     // A probe line from after the checkpoint (a killed call) must be dropped on resume.
     std::ofstream((resumed / "slot_errors.jsonl").string(), std::ios::app) << "{\"step\": 7, \"slots\": []}\n";
-    ProbingTrainer c(cfg, Recipe{});
+    CpuTrainer c(cfg, mxfp4);
     RunOptions oc = o;
     oc.run_dir = resumed.string();
     oc.resume = true;
     run_training(c, data, oc);
-    EXPECT_EQ(read_metrics((resumed / "slot_errors.jsonl").string()), want);
-    // The CPU engine itself refuses to probe, naming the CUDA engine.
-    CpuTrainer cpu(cfg);
-    RunOptions od = quiet_run(fresh_dir("probe_cpu"));
-    od.probe_every = 2;
-    expect_error_with([&] { run_training(cpu, data, od); }, ErrorKind::usage, {"--device cuda"});
+    std::vector<nlohmann::json> got = read_metrics((resumed / "slot_errors.jsonl").string());
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(got[0], want[0]);                            // written before the checkpoint
+    EXPECT_EQ(got[1]["wgrad_consistency"]["probes"], 1);  // the resumed call's first probe
+    for (size_t i = 1; i < got.size(); ++i) EXPECT_EQ(got[i]["slots"], want[i]["slots"]);
 }
 
 TEST(TrainRun, MetricsLinesHoldTheDocumentedKeys) {

@@ -441,53 +441,29 @@ nlohmann::json model_report_json(const ModelArgs& a, const std::string& path, co
             {"table", o.table.name}, {"window_binades", o.window_binades}, {"strategies", names}, {"plan", plan_to_json(r.plan())}, {"projections", projections}};
 }
 
-// ErrorConsistency's entries per projection kind, summed over the layers: consistency √(Σ‖ΣE‖² / ΣΣ‖E‖²), the error
-// of the summed gradient relative to it √(Σ‖ΣE‖² / Σ‖ΣC‖²), and the cosine between the two sums.
-struct ConsistencySums {
-    double sum_error_norm2 = 0, error_norm2_sum = 0, sum_c_norm2 = 0, dot = 0;
-    double consistency() const { return error_norm2_sum > 0 ? std::sqrt(sum_error_norm2 / error_norm2_sum) : std::nan(""); }
-    double relative() const { return sum_c_norm2 > 0 ? std::sqrt(sum_error_norm2 / sum_c_norm2) : std::nan(""); }
-    double cosine() const { return sum_error_norm2 > 0 && sum_c_norm2 > 0 ? dot / std::sqrt(sum_error_norm2 * sum_c_norm2) : std::nan(""); }
-};
-
-std::map<std::pair<int, size_t>, ConsistencySums> consistency_by_kind(const std::vector<ErrorConsistency::Entry>& entries) {
-    std::map<std::pair<int, size_t>, ConsistencySums> by;
-    for (const ErrorConsistency::Entry& e : entries) {
-        ConsistencySums& s = by[{int(e.projection), e.strategy}];
-        s.sum_error_norm2 += e.sum_error_norm2;
-        s.error_norm2_sum += e.error_norm2_sum;
-        s.sum_c_norm2 += e.sum_c_norm2;
-        s.dot += e.dot;
-    }
-    return by;
-}
-
-nlohmann::json consistency_json(const std::vector<ErrorConsistency::Entry>& entries, const OperandAnalysisOptions& o) {
+nlohmann::json consistency_json(const ErrorConsistency& consistency, const OperandAnalysisOptions& o) {
+    const std::vector<ErrorConsistency::Entry> entries = consistency.entries();
     if (entries.empty()) return nullptr;
-    nlohmann::json per_kind = nlohmann::json::object(), per_layer = nlohmann::json::array();
-    for (const auto& [key, s] : consistency_by_kind(entries))
-        per_kind[projection_name(Projection(key.first))][strategy_short_name(o.strategies[key.second])] = {
-            {"consistency", number_or_null(s.consistency())}, {"relative", number_or_null(s.relative())},
-            {"cosine", number_or_null(s.cosine())}};
+    nlohmann::json per_layer = nlohmann::json::array();
     for (const ErrorConsistency::Entry& e : entries)
         per_layer.push_back({{"name", linear_name(e.layer, e.projection)}, {"strategy", strategy_short_name(o.strategies[e.strategy])},
                              {"sum_error_norm2", e.sum_error_norm2}, {"error_norm2_sum", e.error_norm2_sum},
                              {"sum_c_norm2", e.sum_c_norm2}, {"dot", e.dot}});
-    return {{"slot", "backward_gw"}, {"by_projection", per_kind}, {"entries", per_layer}};
+    return {{"slot", "backward_gw"}, {"by_projection", consistency.by_projection_json(o.strategies)}, {"entries", per_layer}};
 }
 
-void print_consistency(const std::vector<ErrorConsistency::Entry>& entries, int64_t batches, const OperandAnalysisOptions& o) {
+void print_consistency(const ErrorConsistency& consistency, int64_t batches, const OperandAnalysisOptions& o) {
     std::printf("\nwgrad across the %lld batches, summed over blocks: consistency |sum E| / sqrt(sum |E|^2) (1: independent "
                 "errors that\naverage out over steps, %.2f = sqrt(batches): the same error every batch) / |sum E| / |sum dW| / "
                 "cos(sum E, sum dW):\n%-6s",
                 (long long)batches, std::sqrt(double(batches)), "proj");
     for (Strategy st : o.strategies) std::printf(" %22s", strategy_short_name(st));
     std::printf("\n");
-    const auto by = consistency_by_kind(entries);
+    const auto by = consistency.by_projection();
     for (Projection p : kProjections) {
         std::printf("%-6s", short_name(p));
         for (size_t i = 0; i < o.strategies.size(); ++i) {
-            const auto it = by.find({int(p), i});
+            const auto it = by.find({p, i});
             if (it == by.end()) {
                 std::printf(" %22s", "-");
                 continue;
@@ -541,13 +517,11 @@ void run_model(const ModelArgs& a) {
     }
     progress.finish();
     const ModelOperandAnalysis r = a.batches == 1 ? std::move(per_batch.front()) : merge_batches(per_batch, o.table);
-    const std::vector<ErrorConsistency::Entry> wgrad_consistency = a.batches > 1 ? consistency.entries()
-                                                                                 : std::vector<ErrorConsistency::Entry>{};
     if (!a.plan_out.empty()) plan_save(r.plan(), a.plan_out);
     if (a.json || !a.report.empty()) {
         nlohmann::json report = model_report_json(a, path, c, r, o);
         report["batches"] = a.batches;
-        report["wgrad_consistency"] = consistency_json(wgrad_consistency, o);
+        report["wgrad_consistency"] = consistency_json(consistency, o);
         const std::string text = report.dump(2) + "\n";
         if (!a.report.empty()) write_file_atomic(a.report, text.data(), text.size());
         if (a.json) {
@@ -556,7 +530,7 @@ void run_model(const ModelArgs& a) {
         }
     }
     print_model_report(a, path, c, r, o);
-    if (!wgrad_consistency.empty()) print_consistency(wgrad_consistency, a.batches, o);
+    if (a.batches > 1) print_consistency(consistency, a.batches, o);
     if (!a.plan_out.empty()) std::printf("\nplan written to %s\n", a.plan_out.c_str());
     if (!a.report.empty()) std::printf("report written to %s\n", a.report.c_str());
 }

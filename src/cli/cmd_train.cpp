@@ -48,6 +48,7 @@ struct TrainArgs {
     std::string config = "tiny", data, device = "cpu", out, report, precision = "bf16", export_dtype = "f32", tokenizer;
     std::string mx_gemm = "emulated";
     int64_t steps = 0, log_every = 0, val_every = 0, val_windows = 8, checkpoint_every = 0, stop_at = 0, probe_every = 0;
+    std::string probe_batch = "val";
     int64_t seed = -1, calibration_steps = 0, batch_size = 0, grad_accum = 0;
     int keep_checkpoints = 2;
     double time_limit = 0, peak_tflops = 0;
@@ -120,6 +121,9 @@ void run_train(const TrainArgs& a) {
     o.time_limit_s = a.time_limit;
     o.peak_flops = a.peak_tflops * 1e12;
     o.probe_every = a.probe_every;
+    LOWBIT_CHECK(a.probe_batch == "val" || a.probe_batch == "train", ErrorKind::usage, "--probe-batch {}: val or train",
+                 a.probe_batch);
+    o.probe_train_batch = a.probe_batch == "train";
     o.progress = !a.no_progress;
     o.log = true;
     RunResult r = run_training(*trainer, data, o);
@@ -216,8 +220,12 @@ void register_train_command(CLI::App& app) {
     c->add_option("--val-every", a->val_every, "validation loss every N steps (default: at the end only)");
     c->add_option("--val-windows", a->val_windows, "validation windows, rounded up to whole batches (default 8)");
     c->add_option("--probe-every", a->probe_every,
-                  "every N steps, each projection slot's GEMM error vs BF16 under its strategy and each MXFP4 one, "
-                  "into DIR/slot_errors.jsonl (CUDA; a diagnostic: the probe's time counts in tokens/s)");
+                  "every N steps, each projection slot's GEMM error vs BF16 (CPU: FP32) under its strategy and each MXFP4 "
+                  "one, and whether the wgrad error repeats from probe to probe, into DIR/slot_errors.jsonl (a diagnostic: "
+                  "the probe's time counts in tokens/s)");
+    c->add_option("--probe-batch", a->probe_batch,
+                  "the probe's batch: val (the first val batch, the same every probe; default) or train (the step's, new "
+                  "every probe: what the wgrad consistency needs)");
     c->add_option("--peak-tflops", a->peak_tflops, "the device's peak TFLOP/s, for the mfu of the metrics (default: no mfu)");
     c->add_option("--export-dtype", a->export_dtype, "matrices of model.gguf: f32 | f16 | bf16 (default f32)");
     c->add_option("--tokenizer", a->tokenizer, "the tokenizer written into model.gguf (default: the shards' own, if it can be loaded)");

@@ -287,7 +287,7 @@ void ErrorConsistency::observe(const ProductObservation& p) {
     LOWBIT_CHECK(e.error.size() == n, ErrorKind::usage, "ErrorConsistency: {} changed shape", linear_name(p.layer, p.projection));
     double norm2 = 0;
     for (size_t i = 0; i < n; ++i) {
-        const float d = p.c_s[i] - p.c[i];
+        const float d = p.error ? p.error[i] : p.c_s[i] - p.c[i];
         e.error[i] += d;
         norm2 += double(d) * d;
     }
@@ -316,6 +316,41 @@ std::vector<ErrorConsistency::Entry> ErrorConsistency::entries() const {
         out.push_back(e);
     }
     return out;
+}
+
+double ErrorConsistency::Summary::consistency() const {
+    return error_norm2_sum > 0 ? std::sqrt(sum_error_norm2 / error_norm2_sum) : std::numeric_limits<double>::quiet_NaN();
+}
+double ErrorConsistency::Summary::relative() const {
+    return sum_c_norm2 > 0 ? std::sqrt(sum_error_norm2 / sum_c_norm2) : std::numeric_limits<double>::quiet_NaN();
+}
+double ErrorConsistency::Summary::cosine() const {
+    return sum_error_norm2 > 0 && sum_c_norm2 > 0 ? dot / std::sqrt(sum_error_norm2 * sum_c_norm2)
+                                                  : std::numeric_limits<double>::quiet_NaN();
+}
+
+nlohmann::json ErrorConsistency::by_projection_json(const std::vector<Strategy>& strategies) const {
+    const auto number = [](double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); };
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, s] : by_projection()) {
+        LOWBIT_CHECK(key.second < strategies.size(), ErrorKind::usage, "ErrorConsistency: strategy {} of {} named",
+                     key.second, strategies.size());
+        out[projection_name(key.first)][strategy_short_name(strategies[key.second])] = {
+            {"consistency", number(s.consistency())}, {"relative", number(s.relative())}, {"cosine", number(s.cosine())}};
+    }
+    return out;
+}
+
+std::map<std::pair<Projection, size_t>, ErrorConsistency::Summary> ErrorConsistency::by_projection() const {
+    std::map<std::pair<Projection, size_t>, Summary> by;
+    for (const Entry& e : entries()) {
+        Summary& s = by[{e.projection, e.strategy}];
+        s.sum_error_norm2 += e.sum_error_norm2;
+        s.error_norm2_sum += e.error_norm2_sum;
+        s.sum_c_norm2 += e.sum_c_norm2;
+        s.dot += e.dot;
+    }
+    return by;
 }
 
 }  // namespace lowbit

@@ -33,6 +33,8 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "adahop/int8_window.h"
 #include "adahop/lp_matmul.h"
 #include "adahop/outlier_detector.h"
@@ -42,16 +44,20 @@
 
 namespace lowbit {
 
-// One low-precision product of the analysis: C_s under strategies[strategy] and the FP32 product C, both [m, n].
+// One low-precision product: C_s under strategy number `strategy` of the observer's list and the reference C (the
+// FP32 product here; the BF16-operand product in the CUDA training engine's probe), both [m, n] host arrays; or, with
+// `error` set, E = C_s − C itself instead of C_s.
 struct ProductObservation {
     int64_t layer = 0;
     Projection projection = Projection::q;
     Slot slot = Slot::fwd;
-    size_t strategy = 0;  // index into OperandAnalysisOptions::strategies
+    size_t strategy = 0;  // index into OperandAnalysisOptions::strategies (the training probe: kProbeStrategies)
     const float* c_s = nullptr;
     const float* c = nullptr;
     int64_t m = 0, n = 0;
+    const float* error = nullptr;
 };
+using ProductObserver = std::function<void(const ProductObservation&)>;
 
 struct OperandAnalysisOptions {
     LpMatmulOptions lp;  // element format, scale rule, rounding, OE k: the training engine's defaults
@@ -62,7 +68,7 @@ struct OperandAnalysisOptions {
     // The census's window width in binades: the kernel's 3, or wider to ask what a wider-window design would chain.
     int window_binades = kInt8WindowBinades;
     std::function<void(int64_t done, int64_t total)> progress;  // after each analysed projection
-    std::function<void(const ProductObservation&)> observe_product;  // every product, while it is at hand
+    ProductObserver observe_product;  // every product, while it is at hand
 };
 
 // One slot's operands under one rotation (plain or IHT), in the units of adahop/int8_window.h.
@@ -143,6 +149,19 @@ public:
         double consistency() const { return error_norm2_sum > 0 ? std::sqrt(sum_error_norm2 / error_norm2_sum) : 0.0; }
     };
     std::vector<Entry> entries() const;  // layer-major, kProjections order, then strategy
+
+    // The entries of each (projection kind, strategy) summed over the layers: consistency √(Σ‖ΣE‖² / ΣΣ‖E‖²), the summed
+    // error relative to the summed product √(Σ‖ΣE‖² / Σ‖ΣC‖²), and the cosine between the two sums (NaN where undefined).
+    struct Summary {
+        double sum_error_norm2 = 0, error_norm2_sum = 0, sum_c_norm2 = 0, dot = 0;
+        double consistency() const;
+        double relative() const;
+        double cosine() const;
+    };
+    std::map<std::pair<Projection, size_t>, Summary> by_projection() const;
+    // {"attn_q": {"plain": {"consistency", "relative", "cosine"}, …}, …}: by_projection with `strategies` naming the
+    // strategy numbers (null for NaN).
+    nlohmann::json by_projection_json(const std::vector<Strategy>& strategies) const;
 
 private:
     struct Sums {

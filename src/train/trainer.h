@@ -22,6 +22,7 @@
 #include "adahop/lp_matmul.h"
 #include "core/error.h"
 #include "train/backward_cpu.h"
+#include "train/operand_analysis.h"
 #include "train/recipe.h"
 #include "train/train_model.h"
 
@@ -43,9 +44,9 @@ struct TrainerState {
 };
 
 // What `lowbit train --probe-every` measures for one slot of one block projection on one batch: the relative
-// Frobenius error of the slot's product against the BF16 product of the same operands (the operands the run
-// itself produced), under the run's own mode and under each MXFP4 strategy of kProbeStrategies (default
-// options: round to nearest, no random signs, OE k = 64).
+// Frobenius error of the slot's product against the BF16 product of the same operands (the CPU engine: FP32) —
+// the operands the run itself produced — under the run's own mode and under each MXFP4 strategy of kProbeStrategies
+// (default options: round to nearest, no random signs, OE k = 64).
 inline constexpr std::array<Strategy, 4> kProbeStrategies = {Strategy::plain, Strategy::iht, Strategy::iht_oe_left,
                                                              Strategy::iht_oe_right};
 struct SlotError {
@@ -121,10 +122,14 @@ public:
     // The slot errors of every block projection (layer-major, then projection, then fwd/dgrad/wgrad) on one
     // forward and backward of the first micro-batch of `batch` (a step's shape), without an update: the state, the next step, the AdaHOP calibration and
     // the reported saved-operand bytes and peak memory stay as they were. CUDA engine only (Error(usage) here).
-    virtual std::vector<SlotError> probe_slot_errors(const TokenBatch& batch) {
-        (void)batch;
-        throw Error(ErrorKind::usage, "the slot-error probe runs on the CUDA training engine only (--device cuda)");
-    }
+    // On the CPU the reference is the FP32 product (the CPU engine's BF16 is FP32), and the run's own error is that of
+    // its linear's product; on the CUDA engine the BF16-operand product.
+    virtual std::vector<SlotError> probe_slot_errors(const TokenBatch& batch) = 0;
+    // While set, each probe also hands every block projection's weight-gradient error under each kProbeStrategies
+    // strategy, with the reference product, to `observe` (host arrays; ProductObservation::strategy indexes
+    // kProbeStrategies): ErrorConsistency (operand_analysis.h) tells from them whether the error is the same from
+    // probe to probe. Empty: off.
+    virtual void set_probe_observer(ProductObserver observe) = 0;
     // The MX tensor-core census: on (tallies zeroed) or off; CUDA engine with Recipe::mx_tensor_cores only
     // (Error(usage) otherwise). mx_census() returns one entry per block projection and slot (layer-major, then
     // projection, then fwd/dgrad/wgrad), empty while off; it waits for the device. The products of step() and

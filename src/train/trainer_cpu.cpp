@@ -2,12 +2,16 @@
 // linears and calibration, and the run state.
 #include "train/trainer_cpu.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "adahop/outlier_detector.h"
 #include "core/error.h"
+#include "core/gemm_cpu.h"
 
 namespace lowbit {
 
@@ -17,6 +21,76 @@ const TrainConfig& validated(const TrainConfig& c) {
     validate_train_config(c, "training config");
     return c;
 }
+
+// The probe's wrapper of one of the run's linears: every call goes through `inner` as in a step; before it, the
+// slot's product is also computed exactly, by `inner` alone, and under each kProbeStrategies strategy.
+class ProbeTrainLinear final : public TrainLinear {
+public:
+    ProbeTrainLinear(TrainLinear& inner, int64_t layer, Projection p, std::array<Strategy, 3> active, std::vector<SlotError>& out,
+                     const ProductObserver& observe)
+        : inner_(inner), layer_(layer), p_(p), active_(active), out_(out), observe_(observe) {}
+    void forward(ConstMatF x, ConstMatF w, MatF y, float beta) override {
+        std::vector<float> own(size_t(x.rows * w.rows));
+        inner_.forward(x, w, MatF(own.data(), x.rows, w.rows));
+        const std::vector<float> w_t = transposed(w);
+        record(Slot::fwd, dense_copy(x), w_t, x.rows, x.cols, w.rows, own);
+        inner_.forward(x, w, y, beta);
+    }
+    void backward_data(ConstMatF dy, ConstMatF w, MatF dx, float beta) override {
+        std::vector<float> own(size_t(dy.rows * w.cols));
+        inner_.backward_data(dy, w, MatF(own.data(), dy.rows, w.cols));
+        record(Slot::dgrad, dense_copy(dy), dense_copy(w), dy.rows, dy.cols, w.cols, own);
+        inner_.backward_data(dy, w, dx, beta);
+    }
+    void backward_weight(ConstMatF dy, ConstMatF x, MatF dw, float beta) override {
+        std::vector<float> own(size_t(dy.cols * x.cols));
+        inner_.backward_weight(dy, x, MatF(own.data(), dy.cols, x.cols));
+        record(Slot::wgrad, transposed(dy), dense_copy(x), dy.cols, dy.rows, x.cols, own);
+        inner_.backward_weight(dy, x, dw, beta);
+    }
+    std::string describe() const override { return "probed " + inner_.describe(); }
+
+private:
+    static std::vector<float> dense_copy(ConstMatF m) {
+        std::vector<float> d(size_t(m.rows * m.cols));
+        for (int64_t r = 0; r < m.rows; ++r) std::copy(m.row(r), m.row(r) + m.cols, d.begin() + r * m.cols);
+        return d;
+    }
+    // C = A·B (A [m, k], B [k, n]); `own` is the run's linear's C.
+    void record(Slot slot, const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t k, int64_t n,
+                const std::vector<float>& own) {
+        OperandAnalysisOptions o;
+        o.strategies.assign(kProbeStrategies.begin(), kProbeStrategies.end());
+        std::function<void(size_t, const float*, const float*)> observe;
+        if (slot == Slot::wgrad && observe_)
+            observe = [this, m, n](size_t i, const float* c_s, const float* c) {
+                observe_(ProductObservation{layer_, p_, Slot::wgrad, i, c_s, c, m, n});
+            };
+        const SlotAnalysis s = analyze_slot(slot, a.data(), b.data(), m, k, n, {}, Strategy::full, o, observe);
+        std::vector<float> exact(size_t(m * n));
+        gemm_f32(ConstMatF(a.data(), m, k), Trans::no, ConstMatF(b.data(), k, n), Trans::no, MatF(exact.data(), m, n));
+        double e2 = 0, n2 = 0;
+        for (size_t i = 0; i < exact.size(); ++i) {
+            e2 += (double(own[i]) - exact[i]) * (double(own[i]) - exact[i]);
+            n2 += double(exact[i]) * exact[i];
+        }
+        SlotError e;
+        e.layer = layer_;
+        e.projection = p_;
+        e.slot = slot;
+        e.active = active_[size_t(slot)];
+        e.active_error = n2 > 0 ? std::sqrt(e2 / n2) : 0.0;
+        std::copy(s.rel_error.begin(), s.rel_error.end(), e.error.begin());
+        out_.push_back(e);
+    }
+
+    TrainLinear& inner_;
+    int64_t layer_;
+    Projection p_;
+    std::array<Strategy, 3> active_;
+    std::vector<SlotError>& out_;
+    const ProductObserver& observe_;
+};
 
 bool all_finite(ConstMatF m) {
     for (int64_t r = 0; r < m.rows; ++r)
@@ -150,6 +224,27 @@ void CpuTrainer::set_state(const TrainerState& s) {
     params_ = s.params;
     if (!s.recipe_state.is_null()) recipe_ = RecipeState::from_json(s.recipe_state, config_.model, "trainer state", recipe_.recipe());
     if (linears_from_recipe_) build_recipe_linears();
+}
+
+std::vector<SlotError> CpuTrainer::probe_slot_errors(const TokenBatch& batch) {
+    LOWBIT_CHECK(batch.shape.n_seq == config_.batch_size && batch.shape.n_tok == config_.seq_len, ErrorKind::usage,
+                 "slot-error probe: a batch of {} x {} tokens, but the config trains {} sequences of {}", batch.shape.n_seq,
+                 batch.shape.n_tok, config_.batch_size, config_.seq_len);
+    std::vector<SlotError> out;
+    TrainLinears probe = make_train_linears(config_.model, [&](int64_t layer, Projection p) -> std::unique_ptr<TrainLinear> {
+        const std::array<Strategy, 3> active = {recipe_.strategy(layer, p, Slot::fwd), recipe_.strategy(layer, p, Slot::dgrad),
+                                                recipe_.strategy(layer, p, Slot::wgrad)};
+        return std::make_unique<ProbeTrainLinear>(linears_.at(layer, p), layer, p, active, out, probe_observer_);
+    });
+    const TokenBatch first = batch_rows(batch, 0, micro_batch_size(config_));
+    TrainActivations acts;  // the step's own buffers and state stay as they are
+    train_forward(layout_, params_.data(), probe, first, acts);
+    std::vector<float> grads(size_t(layout_.total()));
+    train_backward(layout_, params_.data(), probe, first, acts, grads.data());
+    std::stable_sort(out.begin(), out.end(), [](const SlotError& a, const SlotError& b) {
+        return std::tie(a.layer, a.projection, a.slot) < std::tie(b.layer, b.projection, b.slot);
+    });
+    return out;
 }
 
 std::string CpuTrainer::describe() const {

@@ -18,6 +18,9 @@
 // the tensor, prefixed with "step N: ".
 // saved_operand_bytes*() are 0: the CPU seam re-quantizes X and W from FP32 in the backward and keeps no
 // quantized copies (the CUDA engine reports the real numbers); peak_device_bytes() is 0.
+// probe_slot_errors: one forward and backward of the first micro-batch through probing wrappers of the run's own
+// linears (nothing of the run changes): each slot's product exactly (FP32), by the run's linear, and under each
+// kProbeStrategies strategy (operand_analysis.h analyze_slot).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +56,8 @@ public:
     int64_t saved_operand_bytes_bf16() const override { return 0; }
     int64_t peak_device_bytes() const override { return 0; }
     std::string describe() const override;
+    std::vector<SlotError> probe_slot_errors(const TokenBatch& batch) override;
+    void set_probe_observer(ProductObserver observe) override { probe_observer_ = std::move(observe); }
 
     // The host buffers themselves (tests).
     const std::vector<float>& params() const { return params_; }
@@ -74,6 +79,7 @@ private:
     TrainLinears linears_;
     TrainActivations acts_;
     bool recording_ = false;  // inside step(): the observed linears record patterns
+    ProductObserver probe_observer_;
 };
 
 }  // namespace lowbit

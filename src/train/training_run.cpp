@@ -82,7 +82,8 @@ int64_t probe_lines_before(const std::string& path, int64_t first_step) {
     return n;
 }
 
-nlohmann::json slot_errors_json(int64_t step, const char* batch, const std::vector<SlotError>& errors) {
+nlohmann::json slot_errors_json(int64_t step, const char* batch, const std::vector<SlotError>& errors,
+                                const ErrorConsistency& consistency) {
     nlohmann::json slots = nlohmann::json::array();
     for (const SlotError& e : errors) {
         nlohmann::json j = {{"layer", e.layer},
@@ -93,7 +94,12 @@ nlohmann::json slot_errors_json(int64_t step, const char* batch, const std::vect
         for (size_t i = 0; i < kProbeStrategies.size(); ++i) j[strategy_short_name(kProbeStrategies[i])] = e.error[i];
         slots.push_back(std::move(j));
     }
-    return {{"step", step}, {"batch", batch}, {"slots", std::move(slots)}};
+    return {{"step", step},
+            {"batch", batch},
+            {"slots", std::move(slots)},
+            {"wgrad_consistency",
+             {{"probes", consistency.batches()},
+              {"by_projection", consistency.by_projection_json({kProbeStrategies.begin(), kProbeStrategies.end()})}}}};
 }
 
 }  // namespace
@@ -134,7 +140,14 @@ RunResult run_training(Trainer& trainer, const TokenShardSet& data, const RunOpt
     WindowBatch batch(B, T);
     std::unique_ptr<MetricsLog> probes;
     WindowBatch probe_batch(B, T);
+    ErrorConsistency consistency(Slot::wgrad);
+    // The trainer outlives this call: the observer, which points at `consistency`, is cleared on every way out.
+    struct ObserverReset {
+        Trainer& t;
+        ~ObserverReset() { t.set_probe_observer({}); }
+    } observer_reset{trainer};
     if (o.probe_every > 0) {
+        trainer.set_probe_observer([&consistency](const ProductObservation& p) { consistency.observe(p); });
         const std::string path = (fs::path(o.run_dir) / "slot_errors.jsonl").string();
         probes = std::make_unique<MetricsLog>(path, probe_lines_before(path, r.first_step));
         if (val_batches > 0)
@@ -162,9 +175,11 @@ RunResult run_training(Trainer& trainer, const TokenShardSet& data, const RunOpt
         r.val_loss.reset();
         if (validate) r.val_loss = validation_loss(trainer, data, val_batches);
         if (probes && (step + 1) % o.probe_every == 0) {
-            const bool on_val = val_batches > 0;
+            const bool on_val = val_batches > 0 && !o.probe_train_batch;
             if (!on_val) probe_batch.windows = batch.windows;
-            probes->append(slot_errors_json(step, on_val ? "val" : "train", trainer.probe_slot_errors(probe_batch.tokens())));
+            const std::vector<SlotError> errors = trainer.probe_slot_errors(probe_batch.tokens());
+            consistency.end_batch();
+            probes->append(slot_errors_json(step, on_val ? "val" : "train", errors, consistency));
         }
         if ((step + 1) % log_every == 0 || validate || last) {
             const auto now = Clock::now();

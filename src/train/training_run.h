@@ -33,11 +33,18 @@ struct RunOptions {
     double time_limit_s = 0;         // stop this call after the step that passes it (0: none)
     double peak_flops = 0;           // for "mfu" (0: omitted)
     // Every N steps (0: never) Trainer::probe_slot_errors on the first batch of the val split (the step's
-    // train batch without one), one JSON line per probe appended to DIR/slot_errors.jsonl:
+    // train batch without one, or with probe_train_batch), one JSON line per probe appended to DIR/slot_errors.jsonl:
     //   {"step": s, "batch": "val"|"train", "slots": [{"layer", "projection", "slot", "active",
-    //    "active_error", "plain", "IHT", "IHT+OE-left", "IHT+OE-right"}, …]}
+    //    "active_error", "plain", "IHT", "IHT+OE-left", "IHT+OE-right"}, …],
+    //    "wgrad_consistency": {"probes": n, "by_projection": {"attn_q": {"plain": {"consistency", "relative",
+    //    "cosine"}, …}, …}}}
     // (errors relative to the BF16 product of the same operands; a resume keeps the lines before its step).
+    // wgrad_consistency: ErrorConsistency (operand_analysis.h) over this call's probes so far — is the weight
+    // gradient's error under each strategy the same from probe to probe (systematic: it accumulates) or independent
+    // (it averages out)? Meaningful on train batches, which differ from probe to probe; it keeps (strategies + 1) ×
+    // the block parameters in host memory.
     int64_t probe_every = 0;
+    bool probe_train_batch = false;
     bool progress = true;            // the progress line on stderr
     bool log = true;                 // a line per logged step, the resume and the AdaHOP plan map on stderr
 };

@@ -316,6 +316,35 @@ TEST(CudaTrainer, SlotProbeCoversEverySlotAndLeavesTheRunAsItWas) {
     });
 }
 
+// The probe's wgrad observations (Trainer::set_probe_observer, for ErrorConsistency): one per block projection and
+// candidate, the weight gradient's shape, and ‖E‖ / ‖C_BF16‖ equal to the probe's own error of that candidate.
+TEST(CudaTrainer, SlotProbeHandsEveryWgradErrorToItsObserver) {
+    REQUIRE_GPU();
+    const TrainConfig c = tiny(6);
+    auto gpu = make_cuda_trainer(c, Recipe{Precision::mxfp4});
+    gpu->step(random_batch(c, 1).view());
+    std::vector<ProductObservation> seen;
+    std::vector<double> ratio;
+    gpu->set_probe_observer([&](const ProductObservation& p) {
+        ASSERT_NE(p.error, nullptr);
+        seen.push_back(p);
+        double e2 = 0, c2 = 0;
+        for (int64_t i = 0; i < p.m * p.n; ++i) e2 += double(p.error[i]) * p.error[i], c2 += double(p.c[i]) * p.c[i];
+        ratio.push_back(std::sqrt(e2 / c2));
+    });
+    const std::vector<SlotError> e = gpu->probe_slot_errors(random_batch(c, 2).view());
+    gpu->set_probe_observer({});
+    ASSERT_EQ(seen.size(), size_t(c.model.n_layers * kProjectionCount) * kProbeStrategies.size());
+    for (size_t i = 0; i < seen.size(); ++i) {
+        const ProductObservation& p = seen[i];
+        EXPECT_EQ(p.slot, Slot::wgrad);
+        EXPECT_EQ(p.m, projection_out_features(c.model, p.projection));
+        EXPECT_EQ(p.n, projection_in_features(c.model, p.projection));
+        const SlotError& slot = e[size_t((p.layer * kProjectionCount + int64_t(p.projection)) * 3 + 2)];
+        EXPECT_NEAR(ratio[i], slot.error[p.strategy], 1e-6 * slot.error[p.strategy] + 1e-12);
+    }
+}
+
 // The MX census (Trainer::set_mx_census) with every slot of mxfp4 on the INT8 tensor cores: per layer, projection
 // and slot, one product per step with (⌈M/128⌉ + ⌈N/128⌉) · ⌈K/256⌉ (operand, tile, chunk) triples and ⌈M/128⌉ ·
 // ⌈N/128⌉ output tiles for the slot's product C [M × N] over K (train_linear_cuda.cuh), the off-window triples and

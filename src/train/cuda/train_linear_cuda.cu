@@ -158,7 +158,7 @@ void slot_product(CudaTrainGemm& gemm, Slot slot, const TrainGemmMode& mode, con
 
 std::vector<double> slot_relative_errors(CudaTrainGemm& gemm, Slot slot, const std::vector<TrainGemmMode>& modes,
                                          const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t m, int64_t k, int64_t n,
-                                         SlotProbeScratch& scratch, cudaStream_t stream) {
+                                         SlotProbeScratch& scratch, cudaStream_t stream, const SlotErrorSink& on_error) {
     check_sizes(m, k, n, "slot probe");
     const int64_t size = slot == Slot::fwd ? m * n : slot == Slot::dgrad ? m * k : n * k;
     float* ref = scratch.ref.grow(size_t(size));
@@ -170,6 +170,10 @@ std::vector<double> slot_relative_errors(CudaTrainGemm& gemm, Slot slot, const s
         CUDA_CHECK(cudaMemcpyAsync(diff, ref, size_t(size) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
         slot_product(gemm, slot, modes[i], a, b, m, k, n, diff, -1.0f);
         sum_squares_cuda(diff, size, sums + 1 + i, scratch.ws, stream);
+        if (on_error) {
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            on_error(i, diff, ref, size);
+        }
     }
     std::vector<double> host(modes.size() + 1);
     CUDA_CHECK(cudaMemcpyAsync(host.data(), sums, host.size() * sizeof(double), cudaMemcpyDeviceToHost, stream));

@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -97,9 +98,12 @@ struct SlotProbeScratch {
     DeviceBuffer<double> sums;
     SumWorkspace ws;
 };
+// on_error (optional): called after each mode's product with the device arrays E = C_mode − C_BF16 and C_BF16 (the
+// slot's output size each), before the next mode overwrites E; the stream is synchronized first.
+using SlotErrorSink = std::function<void(size_t mode, const float* error, const float* ref, int64_t size)>;
 std::vector<double> slot_relative_errors(CudaTrainGemm& gemm, Slot slot, const std::vector<TrainGemmMode>& modes,
                                          const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t m, int64_t k, int64_t n,
-                                         SlotProbeScratch& scratch, cudaStream_t stream);
+                                         SlotProbeScratch& scratch, cudaStream_t stream, const SlotErrorSink& on_error = {});
 
 // Device bytes a prepared operand holds (codes, scales, slices and indices as stored: FP32 slices count 4).
 int64_t prepared_device_bytes(const PreparedOperandCuda& p);

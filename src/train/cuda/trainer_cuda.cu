@@ -89,6 +89,7 @@ public:
     StepStats step(const TokenBatch& batch) override;
     double loss(const TokenBatch& batch) override;
     std::vector<SlotError> probe_slot_errors(const TokenBatch& batch) override;
+    void set_probe_observer(ProductObserver observe) override { probe_observer_ = std::move(observe); }
     const TrainConfig& config() const override { return config_; }
     const ParamLayout& layout() const override { return layout_; }
     int64_t steps_done() const override { return t_; }
@@ -167,6 +168,8 @@ private:
     // probe_slot_errors: where this forward/backward records (null outside a probe) and its scratch.
     std::vector<SlotError>* probe_ = nullptr;
     SlotProbeScratch probe_scratch_;
+    ProductObserver probe_observer_;
+    std::vector<float> probe_host_error_, probe_host_ref_;  // the observer's host copies
     bool mx_census_on_ = false;
     PhaseClock clock_;
     void mark(const char* phase) { clock_.mark(stream_, phase); }
@@ -369,7 +372,19 @@ void CudaTrainer::probe(int64_t layer, Projection p, Slot s, const bf16* a, cons
     e.active = active.strategy;
     std::vector<TrainGemmMode> modes = {active};
     for (Strategy c : kProbeStrategies) modes.push_back(TrainGemmMode{c, LpMatmulOptions{}});
-    const std::vector<double> err = slot_relative_errors(*gemm_, s, modes, a, b, m, k, n, probe_scratch_, stream_);
+    SlotErrorSink sink;
+    if (s == Slot::wgrad && probe_observer_)  // dW [N, K]; modes[0] is the run's own, the candidates follow
+        sink = [this, layer, p, n, k](size_t mode, const float* error, const float* ref, int64_t size) {
+            if (mode == 0) return;
+            probe_host_error_.resize(size_t(size));
+            probe_host_ref_.resize(size_t(size));
+            CUDA_CHECK(cudaMemcpy(probe_host_error_.data(), error, size_t(size) * sizeof(float), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(probe_host_ref_.data(), ref, size_t(size) * sizeof(float), cudaMemcpyDeviceToHost));
+            ProductObservation o{layer, p, Slot::wgrad, mode - 1, nullptr, probe_host_ref_.data(), n, k};
+            o.error = probe_host_error_.data();
+            probe_observer_(o);
+        };
+    const std::vector<double> err = slot_relative_errors(*gemm_, s, modes, a, b, m, k, n, probe_scratch_, stream_, sink);
     e.active_error = err[0];
     std::copy(err.begin() + 1, err.end(), e.error.begin());
     probe_->push_back(e);
