@@ -121,8 +121,6 @@ void run_train(const TrainArgs& a) {
     o.time_limit_s = a.time_limit;
     o.peak_flops = a.peak_tflops * 1e12;
     o.probe_every = a.probe_every;
-    LOWBIT_CHECK(a.probe_batch == "val" || a.probe_batch == "train", ErrorKind::usage, "--probe-batch {}: val or train",
-                 a.probe_batch);
     o.probe_train_batch = a.probe_batch == "train";
     o.progress = !a.no_progress;
     o.log = true;
@@ -225,7 +223,8 @@ void register_train_command(CLI::App& app) {
                   "the probe's time counts in tokens/s)");
     c->add_option("--probe-batch", a->probe_batch,
                   "the probe's batch: val (the first val batch, the same every probe; default) or train (the step's, new "
-                  "every probe: what the wgrad consistency needs)");
+                  "every probe: what the wgrad consistency needs)")
+        ->check(CLI::IsMember({"val", "train"}));
     c->add_option("--peak-tflops", a->peak_tflops, "the device's peak TFLOP/s, for the mfu of the metrics (default: no mfu)");
     c->add_option("--export-dtype", a->export_dtype, "matrices of model.gguf: f32 | f16 | bf16 (default f32)");
     c->add_option("--tokenizer", a->tokenizer, "the tokenizer written into model.gguf (default: the shards' own, if it can be loaded)");

@@ -376,6 +376,7 @@ if gpt2:
                 (["--mx-gemm", "tensor-cores"], "runs on the CUDA engine only", "tensor cores on the CPU"),
                 (["--mx-gemm", "int4"], "--mx-gemm int4: emulated, tensor-cores or tensor-cores-columns", "an unknown --mx-gemm"),
                 (["--mx-gemm", "tensor-cores-columns"], "runs on the CUDA engine only", "column bases on the CPU"),
+                (["--probe-batch", "test"], "--probe-batch", "an unknown probe batch"),
                 (["--mx-census"], "needs --mx-gemm tensor-cores", "a census without the tensor cores")]:
             r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", refused, "--steps", "2", *args,
                          expect_rc=None)
