@@ -6,7 +6,9 @@ DIR/slot_errors.jsonl, train/training_run.h) and prints Markdown tables:
      the run's own strategy and of each MXFP4 strategy (plain, IHT, IHT+OE-left, IHT+OE-right);
   2. per probe step: the root-sum-square of the errors over all slots under the run's strategies and under
      each uniform strategy, and how many slots the run's strategy does worse on than plain MXFP4;
-  3. the slots where the run's strategy loses most to plain MXFP4 (largest error difference).
+  3. the slots where the run's strategy loses most to plain MXFP4 (largest error difference);
+  4. with probes that carry it (`--probe-batch train`), the wgrad error's consistency over the call's probes up to
+     that step: per projection and strategy, consistency / summed error relative to the summed gradient / cosine.
 
 Usage: bench/slot_error_table.py RUN_DIR [RUN_DIR ...] [--step S] [--top N]
 (S: the probe step for tables 1 and 3, default the last one; N rows in table 3, default 10.)
@@ -93,6 +95,23 @@ def worst_table(precision, probe, top):
     return rows
 
 
+def consistency_table(precision, probe):
+    c = probe.get("wgrad_consistency")
+    if not c or not c.get("by_projection"):
+        return []
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"
+    rows = [f"### {precision}, step {probe['step']}: wgrad error over {c['probes']} probes, consistency (1: independent, "
+            f"{math.sqrt(c['probes']):.2f}: the same every probe) / relative / cosine, batch {probe.get('batch', '?')}",
+            "",
+            "| projection | " + " | ".join(STRATEGIES) + " |",
+            "|---|" + "---|" * len(STRATEGIES)]
+    for proj, by in c["by_projection"].items():
+        cells = [f"{fmt(by[s]['consistency'])} / {fmt(by[s]['relative'])} / {fmt(by[s]['cosine'])}" if s in by else "-"
+                 for s in STRATEGIES]
+        rows.append(f"| {proj} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+")
@@ -110,9 +129,10 @@ def main():
                          f"(steps: {', '.join(str(p['step']) for p in probes)})")
             probe = match[0]
         for table in (per_slot_table(precision, probe), over_steps_table(precision, probes),
-                      worst_table(precision, probe, a.top)):
-            print("\n".join(table))
-            print()
+                      worst_table(precision, probe, a.top), consistency_table(precision, probe)):
+            if table:
+                print("\n".join(table))
+                print()
 
 
 if __name__ == "__main__":
