@@ -193,12 +193,7 @@ TEST(OperandAnalysis, EveryProductIsObservedWithTheSlotsError) {
     OperandAnalysisOptions o;
     std::map<std::tuple<int64_t, Projection, Slot, size_t>, double> seen;  // the relative error recomputed
     o.observe_product = [&seen](const ProductObservation& p) {
-        double e2 = 0, n2 = 0;
-        for (int64_t i = 0; i < p.m * p.n; ++i) {
-            e2 += (double(p.c_s[i]) - p.c[i]) * (double(p.c_s[i]) - p.c[i]);
-            n2 += double(p.c[i]) * p.c[i];
-        }
-        EXPECT_TRUE(seen.emplace(std::tuple{p.layer, p.projection, p.slot, p.strategy}, std::sqrt(e2 / n2)).second);
+        EXPECT_TRUE(seen.emplace(std::tuple{p.layer, p.projection, p.slot, p.strategy}, observed_relative_error(p)).second);
     };
     const ModelOperandAnalysis r = analyze_model_operands(m, batch.view(), o);
     EXPECT_EQ(seen.size(), r.projections.size() * 3 * o.strategies.size());

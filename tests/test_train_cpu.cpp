@@ -624,17 +624,8 @@ TEST(CpuTrainerProbe, MeasuresEverySlotAndLeavesTheRunAsItWas) {
         const Batch b1 = random_batch(cfg.model, {cfg.batch_size, cfg.seq_len}, 2);
         probed.step(b0.view());
         plain.step(b0.view());
-        std::vector<ProductObservation> seen;
-        std::vector<double> seen_error;  // ‖E‖ / ‖C‖ of each observation
-        probed.set_probe_observer([&](const ProductObservation& p) {
-            seen.push_back(p);
-            double e2 = 0, c2 = 0;
-            for (int64_t i = 0; i < p.m * p.n; ++i) {
-                e2 += (double(p.c_s[i]) - p.c[i]) * (double(p.c_s[i]) - p.c[i]);
-                c2 += double(p.c[i]) * p.c[i];
-            }
-            seen_error.push_back(std::sqrt(e2 / c2));
-        });
+        std::vector<SeenProduct> seen;
+        probed.set_probe_observer(record_products(seen));
         const std::vector<SlotError> e = probed.probe_slot_errors(b1.view());
         ASSERT_EQ(e.size(), size_t(cfg.model.n_layers * kProjectionCount * 3));
         for (size_t i = 0; i < e.size(); ++i) {
@@ -650,16 +641,7 @@ TEST(CpuTrainerProbe, MeasuresEverySlotAndLeavesTheRunAsItWas) {
             }
             for (double x : e[i].error) EXPECT_TRUE(x > 0 && x < 1) << x;
         }
-        // One observation per wgrad and candidate, whose error is the slot's.
-        ASSERT_EQ(seen.size(), size_t(cfg.model.n_layers * kProjectionCount) * kProbeStrategies.size());
-        for (size_t i = 0; i < seen.size(); ++i) {
-            const ProductObservation& p = seen[i];
-            EXPECT_EQ(p.slot, Slot::wgrad);
-            EXPECT_EQ(p.m, projection_out_features(cfg.model, p.projection));
-            EXPECT_EQ(p.n, projection_in_features(cfg.model, p.projection));
-            const SlotError& slot = e[size_t((p.layer * kProjectionCount + int64_t(p.projection)) * 3 + 2)];
-            EXPECT_NEAR(seen_error[i], slot.error[p.strategy], 1e-12);
-        }
+        expect_wgrad_observations(seen, e, cfg.model, 1e-9);
         probed.set_probe_observer({});
         EXPECT_EQ(probed.step(b1.view()).loss, plain.step(b1.view()).loss);
         EXPECT_EQ(probed.params(), plain.params());

@@ -6,8 +6,14 @@
 #include <cstdint>
 #include <vector>
 
+#include <cmath>
+
+#include <gtest/gtest.h>
+
 #include "core/counter_rng.h"
 #include "train/backward_cpu.h"
+#include "train/operand_analysis.h"
+#include "train/trainer.h"
 
 namespace lowbit {
 
@@ -34,6 +40,40 @@ inline Batch batch_from_stream(const std::vector<int32_t>& stream, BatchShape sh
             b.targets.push_back(stream[size_t(s * (shape.n_tok + 1) + t + 1)]);
         }
     return b;
+}
+
+// ‖E‖ / ‖C‖ of an observed product (E given, or C_s − C), computed while its arrays exist (inside the observer).
+inline double observed_relative_error(const ProductObservation& p) {
+    double e2 = 0, c2 = 0;
+    for (int64_t i = 0; i < p.m * p.n; ++i) {
+        const double e = p.error ? double(p.error[i]) : double(p.c_s[i]) - p.c[i];
+        e2 += e * e;
+        c2 += double(p.c[i]) * p.c[i];
+    }
+    return std::sqrt(e2 / c2);
+}
+
+struct SeenProduct {
+    ProductObservation p;  // its arrays are gone after the observer returns
+    double relative_error = 0;
+};
+inline ProductObserver record_products(std::vector<SeenProduct>& out) {
+    return [&out](const ProductObservation& p) { out.push_back({p, observed_relative_error(p)}); };
+}
+
+// A probe's wgrad observations against its slot errors: one per block projection and kProbeStrategies candidate,
+// shaped like dW [out, in], with ‖E‖ / ‖C‖ the slot's error of that candidate (to rel_tol of it).
+inline void expect_wgrad_observations(const std::vector<SeenProduct>& seen, const std::vector<SlotError>& errors,
+                                      const LlamaConfig& c, double rel_tol) {
+    ASSERT_EQ(seen.size(), size_t(c.n_layers * kProjectionCount) * kProbeStrategies.size());
+    for (const SeenProduct& s : seen) {
+        const ProductObservation& p = s.p;
+        EXPECT_EQ(p.slot, Slot::wgrad);
+        EXPECT_EQ(p.m, projection_out_features(c, p.projection));
+        EXPECT_EQ(p.n, projection_in_features(c, p.projection));
+        const SlotError& slot = errors[size_t((p.layer * kProjectionCount + int64_t(p.projection)) * 3 + 2)];
+        EXPECT_NEAR(s.relative_error, slot.error[p.strategy], rel_tol * slot.error[p.strategy] + 1e-12);
+    }
 }
 
 }  // namespace lowbit

@@ -323,26 +323,12 @@ TEST(CudaTrainer, SlotProbeHandsEveryWgradErrorToItsObserver) {
     const TrainConfig c = tiny(6);
     auto gpu = make_cuda_trainer(c, Recipe{Precision::mxfp4});
     gpu->step(random_batch(c, 1).view());
-    std::vector<ProductObservation> seen;
-    std::vector<double> ratio;
-    gpu->set_probe_observer([&](const ProductObservation& p) {
-        ASSERT_NE(p.error, nullptr);
-        seen.push_back(p);
-        double e2 = 0, c2 = 0;
-        for (int64_t i = 0; i < p.m * p.n; ++i) e2 += double(p.error[i]) * p.error[i], c2 += double(p.c[i]) * p.c[i];
-        ratio.push_back(std::sqrt(e2 / c2));
-    });
+    std::vector<SeenProduct> seen;
+    gpu->set_probe_observer(record_products(seen));
     const std::vector<SlotError> e = gpu->probe_slot_errors(random_batch(c, 2).view());
     gpu->set_probe_observer({});
-    ASSERT_EQ(seen.size(), size_t(c.model.n_layers * kProjectionCount) * kProbeStrategies.size());
-    for (size_t i = 0; i < seen.size(); ++i) {
-        const ProductObservation& p = seen[i];
-        EXPECT_EQ(p.slot, Slot::wgrad);
-        EXPECT_EQ(p.m, projection_out_features(c.model, p.projection));
-        EXPECT_EQ(p.n, projection_in_features(c.model, p.projection));
-        const SlotError& slot = e[size_t((p.layer * kProjectionCount + int64_t(p.projection)) * 3 + 2)];
-        EXPECT_NEAR(ratio[i], slot.error[p.strategy], 1e-6 * slot.error[p.strategy] + 1e-12);
-    }
+    for (const SeenProduct& s : seen) EXPECT_NE(s.p.error, nullptr);  // the GPU hands E itself
+    expect_wgrad_observations(seen, e, c.model, 1e-6);
 }
 
 // The MX census (Trainer::set_mx_census) with every slot of mxfp4 on the INT8 tensor cores: per layer, projection
