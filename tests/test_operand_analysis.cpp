@@ -272,6 +272,46 @@ TEST(OperandAnalysis, ErrorConsistencyTellsSystematicFromIndependentErrors) {
     EXPECT_NEAR(e[1].error_norm2_sum, 4 * 0.04, 1e-6);
 }
 
+TEST(OperandAnalysis, SkippedPositionsLeaveTheirRowsOut) {
+    const LlamaModel m = analysis_model();
+    const LlamaConfig& c = m.config;
+    const Batch batch = analysis_batch(c);
+    OperandAnalysisOptions o;
+    o.skip_positions = 32;
+    const ModelOperandAnalysis r = analyze_model_operands(m, batch.view(), o);
+    // The reference: blk.1.ffn_down's X and dY captured by the calibration observer, their rows at positions ≥ 32.
+    const ParamLayout layout(c);
+    const std::vector<float> params = params_from_model(layout, m);
+    std::vector<float> x, w, dy;
+    int64_t x_cols = 0, dy_cols = 0, w_rows = 0;
+    TrainLinears observed = make_train_linears(c, [&](int64_t layer, Projection p) -> std::unique_ptr<TrainLinear> {
+        return std::make_unique<ObservedTrainLinear>(std::make_unique<DenseTrainLinear>(), [&, layer, p](Operand which, ConstMatF t) {
+            if (layer != 1 || p != Projection::down) return;
+            std::vector<float>& into = which == Operand::x ? x : which == Operand::w ? w : dy;
+            into.clear();
+            for (int64_t row = 0; row < t.rows; ++row)
+                if (which == Operand::w || row % kShape.n_tok >= 32) into.insert(into.end(), t.row(row), t.row(row) + t.cols);
+            (which == Operand::x ? x_cols : which == Operand::w ? w_rows : dy_cols) = which == Operand::w ? t.rows : t.cols;
+        });
+    });
+    TrainActivations acts;
+    train_forward(layout, params.data(), observed, batch.view(), acts);
+    std::vector<float> grads(size_t(layout.total()));
+    train_backward(layout, params.data(), observed, batch.view(), acts, grads.data());
+    const int64_t rows = kShape.n_seq * 32;
+    ASSERT_EQ(int64_t(x.size()), rows * x_cols);
+    const ProjectionAnalysis want = analyze_projection(1, Projection::down, ConstMatF(x.data(), rows, x_cols),
+                                                       ConstMatF(w.data(), w_rows, int64_t(w.size()) / w_rows),
+                                                       ConstMatF(dy.data(), rows, dy_cols), o);
+    const ProjectionAnalysis& got = r.projections[size_t(1 * kProjectionCount + int64_t(Projection::down))];
+    EXPECT_EQ(got.slots[0].m, rows);
+    EXPECT_EQ(got.slots[2].k, rows);
+    EXPECT_EQ(got.x.cv_row, want.x.cv_row);
+    for (size_t sl = 0; sl < 3; ++sl) EXPECT_EQ(got.slots[sl].rel_error, want.slots[sl].rel_error) << sl;
+    o.skip_positions = kShape.n_tok;
+    EXPECT_THROW(analyze_model_operands(m, batch.view(), o), Error);
+}
+
 TEST(OperandAnalysis, RefusesAModelWithQkvBiases) {
     LlamaModel m = analysis_model();
     m.config.qkv_bias = true;

@@ -228,7 +228,7 @@ void run_detect(const std::string& path, bool json, double tau, double kappa) {
 
 struct ModelArgs {
     std::string model, tokenizer, corpus = "sotu-train", text_file;
-    int64_t windows = 2, ctx = 512, batches = 1;
+    int64_t windows = 2, ctx = 512, batches = 1, skip_positions = 0;
     uint64_t seed = 0;
     std::string format = "mxfp4", scale_rule, rounding, oe_metric = "l2", table = "lv1", plan_out, report;
     int64_t oe_k = 64;
@@ -346,9 +346,10 @@ void print_model_report(const ModelArgs& a, const std::string& path, const Llama
                 (long long)a.batches, a.batches > 1 ? "es" : "", (long long)a.windows, (long long)r.shape.n_tok,
                 a.text_file.empty() ? a.corpus.c_str() : a.text_file.c_str(), (unsigned long long)a.seed, r.loss,
                 a.batches > 1 ? ";\n  labels: majority vote over the batches; errors and gains: means; census: sums" : "");
-    std::printf("  operands: %s, scale rule %s, rounding %s, OE top-%lld; detector tau %.1f; plan table %s\n", a.format.c_str(),
+    std::printf("  operands: %s, scale rule %s, rounding %s, OE top-%lld; detector tau %.1f; plan table %s%s\n", a.format.c_str(),
                 scale_rule_name(o.lp.scale_rule), rounding_name(o.lp.rounding_a), (long long)o.lp.oe_k, o.detector.tau,
-                o.table.name.c_str());
+                o.table.name.c_str(),
+                o.skip_positions > 0 ? fmt::format("; the first {} positions of every window left out", o.skip_positions).c_str() : "");
     std::printf("  slots: fwd Y = X.W^T (A = X, B = W^T), dgrad dX = dY.W (A = dY, B = W), wgrad dW = dY^T.X (A = dY^T, B = X)\n\n");
 
     std::printf("Outlier patterns, blocks labelled row / col / none:\n%-6s %-12s %-12s %-12s\n", "proj", "X", "W", "dY");
@@ -438,7 +439,8 @@ nlohmann::json model_report_json(const ModelArgs& a, const std::string& path, co
             {"windows", r.shape.n_seq}, {"ctx", r.shape.n_tok}, {"text", a.text_file.empty() ? a.corpus : a.text_file},
             {"seed", a.seed}, {"loss", r.loss}, {"format", a.format}, {"scale_rule", scale_rule_name(o.lp.scale_rule)},
             {"rounding", rounding_name(o.lp.rounding_a)}, {"oe_k", o.lp.oe_k}, {"tau", o.detector.tau},
-            {"table", o.table.name}, {"window_binades", o.window_binades}, {"strategies", names}, {"plan", plan_to_json(r.plan())}, {"projections", projections}};
+            {"table", o.table.name}, {"window_binades", o.window_binades}, {"skip_positions", o.skip_positions},
+            {"strategies", names}, {"plan", plan_to_json(r.plan())}, {"projections", projections}};
 }
 
 nlohmann::json consistency_json(const ErrorConsistency& consistency, const OperandAnalysisOptions& o) {
@@ -486,6 +488,7 @@ void run_model(const ModelArgs& a) {
     LOWBIT_CHECK(a.window_binades >= 0 && a.window_binades <= 30, ErrorKind::usage, "analyze model: --window-binades {}: 0 to 30",
                  a.window_binades);
     o.window_binades = a.window_binades;
+    o.skip_positions = a.skip_positions;
     const std::string path = resolve_model_path(a.model);
     const LlamaModel model = load_llama_model(path);
     const LlamaConfig& c = model.config;
@@ -595,6 +598,9 @@ void register_analyze_command(CLI::App& app) {
     model->add_option("--tau", m->tau, "the detector's ratio threshold (default 2.0)");
     model->add_option("--window-binades", m->window_binades,
                       "width of the INT8 window in the census (default 3, the kernel's; wider: what a wider design would chain)");
+    model->add_option("--skip-positions", m->skip_positions,
+                      "leave the first N positions of every window out of the analysed operands (attention sinks?); the "
+                      "forward and backward still see them (default 0)");
     model->add_option("--plan-out", m->plan_out, "write the plan (strategy_plan.h's JSON, the training engine's format) here");
     model->add_option("--report", m->report, "also write the JSON report (every projection and slot) to this file");
     model->add_flag("--per-layer", m->per_layer, "also print every projection's patterns and planned strategies");

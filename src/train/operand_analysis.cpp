@@ -173,9 +173,27 @@ ModelOperandAnalysis analyze_model_operands(const LlamaModel& model, const Token
     out.projections.resize(size_t(c.n_layers * kProjectionCount));
     const int64_t total = c.n_layers * kProjectionCount;
     int64_t done = 0;
+    const int64_t skip = opts.skip_positions, n_tok = batch.shape.n_tok;
+    LOWBIT_CHECK(skip >= 0 && skip < n_tok, ErrorKind::usage, "operand analysis: skipping {} of {} positions per window", skip,
+                 n_tok);
+    // The rows of m at positions ≥ skip of their window (m's rows are the batch's tokens, window-major).
+    const auto kept_rows = [skip, n_tok](ConstMatF m) {
+        std::vector<float> k;
+        k.reserve(size_t((m.rows / n_tok) * (n_tok - skip) * m.cols));
+        for (int64_t r = 0; r < m.rows; ++r)
+            if (r % n_tok >= skip) k.insert(k.end(), m.row(r), m.row(r) + m.cols);
+        return k;
+    };
     TrainLinears linears = make_train_linears(c, [&](int64_t layer, Projection p) -> std::unique_ptr<TrainLinear> {
         return std::make_unique<AnalysedTrainLinear>([&, layer, p](ConstMatF x, ConstMatF w, ConstMatF dy) {
-            out.projections[size_t(layer * kProjectionCount + int64_t(p))] = analyze_projection(layer, p, x, w, dy, opts);
+            ProjectionAnalysis& into = out.projections[size_t(layer * kProjectionCount + int64_t(p))];
+            if (skip == 0) {
+                into = analyze_projection(layer, p, x, w, dy, opts);
+            } else {
+                const std::vector<float> xk = kept_rows(x), dyk = kept_rows(dy);
+                const int64_t rows = int64_t(xk.size()) / x.cols;
+                into = analyze_projection(layer, p, ConstMatF(xk.data(), rows, x.cols), w, ConstMatF(dyk.data(), rows, dy.cols), opts);
+            }
             if (opts.progress) opts.progress(++done, total);
         });
     });

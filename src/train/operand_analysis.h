@@ -67,6 +67,10 @@ struct OperandAnalysisOptions {
                                         Strategy::full};
     // The census's window width in binades: the kernel's 3, or wider to ask what a wider-window design would chain.
     int window_binades = kInt8WindowBinades;
+    // Leave the first `skip_positions` positions of every window out of the analysed operands (the rows of X and dY;
+    // the forward and backward still see them): is a slot's error carried by the first tokens, where pretrained
+    // models keep their attention sinks? 0: every position.
+    int64_t skip_positions = 0;
     std::function<void(int64_t done, int64_t total)> progress;  // after each analysed projection
     ProductObserver observe_product;  // every product, while it is at hand
 };
