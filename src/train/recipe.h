@@ -45,9 +45,9 @@ struct Recipe {
     // cores are slower today (bench/results/mx_gemm_h200.md). `lowbit train --mx-gemm tensor-cores`. Not a plan setting.
     bool mx_tensor_cores = false;
     // With mx_tensor_cores: one INT8 base per line of B (MxGemmFold::int8_stages_columns) instead of one per 128-line
-    // tile (int8_stages). Real operands need it: on SmolLM2's, per-line bases halve the wgrad chunks computed block by
-    // block under IHT (bench/results/analyze_model_smollm2_cpu_devbox.md). `--mx-gemm tensor-cores-columns`. Not a
-    // plan setting.
+    // tile (int8_stages). Real operands need it: on SmolLM2's, per-line bases cut the wgrad chunk pairs computed block
+    // by block under IHT from 96 % to 63 % (bench/results/analyze_model_smollm2_cpu_devbox.md).
+    // `--mx-gemm tensor-cores-columns`. Not a plan setting.
     bool mx_column_bases = false;
 };
 
