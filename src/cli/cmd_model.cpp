@@ -236,6 +236,7 @@ CudaLlamaOptions cuda_options(const EvalArgs& a, const LinearChoice& linears) {
     CudaLinearFactory f;
     if (linears.adahop) f = cuda_adahop_linears(Plan{}, LpMatmulOptions{}, linears.plan);
     else if (linears.weights.format || linears.acts.format) f = cuda_fake_quant_linears(linears.weights, linears.acts);
+    if (linears.kv.format) f = cuda_with_kv_cache(f, linears.kv);
     return CudaLlamaOptions{parse_cuda_precision(a.precision), CudaResidency::automatic, f};
 }
 #endif
@@ -334,8 +335,6 @@ void run_eval(EvalArgs a, bool ctx_given) {
                  fmt::join(corpus_names(), ", "));
     if (a.threads > 0) set_thread_count(a.threads);
     // The device is checked before anything is loaded.
-    LOWBIT_CHECK(a.kv.empty() || a.kv == "none" || a.device == "cpu", ErrorKind::usage,
-                 "--kv {}: KV-cache quantization runs in the CPU forward only (--device cpu)", a.kv);
     LOWBIT_CHECK(a.device == "cuda" || a.precision == "fp32", ErrorKind::usage,
                  "--precision {} needs --device cuda (the CPU forward is FP32)", a.precision);
     std::string device_desc = "CPU";
@@ -570,7 +569,7 @@ void register_model_commands(CLI::App& app) {
                    "(`quantize --act-bits`), else none; --acts none overrides the record");
     ce->add_option("--kv", ev->kv,
                    "quantize the KV cache: the keys after RoPE and the values attention reads, per token and KV head "
-                   "(e.g. int4, int8, mxfp4; 4 and 8 mean int4 and int8): with --acts 4 and a W4 file, W4A4KV4 (CPU only)");
+                   "(e.g. int4, int8, mxfp4; 4 and 8 mean int4 and int8): with --acts 4 and a W4 file, W4A4KV4");
     ce->add_option("--adahop", ev->adahop,
                    "run every projection through AdaHOP's MXFP4 lp_matmul with this forward strategy: "
                    "none | hadamard | inner_outlier_extract_left | inner_outlier_extract_right | full_precision");

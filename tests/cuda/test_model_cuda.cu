@@ -560,6 +560,30 @@ TEST(ModelCuda, LinearSeamMatchesDenseAndTheCpuLinears) {
     QuantSpec gguf;
     gguf.format = &find_format("q8_0");
     EXPECT_THROW(CudaLlama(m, {CudaPrecision::fp32, CudaResidency::resident, cuda_fake_quant_linears(w, gguf)}), Error);
+    EXPECT_THROW(CudaLlama(m, {CudaPrecision::fp32, CudaResidency::resident, cuda_with_kv_cache({}, gguf)}), Error);
+
+    // The KV cache quantized per token and KV head (W4A4KV4 evaluation): the CPU's logits, alone and over fake-quant
+    // linears, resident and streamed; and not the dense ones.
+    for (const char* kv_name : {"int4", "mxfp4"}) {
+        QuantSpec kv;
+        kv.format = &find_format(kv_name);
+        for (const FakeQuantCase& k : {FakeQuantCase{{}, {}, "dense"}, FakeQuantCase{w, a, "fake-quant mxfp4 + int8 activations"}}) {
+            const LinearFactory cpu_base = k.weights.format ? fake_quant_linears(k.weights, k.acts) : LinearFactory{};
+            const ModelLinears cpu_linears = make_model_linears(m, with_kv_cache(cpu_base, kv));
+            const auto cpu = forward_logits(m, tok.data(), shape, 0, &cpu_linears);
+            const CudaLinearFactory gpu_base = k.weights.format ? cuda_fake_quant_linears(k.weights, k.acts) : CudaLinearFactory{};
+            for (CudaResidency r : {CudaResidency::resident, CudaResidency::streamed}) {
+                CudaLlama q(m, {CudaPrecision::fp32, r, cuda_with_kv_cache(gpu_base, kv)});
+                const auto gpu = q.forward_logits(tok.data(), shape);
+                // Per-token rounding flips where FP32 summation order moved a key or value across a boundary (as
+                // for the activations above).
+                expect_within(std::string("KV ") + kv_name + " over " + k.name + (r == CudaResidency::streamed ? ", streamed" : "") +
+                                  " vs CPU: max|d|/max|logit|",
+                              max_abs_diff(gpu, cpu) / max_abs(cpu), 4e-2);
+                EXPECT_GT(max_abs_diff(gpu, dense), 0.0f) << kv_name << " over " << k.name << ": not the dense logits";
+            }
+        }
+    }
 }
 
 TEST(ModelCuda, Bf16MatchesItsCpuEmulationAndStaysCloseToFp32) {

@@ -143,6 +143,10 @@ void cuda_block_forward(const LlamaConfig& c, const CudaBlockWeights& b, int64_t
     }
     apply_rope_cuda(q, shape, c.n_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
     apply_rope_cuda(k, shape, c.n_kv_heads, c.head_dim, c.rope_pairing, s.rope_cos.data(), s.rope_sin.data(), st);
+    if (lin.kv_cache.format)  // what a quantized KV cache would hold: one grid per token and KV head (forward_cpu.cpp)
+        for (float* t : {k, v})
+            format_roundtrip_cuda(*lin.kv_cache.format, lin.kv_cache.options, t, rows * c.n_kv_heads, c.head_dim, t,
+                                  s.kv_scratch, st);
     if (stop == BlockStop::qkv) return;
     if (s.tensor_core_attention && b.precision == CudaPrecision::bf16 && flash_attention_head_dim_supported(c.head_dim)) {
         __nv_bfloat16* qb = s.q_bf16.grow(rows * qd);

@@ -117,6 +117,7 @@ struct CudaBlockScratch {
     DeviceBuffer<__nv_bfloat16> q_bf16, k_bf16, v_bf16, ctx_bf16_own;
     DeviceBuffer<float> lse;
     DeviceBuffer<float> rope_cos, rope_sin;  // [n_tok, head_dim/2] from rope_tables()
+    FormatRoundtripScratch kv_scratch;       // CudaBlockLinears::kv_cache
     int64_t rope_n_tok = -1;
     int64_t rows = 0;              // rows of the last batch through cuda_block_forward
 };

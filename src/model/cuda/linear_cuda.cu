@@ -204,4 +204,16 @@ CudaLinearFactory cuda_adahop_linears(const Plan& plan, const LpMatmulOptions& o
     };
 }
 
+CudaLinearFactory cuda_with_kv_cache(CudaLinearFactory base, const QuantSpec& kv) {
+    if (kv.format && !format_roundtrip_cuda_supported(*kv.format))
+        cuda_usage_error(std::string("KV-cache format ") + kv.format->name + " has no CUDA quantizer (MX, NVFP4 and INT grids do)");
+    if (!base) base = cuda_dense_linears();
+    return [base = std::move(base), kv](const LlamaConfig& c, const BlockWeights& b, int64_t layer, CudaPrecision p,
+                                        cudaStream_t stream, CudaBlockLinears& out) {
+        base(c, b, layer, p, stream, out);
+        out.kv_cache = kv;
+        out.kv_cache.options.axis = 1;  // per token (and KV head), as quantize_activations
+    };
+}
+
 }  // namespace lowbit

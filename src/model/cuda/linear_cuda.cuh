@@ -134,6 +134,9 @@ private:
 struct CudaBlockLinears {
     std::array<std::unique_ptr<CudaLinear>, kProjectionCount> by_projection;
     const CudaLinear& operator[](Projection p) const { return *by_projection[size_t(p)]; }
+    // KV-cache quantization for evaluation, as BlockLinears::kv_cache: the keys after RoPE and the values quantized→
+    // dequantized per token and KV head (format_roundtrip_cuda, bit-equal to the CPU's rule). No format: off.
+    QuantSpec kv_cache;
     size_t bytes() const;
 };
 
@@ -145,5 +148,7 @@ using CudaLinearFactory = std::function<void(const LlamaConfig& c, const BlockWe
 CudaLinearFactory cuda_dense_linears();
 CudaLinearFactory cuda_fake_quant_linears(const QuantSpec& weights, const QuantSpec& activations = {});
 CudaLinearFactory cuda_adahop_linears(const Plan& plan, const LpMatmulOptions& opts, const LayerPlan& fallback = {});
+// `base`'s linears (empty: dense) with the KV cache quantized to `kv` (a CUDA-capable format; usage error otherwise).
+CudaLinearFactory cuda_with_kv_cache(CudaLinearFactory base, const QuantSpec& kv);
 
 }  // namespace lowbit
