@@ -619,7 +619,9 @@ TEST(CpuTrainerProbe, MeasuresEverySlotAndLeavesTheRunAsItWas) {
     cfg.seq_len = 32;
     for (const Precision precision : {Precision::bf16, Precision::mxfp4}) {
         SCOPED_TRACE(precision_name(precision));
-        CpuTrainer probed(cfg, Recipe{precision}), plain(cfg, Recipe{precision});
+        Recipe recipe;
+        recipe.precision = precision;
+        CpuTrainer probed(cfg, recipe), plain(cfg, recipe);
         const Batch b0 = random_batch(cfg.model, {cfg.batch_size, cfg.seq_len}, 1);
         const Batch b1 = random_batch(cfg.model, {cfg.batch_size, cfg.seq_len}, 2);
         probed.step(b0.view());

@@ -289,7 +289,8 @@ TEST(TrainRun, SlotErrorProbesAreLoggedAndResumeKeepsTheEarlierOnes) {
     const TrainConfig cfg = tiny_run(12);
     const TokenShardSet data = TokenShardSet::open(tiny_shards().string());
     const fs::path straight = fresh_dir("probe_straight"), resumed = fresh_dir("probe_resumed");
-    const Recipe mxfp4{Precision::mxfp4};
+    Recipe mxfp4;
+    mxfp4.precision = Precision::mxfp4;
     CpuTrainer a(cfg, mxfp4);
     RunOptions o = quiet_run(straight);
     o.probe_every = 4;

@@ -44,12 +44,10 @@ inline Batch batch_from_stream(const std::vector<int32_t>& stream, BatchShape sh
 
 // ‖E‖ / ‖C‖ of an observed product (E given, or C_s − C), computed while its arrays exist (inside the observer).
 inline double observed_relative_error(const ProductObservation& p) {
+    const size_t n = size_t(p.m * p.n);
+    if (!p.error) return relative_frobenius_error(p.c_s, p.c, n);
     double e2 = 0, c2 = 0;
-    for (int64_t i = 0; i < p.m * p.n; ++i) {
-        const double e = p.error ? double(p.error[i]) : double(p.c_s[i]) - p.c[i];
-        e2 += e * e;
-        c2 += double(p.c[i]) * p.c[i];
-    }
+    for (size_t i = 0; i < n; ++i) e2 += double(p.error[i]) * p.error[i], c2 += double(p.c[i]) * p.c[i];
     return std::sqrt(e2 / c2);
 }
 

@@ -67,6 +67,16 @@ private:
 
 }  // namespace
 
+double relative_frobenius_error(const float* c_s, const float* c, size_t n) {
+    double err2 = 0, norm2 = 0;
+    for (size_t j = 0; j < n; ++j) {
+        const double d = double(c_s[j]) - c[j];
+        err2 += d * d;
+        norm2 += double(c[j]) * c[j];
+    }
+    return norm2 > 0 ? std::sqrt(err2 / norm2) : (err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+}
+
 WindowCensus& WindowCensus::operator+=(const WindowCensus& c) {
     a_outside += c.a_outside;
     a_units += c.a_units;
@@ -104,13 +114,9 @@ SlotAnalysis analyze_slot(Slot slot, const float* a, const float* b, int64_t m, 
         const PreparedOperand pa = lp_prepare(a, m, k, Side::left, st, opts.lp);
         const PreparedOperand pb = lp_prepare(b, k, n, Side::right, st, opts.lp);
         lp_matmul_prepared(pa, pb, opts.lp, c.data());
-        double err2 = 0, dot = 0;
-        for (size_t j = 0; j < c.size(); ++j) {
-            const double d = double(c[j]) - exact[j];
-            err2 += d * d;
-            dot += double(c[j]) * exact[j];
-        }
-        s.rel_error[i] = norm2 > 0 ? std::sqrt(err2 / norm2) : (err2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+        double dot = 0;
+        for (size_t j = 0; j < c.size(); ++j) dot += double(c[j]) * exact[j];
+        s.rel_error[i] = relative_frobenius_error(c.data(), exact.data(), c.size());
         s.gain[i] = norm2 > 0 ? dot / norm2 : std::numeric_limits<double>::quiet_NaN();
         if (observe) observe(i, c.data(), exact.data());
         if (census && st == Strategy::plain) s.census_plain = window_census_of(pa, pb, m, k, n, opts.window_binades);

@@ -110,6 +110,9 @@ struct ModelOperandAnalysis {
     Plan plan() const;  // the strategies the planner fixed, in the training engine's plan format
 };
 
+// ‖c_s − c‖ / ‖c‖ over n values (FP64 sums; 0 when both are zero, ∞ when only c is).
+double relative_frobenius_error(const float* c_s, const float* c, size_t n);
+
 // The analysis of one GEMM C = A·B (A [m, k], B [k, n], row-major, dense) whose planner inputs are `pair`; `observe`
 // (if any) sees each strategy's product next to C.
 SlotAnalysis analyze_slot(Slot slot, const float* a, const float* b, int64_t m, int64_t k, int64_t n,

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "adahop/outlier_detector.h"
 #include "core/error.h"
-#include "core/gemm_cpu.h"
 
 namespace lowbit {
 
@@ -61,25 +61,20 @@ private:
                 const std::vector<float>& own) {
         OperandAnalysisOptions o;
         o.strategies.assign(kProbeStrategies.begin(), kProbeStrategies.end());
-        std::function<void(size_t, const float*, const float*)> observe;
-        if (slot == Slot::wgrad && observe_)
-            observe = [this, m, n](size_t i, const float* c_s, const float* c) {
-                observe_(ProductObservation{layer_, p_, Slot::wgrad, i, c_s, c, m, n});
-            };
+        // The run's own error against analyze_slot's exact product (the first candidate's callback hands it over);
+        // NaN where analyze_slot measures nothing (K not a multiple of 32).
+        double own_error = std::numeric_limits<double>::quiet_NaN();
+        const auto observe = [&](size_t i, const float* c_s, const float* c) {
+            if (i == 0) own_error = relative_frobenius_error(own.data(), c, own.size());
+            if (slot == Slot::wgrad && observe_) observe_(ProductObservation{layer_, p_, Slot::wgrad, i, c_s, c, m, n});
+        };
         const SlotAnalysis s = analyze_slot(slot, a.data(), b.data(), m, k, n, {}, Strategy::full, o, observe);
-        std::vector<float> exact(size_t(m * n));
-        gemm_f32(ConstMatF(a.data(), m, k), Trans::no, ConstMatF(b.data(), k, n), Trans::no, MatF(exact.data(), m, n));
-        double e2 = 0, n2 = 0;
-        for (size_t i = 0; i < exact.size(); ++i) {
-            e2 += (double(own[i]) - exact[i]) * (double(own[i]) - exact[i]);
-            n2 += double(exact[i]) * exact[i];
-        }
         SlotError e;
         e.layer = layer_;
         e.projection = p_;
         e.slot = slot;
         e.active = active_[size_t(slot)];
-        e.active_error = n2 > 0 ? std::sqrt(e2 / n2) : 0.0;
+        e.active_error = own_error;
         std::copy(s.rel_error.begin(), s.rel_error.end(), e.error.begin());
         out_.push_back(e);
     }
