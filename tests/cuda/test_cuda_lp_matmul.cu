@@ -222,7 +222,8 @@ TEST(AdahopCuda, LpMatmulWithRandomSignsMatchesCpu) {
 // operand or its transpose — prepared into reused operands. Every field equals the CPU's lp_prepare of the
 // operand's values bit for bit, on the fused paths (plain, iht, iht+OE from BF16) and on the FP32 fallbacks
 // (random signs, stochastic rounding of a transposed tensor, MXFP8 rotations, NVFP4); the products into
-// BF16 and into FP32 with beta follow the CPU's lp_matmul within FP32 summation order.
+// BF16 and into FP32 with beta follow the CPU's lp_matmul within FP32 summation order — for MXFP4 also with the main
+// product on the tensor cores (each fold), where the product, and OE's slivers, go straight into the output with its beta.
 TEST(AdahopCuda, LpMatmulOfBf16OperandsMatchesCpu) {
     REQUIRE_GPU();
     LpMatmulCuda gpu;
@@ -256,15 +257,23 @@ TEST(AdahopCuda, LpMatmulOfBf16OperandsMatchesCpu) {
                     }
                     std::vector<float> cpu(size_t(m * n));
                     lp_matmul(a.data(), b.data(), m, k, n, s, o, cpu.data());
-                    c32.upload(old_c.data(), old_c.size());
-                    gpu.matmul_prepared(pa, pb, o, LpMatmulOutput{c32.data(), nullptr, 0.5f});
-                    gpu.matmul_prepared(pa, pb, o, LpMatmulOutput{nullptr, c16.data(), 0.0f});
                     std::vector<float> with_beta(cpu.size()), rounded(cpu.size());
                     for (size_t i = 0; i < cpu.size(); ++i) with_beta[i] = cpu[i] + 0.5f * old_c[i];
-                    EXPECT_LT(rel_diff(download(c32, cpu.size()), with_beta), 2e-5);
-                    const auto got16 = download(c16, cpu.size());
-                    for (size_t i = 0; i < cpu.size(); ++i) rounded[i] = __bfloat162float(got16[i]);
-                    EXPECT_LT(rel_diff(rounded, cpu), 8e-3);  // BF16 output: 2^-8 relative per element at most
+                    const bool mxfp4 = !f.nvfp4 && f.e == MxElement::e2m1 && s != Strategy::full;
+                    const MxGemmFold folds[] = {MxGemmFold::b_columns, MxGemmFold::b_columns, MxGemmFold::int8_stages,
+                                                MxGemmFold::int8_stages_columns};
+                    for (int engine = 0; engine < (mxfp4 ? 4 : 1); ++engine) {  // 0: emulation, else the tensor cores
+                        SCOPED_TRACE("engine " + std::to_string(engine));
+                        gpu.set_tensor_core_mx(engine > 0, folds[engine]);
+                        c32.upload(old_c.data(), old_c.size());
+                        gpu.matmul_prepared(pa, pb, o, LpMatmulOutput{c32.data(), nullptr, 0.5f});
+                        gpu.matmul_prepared(pa, pb, o, LpMatmulOutput{nullptr, c16.data(), 0.0f});
+                        EXPECT_LT(rel_diff(download(c32, cpu.size()), with_beta), 2e-5);
+                        const auto got16 = download(c16, cpu.size());
+                        for (size_t i = 0; i < cpu.size(); ++i) rounded[i] = __bfloat162float(got16[i]);
+                        EXPECT_LT(rel_diff(rounded, cpu), 8e-3);  // BF16 output: 2^-8 relative per element at most
+                    }
+                    gpu.set_tensor_core_mx(false);
                 }
     expect_error(ErrorKind::usage, [&] { gpu.matmul_prepared(pa, pb, LpMatmulOptions{}, LpMatmulOutput{}); });
     expect_error(ErrorKind::usage, [&] { gpu.matmul_prepared(pa, pb, LpMatmulOptions{}, LpMatmulOutput{nullptr, c16.data(), 1.0f}); });

@@ -183,13 +183,13 @@ struct GemmShape {
 };
 // 128³ (one tile, one stage), odd M/N with K = 3 blocks (a partial stage), K = 32, one row/column, tiles of
 // 128 plus a remainder with K = 5 blocks.
-const GemmShape kShapes[] = {{128, 128, 128}, {77, 200, 96}, {64, 64, 32}, {1, 1, 32}, {130, 257, 160}};
+const GemmShape kGemmShapes[] = {{128, 128, 128}, {77, 200, 96}, {64, 64, 32}, {1, 1, 32}, {130, 257, 160}};
 
 std::string shape_name(GemmShape s) { return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k); }
 
 void expect_matches_reference(MxElement ea, MxElement eb, Spread spread, uint64_t seed, MxGemmFold fold = MxGemmFold::b_columns,
                               Spread spread_b = Spread::narrow, bool own_b_spread = false) {
-    for (const GemmShape& s : kShapes) {
+    for (const GemmShape& s : kGemmShapes) {
         const HostOperand a = random_operand(s.m, s.k, ea, spread, seed),
                           b = random_operand(s.n, s.k, eb, own_b_spread ? spread_b : spread, seed + 1);
         const Reference ref = cpu_reference(a, b);
@@ -568,6 +568,43 @@ TEST(MxGemmFp8, EmptyReductionWritesZeros) {
     for (float v : to_host(c)) EXPECT_EQ(float_bits(v), 0u);
 }
 
+// With beta the epilogue adds the old C: bit for bit the product written alone plus beta · old (beta 0.5 and 1 make
+// beta · old exact, so the one rounding is the sum's, as in lp_matmul's store), for every schedule, both kernels, and
+// an empty reduction (beta · old).
+TEST(MxGemmFp8, AccumulatesIntoTheOutputWithBeta) {
+    REQUIRE_GPU();
+    for (const GemmShape& s : kGemmShapes) {
+        const HostOperand a = random_operand(s.m, s.k, MxElement::e2m1, Spread::narrow, 71),
+                          b = random_operand(s.n, s.k, MxElement::e2m1, Spread::narrow, 72);
+        const DeviceOperand da(a), db(b);
+        std::vector<float> old(size_t(s.m * s.n));
+        for (size_t i = 0; i < old.size(); ++i) old[i] = float(int(i % 11) - 5) * 0.375f;
+        with_and_without_tma([&] {
+            for (MxGemmFold fold : {MxGemmFold::none, MxGemmFold::b_columns, MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns})
+                for (float beta : {0.5f, 1.0f}) {
+                    SCOPED_TRACE(shape_name(s) + " fold " + std::to_string(int(fold)) + " beta " + std::to_string(beta) +
+                                 (cuda_tma_usable() ? " wgmma" : " simt"));
+                    MxGemmScratch scratch;
+                    const std::vector<float> alone = run_gemm(a, b, false, &scratch, fold);
+                    DeviceBuffer<float> c = to_device(old);
+                    mx_gemm_fp8_cuda(da.view(), db.view(), s.m, s.n, s.k, c.data(), nullptr, 0, &scratch, fold, beta);
+                    device_sync();
+                    const std::vector<float> got = to_host(c);
+                    for (size_t i = 0; i < got.size(); ++i)
+                        ASSERT_EQ(float_bits(got[i]), float_bits(alone[i] + beta * old[i])) << "element " << i;
+                }
+        });
+    }
+    std::vector<float> old = {1.5f, -2.0f, 0.25f, 3.0f, -0.0f, 7.0f};
+    DeviceBuffer<float> c = to_device(old);
+    const uint8_t* none = nullptr;
+    mx_gemm_fp8_cuda({none, none, MxElement::e2m1}, {none, none, MxElement::e2m1}, 2, 3, 0, c.data(), nullptr, 0, nullptr,
+                     MxGemmFold::b_columns, 0.5f);
+    device_sync();
+    const std::vector<float> got = to_host(c);
+    for (size_t i = 0; i < old.size(); ++i) EXPECT_EQ(float_bits(got[i]), float_bits(0.0f + 0.5f * old[i]));
+}
+
 // Argument errors are raised before anything touches the device (no GPU needed).
 TEST(MxGemmFp8, RefusesBadArguments) {
     alignas(16) static const uint8_t bytes[64] = {};
@@ -576,6 +613,8 @@ TEST(MxGemmFp8, RefusesBadArguments) {
     expect_error(ErrorKind::input, [&] { mx_gemm_fp8_cuda(ok, ok, 4, 4, 48, c, nullptr, 0); });
     expect_error(ErrorKind::input, [&] { mx_gemm_fp8_cuda(ok, ok, -1, 4, 32, c, nullptr, 0); });
     expect_error(ErrorKind::usage, [&] { mx_gemm_fp8_cuda(ok, ok, 4, 4, 32, nullptr, nullptr, 0); });
+    __nv_bfloat16* c16 = reinterpret_cast<__nv_bfloat16*>(16);
+    expect_error(ErrorKind::usage, [&] { mx_gemm_fp8_cuda(ok, ok, 4, 4, 32, nullptr, c16, 0, nullptr, MxGemmFold::b_columns, 1.0f); });
     expect_error(ErrorKind::usage, [&] { mx_gemm_fp8_cuda(ok, {bytes, bytes, MxElement::e2m3}, 4, 4, 32, c, nullptr, 0); });
     expect_error(ErrorKind::usage, [&] { mx_gemm_fp8_cuda(ok, {bytes, nullptr, MxElement::e2m1}, 4, 4, 32, c, nullptr, 0); });
     expect_error(ErrorKind::input, [&] { mx_expand_e2m1_to_e4m3_cuda(bytes, 2, 48, nullptr, 0); });

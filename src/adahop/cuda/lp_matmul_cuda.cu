@@ -175,6 +175,7 @@ struct LpMatmulCuda::State {
     CudaBlas blas;
     OutlierExtractionWorkspace oe;
     DeviceBuffer<float> deq_a, deq_b, tmp, c;
+    DeviceBuffer<float> old_at_slivers;              // the output's values at the OE rows/columns, for beta
     DeviceBuffer<float> work;                        // prepare's FP32 working copy
     DeviceBuffer<float> sumsq;                       // the fused OE pass's Σx² per block group
     DeviceBuffer<__nv_bfloat16> bf_a, bf_b;          // gemm()'s BF16 operands
@@ -493,12 +494,24 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
     const int64_t m = a.rows, k = a.cols, n = b.cols;
     const Strategy s = a.strategy;
     cudaStream_t stream = st_->stream;
-    // The product goes straight into the caller's output unless something follows it in FP32 (slivers, OHT's
-    // rotations, BF16 rounding): then into a scratch C, stored into the output at the end.
+    // The MX main products (tensor cores or dequantized + cuBLAS) go straight into the caller's output, with its
+    // beta, unless OHT's rotations or BF16 rounding follow them in FP32; OE's sliver product then lands on its rows
+    // (OE-left) or columns (OE-right) of the output itself (place_outliers_cuda: the output's old values there are
+    // saved first where beta needs them). No scratch product, no second pass over C. The other products (BF16,
+    // FP32 paths) go into a scratch C (or the FP32 output when beta = 0), stored into the output at the end.
     const bool slivers = (s == Strategy::iht_oe_left && a.k_extracted > 0) || (s == Strategy::iht_oe_right && b.k_extracted > 0);
-    const bool direct = !slivers && s != Strategy::oht && s != Strategy::full && !opts.output_bf16;
-    float* c = out.f32 && out.beta == 0.0f ? out.f32 : st_->c.grow(size_t(m * n));
-    bool stored = false;  // the output holds the final result already
+    const bool tensor_cores = uses_tensor_core_mx(a, b);
+    const bool dequantized = !tensor_cores && s != Strategy::full && a.quantized && b.quantized && !a.nvfp4;
+    const bool in_place = (tensor_cores || dequantized) && s != Strategy::oht && !opts.output_bf16;
+    const bool by_rows = s == Strategy::iht_oe_left;
+    const PreparedOperandCuda& extracted = by_rows ? a : b;
+    const float* old_at_slivers = nullptr;
+    if (in_place && slivers && out.f32 && out.beta != 0.0f) {
+        float* saved = st_->old_at_slivers.grow(size_t(extracted.k_extracted * (by_rows ? n : m)));
+        gather_outliers_cuda(out.f32, extracted.k_extracted, extracted.indices.data(), by_rows, m, n, saved, stream);
+        old_at_slivers = saved;
+    }
+    float* c = in_place ? nullptr : out.f32 && out.beta == 0.0f ? out.f32 : st_->c.grow(size_t(m * n));
     // The whole operand in FP32 (row-major rows × cols): high_precision, or its BF16 view converted into scratch.
     auto hp_f32 = [&](const PreparedOperandCuda& p, DeviceBuffer<float>& scratch) -> const float* {
         if (!p.high_precision_bf16) return p.high_precision.data();
@@ -511,28 +524,26 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
         gemm_bf16(a.high_precision_bf16, a.high_precision_transposed, b.high_precision_bf16, b.high_precision_transposed, m, k, n, c);
     } else if (s == Strategy::full) {
         gemm(hp_f32(a, st_->deq_a), hp_f32(b, st_->deq_b), m, k, n, opts.high_precision_bf16, c);
-    } else if (uses_tensor_core_mx(a, b)) {
+    } else if (tensor_cores) {
         // codes and scales as prepared: A [M][K] and B's [N][K] storage, both blocked along K
-        const bool to_bf16 = direct && out.bf16 != nullptr;
+        const LpMatmulOutput target = in_place ? out : LpMatmulOutput{c, nullptr, 0.0f};
         mx_gemm_fp8_cuda({a.codes.data(), a.scales.data(), a.element}, {b.codes.data(), b.scales.data(), b.element}, m, n, k,
-                         to_bf16 ? nullptr : c, to_bf16 ? out.bf16 : nullptr, stream, &st_->mx, st_->mx_fold);
+                         target.f32, target.bf16, stream, &st_->mx, st_->mx_fold, target.beta);
         if (st_->census_site >= 0) st_->census_product(m, n, k, a.element, b.element);
-        stored = to_bf16;
-    } else if (a.quantized && b.quantized && !a.nvfp4) {
+    } else if (dequantized) {
         // MX values are exact in BF16: both operands dequantized in their stored order [outer][K], one TN product
         const __nv_bfloat16* ad = st_->deq16_a.grow(size_t(m * k));
         const __nv_bfloat16* bd = st_->deq16_b.grow(size_t(n * k));
         mx_dequantize_blocked_bf16_cuda(a.codes.data(), a.scales.data(), m, k, a.element, st_->deq16_a.data(), stream);
         mx_dequantize_blocked_bf16_cuda(b.codes.data(), b.scales.data(), n, k, b.element, st_->deq16_b.data(), stream);
         const float one = 1.0f;
-        LpMatmulOutput target = direct ? out : LpMatmulOutput{c, nullptr, 0.0f};
+        const LpMatmulOutput target = in_place ? out : LpMatmulOutput{c, nullptr, 0.0f};
         void* cp = target.f32 ? static_cast<void*>(target.f32) : static_cast<void*>(target.bf16);
         // row-major C = A·B_sᵀ (B_s = B's [N][K] storage)  ⇔  column-major Cᵀ = B_s·Aᵀ: op(B_s) = T, Aᵀ as stored
         cublas_check(cublasGemmEx(st_->blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &one, bd, CUDA_R_16BF,
                                   int(k), ad, CUDA_R_16BF, int(k), &target.beta, cp, target.f32 ? CUDA_R_32F : CUDA_R_16BF,
                                   int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx(dequantized MX)");
-        stored = direct;
     } else {
         auto main_operand = [&](const PreparedOperandCuda& p, DeviceBuffer<float>& deq) -> const float* {
             if (!p.quantized) return p.dense.data();
@@ -554,31 +565,33 @@ void LpMatmulCuda::matmul_prepared(const PreparedOperandCuda& a, const PreparedO
         gemm(st_->hadamard_matrix(m), c, m, m, n, false, st_->tmp.data());
         gemm(st_->tmp.data(), st_->hadamard_matrix(n), m, n, n, false, c);
     }
-    // The sliver products: the extracted rows of A (k × K) times B, or A times the extracted columns of B (K × k),
-    // with the other operand as its BF16 view where it has one.
-    auto slice_bf16 = [&](const PreparedOperandCuda& p) {
-        __nv_bfloat16* d = st_->bf_a.grow(p.slice.size());
-        to_bf16_kernel<<<blocks_for(int64_t(p.slice.size())), 256, 0, stream>>>(p.slice.data(), d, int64_t(p.slice.size()));
-        CUDA_CHECK(cudaGetLastError());
-        return d;
-    };
-    if (s == Strategy::iht_oe_left && a.k_extracted > 0) {
-        float* t = st_->tmp.grow(size_t(a.k_extracted * n));
-        if (b.high_precision_bf16 && opts.high_precision_bf16)
-            gemm_bf16(slice_bf16(a), false, b.high_precision_bf16, b.high_precision_transposed, a.k_extracted, k, n, t);
+    // The sliver product: the extracted rows of A (k × K) times B, or A times the extracted columns of B (K × k),
+    // with the other operand as its BF16 view where it has one; then onto its rows / columns of C.
+    if (slivers) {
+        auto slice_bf16 = [&](const PreparedOperandCuda& p) {
+            __nv_bfloat16* d = st_->bf_a.grow(p.slice.size());
+            to_bf16_kernel<<<blocks_for(int64_t(p.slice.size())), 256, 0, stream>>>(p.slice.data(), d, int64_t(p.slice.size()));
+            CUDA_CHECK(cudaGetLastError());
+            return d;
+        };
+        const int64_t kx = extracted.k_extracted;
+        float* t = st_->tmp.grow(size_t(kx * (by_rows ? n : m)));
+        const PreparedOperandCuda& other = by_rows ? b : a;
+        const bool bf16_views = other.high_precision_bf16 && opts.high_precision_bf16;
+        if (by_rows && bf16_views)
+            gemm_bf16(slice_bf16(a), false, b.high_precision_bf16, b.high_precision_transposed, kx, k, n, t);
+        else if (by_rows)
+            gemm(a.slice.data(), hp_f32(b, st_->deq_b), kx, k, n, opts.high_precision_bf16, t);
+        else if (bf16_views)
+            gemm_bf16(a.high_precision_bf16, a.high_precision_transposed, slice_bf16(b), false, m, k, kx, t);
         else
-            gemm(a.slice.data(), hp_f32(b, st_->deq_b), a.k_extracted, k, n, opts.high_precision_bf16, t);
-        scatter_outliers_cuda(t, a.k_extracted, a.indices.data(), true, c, m, n, stream);
-    }
-    if (s == Strategy::iht_oe_right && b.k_extracted > 0) {
-        float* t = st_->tmp.grow(size_t(m * b.k_extracted));
-        if (a.high_precision_bf16 && opts.high_precision_bf16)
-            gemm_bf16(a.high_precision_bf16, a.high_precision_transposed, slice_bf16(b), false, m, k, b.k_extracted, t);
+            gemm(hp_f32(a, st_->deq_a), b.slice.data(), m, k, kx, opts.high_precision_bf16, t);
+        if (in_place)
+            place_outliers_cuda(t, kx, extracted.indices.data(), by_rows, old_at_slivers, out.beta, out.f32, out.bf16, m, n, stream);
         else
-            gemm(hp_f32(a, st_->deq_a), b.slice.data(), m, k, b.k_extracted, opts.high_precision_bf16, t);
-        scatter_outliers_cuda(t, b.k_extracted, b.indices.data(), false, c, m, n, stream);
+            scatter_outliers_cuda(t, kx, extracted.indices.data(), by_rows, c, m, n, stream);
     }
-    if (stored) return;
+    if (in_place) return;
     if (opts.output_bf16) round_bf16(c, m * n, stream);
     if (c != out.f32) store(c, m * n, out, stream);
 }

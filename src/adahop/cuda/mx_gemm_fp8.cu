@@ -431,15 +431,26 @@ __device__ __forceinline__ float block_factor(const uint8_t* scales, int line, i
     return factor_of_scale(scale_byte_or_outside(scales, line, lines, kb, k_blocks));
 }
 
-__device__ __forceinline__ void store_pair(float* c_f32, __nv_bfloat16* c_bf16, int m, int n, int row, int col, float v0, float v1) {
+// v + beta · old: lp_matmul's store of a product into an FP32 output (adahop/cuda/lp_matmul_cuda.cu, store_kernel).
+__device__ __forceinline__ float with_old(float v, float beta, float old) { return v + beta * old; }
+
+__device__ __forceinline__ void store_pair(float* c_f32, __nv_bfloat16* c_bf16, float beta, int m, int n, int row, int col,
+                                           float v0, float v1) {
     if (row >= m || col >= n) return;
     const int64_t at = int64_t(row) * n + col;
     const bool pair = col + 1 < n && (n & 1) == 0;  // even n: (row·n + col) is even, the pair aligned
     if (c_f32) {
-        if (pair) *reinterpret_cast<float2*>(c_f32 + at) = make_float2(v0, v1);
-        else {
-            c_f32[at] = v0;
-            if (col + 1 < n) c_f32[at + 1] = v1;
+        if (pair) {
+            float2* p = reinterpret_cast<float2*>(c_f32 + at);
+            if (beta != 0.0f) {
+                const float2 old = *p;
+                v0 = with_old(v0, beta, old.x);
+                v1 = with_old(v1, beta, old.y);
+            }
+            *p = make_float2(v0, v1);
+        } else {
+            c_f32[at] = beta != 0.0f ? with_old(v0, beta, c_f32[at]) : v0;
+            if (col + 1 < n) c_f32[at + 1] = beta != 0.0f ? with_old(v1, beta, c_f32[at + 1]) : v1;
         }
     } else {
         if (pair) *reinterpret_cast<__nv_bfloat162*>(c_bf16 + at) = __floats2bfloat162_rn(v0, v1);
@@ -620,7 +631,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const uint8_t* __restrict__ a_chunks, const uint8_t* __restrict__ b_chunks,
                          const int32_t* __restrict__ b_tile_ref, const unsigned long long* __restrict__ a_chunk_ok,
                          const unsigned long long* __restrict__ b_chunk_ok, int m, int n, int k_stages, float* c_f32,
-                         __nv_bfloat16* c_bf16) {
+                         __nv_bfloat16* c_bf16, float beta) {
     extern __shared__ uint8_t shared_raw[];
     const uint32_t misalignment = smem_address(shared_raw) & 1023u;
     MxGemmShared& sh = *reinterpret_cast<MxGemmShared*>(shared_raw + ((1024u - misalignment) & 1023u));
@@ -737,8 +748,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
             const int col = n0 + 8 * j + col_local;
-            store_pair(c_f32, c_bf16, m, n, m0 + row_local, col, acc[4 * j + 0], acc[4 * j + 1]);
-            store_pair(c_f32, c_bf16, m, n, m0 + row_local + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+            store_pair(c_f32, c_bf16, beta, m, n, m0 + row_local, col, acc[4 * j + 0], acc[4 * j + 1]);
+            store_pair(c_f32, c_bf16, beta, m, n, m0 + row_local + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
         }
     }
 }
@@ -784,7 +795,8 @@ __device__ __forceinline__ float element_value(const uint8_t* codes, MxElement e
     return decode_element(element_spec(ElementType::e4m3), codes[line * k + i]);
 }
 
-__global__ void mx_gemm_simt_kernel(MxGemmOperand a, MxGemmOperand b, int m, int n, int k_blocks, float* c_f32, __nv_bfloat16* c_bf16) {
+__global__ void mx_gemm_simt_kernel(MxGemmOperand a, MxGemmOperand b, int m, int n, int k_blocks, float* c_f32, __nv_bfloat16* c_bf16,
+                                    float beta) {
     __shared__ float a_vals[kSimtTile][kMxBlock + 1], b_vals[kSimtTile][kMxBlock + 1];
     __shared__ float a_fac[kSimtTile], b_fac[kSimtTile];
     const int tx = int(threadIdx.x), ty = int(threadIdx.y), tid = ty * kSimtTile + tx;
@@ -809,8 +821,15 @@ __global__ void mx_gemm_simt_kernel(MxGemmOperand a, MxGemmOperand b, int m, int
     }
     const int row = m0 + ty, col = n0 + tx;
     if (row >= m || col >= n) return;
-    if (c_f32) c_f32[int64_t(row) * n + col] = acc;
-    else c_bf16[int64_t(row) * n + col] = __float2bfloat16_rn(acc);
+    const int64_t at = int64_t(row) * n + col;
+    if (c_f32) c_f32[at] = beta != 0.0f ? with_old(acc, beta, c_f32[at]) : acc;
+    else c_bf16[at] = __float2bfloat16_rn(acc);
+}
+
+// C = beta · C (an empty product with beta): 0 + beta · old, as the store does it.
+__global__ void scale_output_kernel(float* c, int64_t n, float beta) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        c[i] = with_old(0.0f, beta, c[i]);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -889,7 +908,7 @@ WgmmaSchedule wgmma_schedule(MxElement a, MxElement b, int64_t k, MxGemmFold fol
 }
 
 void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
-                  __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch, MxGemmFold fold) {
+                  __nv_bfloat16* c_bf16, float beta, cudaStream_t stream, MxGemmScratch* scratch, MxGemmFold fold) {
     MxGemmScratch local;  // freed at return: its destructors wait for the device (only callers without scratch)
     MxGemmScratch& s = scratch ? *scratch : local;
     const WgmmaSchedule schedule = wgmma_schedule(a.element, b.element, k, fold);
@@ -937,12 +956,12 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
         const auto kernel = schedule.column_bases ? &mx_gemm_wgmma_kernel<true, true> : &mx_gemm_wgmma_kernel<true, false>;
         cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kSharedBytes);
         kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, nullptr, s.a_chunk_ok.data(),
-                                                         s.b_chunk_ok.data(), int(m), int(n), k_stages, c_f32, c_bf16);
+                                                         s.b_chunk_ok.data(), int(m), int(n), k_stages, c_f32, c_bf16, beta);
     } else {
         cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<false, false>), kSharedBytes);
         mx_gemm_wgmma_kernel<false, false><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, tile_ref,
                                                                                      nullptr, nullptr, int(m), int(n), k_stages,
-                                                                                     c_f32, c_bf16);
+                                                                                     c_f32, c_bf16, beta);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -965,7 +984,7 @@ void mx_expand_e2m1_to_e4m3_cuda(const uint8_t* codes, int64_t rows, int64_t k, 
 }
 
 void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
-                      __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch, MxGemmFold fold) {
+                      __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch, MxGemmFold fold, float beta) {
     constexpr int64_t kLimit = int64_t(1) << 31;
     if (m < 0 || n < 0 || k < 0 || m >= kLimit || n >= kLimit || k >= kLimit)
         cuda_input_error("mx_gemm_fp8: M, N, K must lie in [0, 2^31), got M " + std::to_string(m) + ", N " + std::to_string(n) +
@@ -975,7 +994,14 @@ void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m,
                          "; pad the reduction dimension with zero blocks");
     if ((c_f32 == nullptr) == (c_bf16 == nullptr))
         cuda_usage_error("mx_gemm_fp8: pass exactly one output (c_f32 or c_bf16)");
+    if (beta != 0.0f && c_f32 == nullptr) cuda_usage_error("mx_gemm_fp8: beta needs the FP32 output");
     if (m == 0 || n == 0) return;
+    if (k == 0 && beta != 0.0f) {
+        const int64_t count = m * n, wanted = (count + 255) / 256, limit = int64_t(cuda_multiprocessor_count()) * 16;
+        scale_output_kernel<<<unsigned(wanted < limit ? wanted : limit), 256, 0, stream>>>(c_f32, count, beta);
+        CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     if (k == 0) {  // an empty sum: zeros (+0 is all-zero bits in FP32 and BF16)
         const size_t bytes = size_t(m * n) * (c_f32 ? sizeof(float) : sizeof(__nv_bfloat16));
         CUDA_CHECK(cudaMemsetAsync(c_f32 ? static_cast<void*>(c_f32) : static_cast<void*>(c_bf16), 0, bytes, stream));
@@ -987,13 +1013,14 @@ void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m,
     if (((m + kTileM - 1) / kTileM) * ((n + kTileN - 1) / kTileN) >= kLimit)
         cuda_input_error("mx_gemm_fp8: M " + std::to_string(m) + " x N " + std::to_string(n) + " has too many 128 x 128 tiles");
     if (cuda_tma_usable()) {
-        launch_wgmma(a, b, m, n, k, c_f32, c_bf16, stream, scratch, fold);
+        launch_wgmma(a, b, m, n, k, c_f32, c_bf16, beta, stream, scratch, fold);
         return;
     }
     if ((m + kSimtTile - 1) / kSimtTile > 65535)
         cuda_input_error("mx_gemm_fp8: M " + std::to_string(m) + " too large for the CUDA-core kernel (at most 65535 · 16 rows)");
     const dim3 grid(unsigned((n + kSimtTile - 1) / kSimtTile), unsigned((m + kSimtTile - 1) / kSimtTile));
-    mx_gemm_simt_kernel<<<grid, dim3(kSimtTile, kSimtTile), 0, stream>>>(a, b, int(m), int(n), int(k / kMxBlock), c_f32, c_bf16);
+    mx_gemm_simt_kernel<<<grid, dim3(kSimtTile, kSimtTile), 0, stream>>>(a, b, int(m), int(n), int(k / kMxBlock), c_f32, c_bf16,
+                                                                       beta);
     CUDA_CHECK(cudaGetLastError());
 }
 

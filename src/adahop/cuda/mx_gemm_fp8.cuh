@@ -148,14 +148,17 @@ struct MxGemmScratch {
 enum class MxGemmFold : uint8_t { none, b_columns, int8_stages, int8_stages_columns };
 
 // C = A · Bᵀ: c_f32 (M × N row-major FP32) or c_bf16 (the same in BF16, rounded to nearest even); exactly one
-// of them non-null. K must be a multiple of 32 (K = 0 writes zeros); M, N, K < 2^31. Asynchronous on
+// of them non-null. With beta ≠ 0 (FP32 output only) the epilogue adds the old C: C = A · Bᵀ + beta · C, the same
+// FP32 operation as lp_matmul's store of a product into an output with beta, so an accumulating caller needs no
+// scratch product and no second pass over C. K must be a multiple of 32 (K = 0 writes zeros, or beta · C);
+// M, N, K < 2^31. Asynchronous on
 // `stream` with a scratch (without one, its temporary buffers are freed before return, which waits for the
 // device); argument errors throw Error(input / usage) before anything is launched. Uses the wgmma kernel
 // where cuda_tma_usable() holds, else the CUDA-core kernel (same results for MXFP4 up to FP32 summation
 // order; for MXFP8 the CUDA-core kernel sums each block in FP32, the tensor cores in ~14 bits).
 void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, float* c_f32,
                       __nv_bfloat16* c_bf16, cudaStream_t stream, MxGemmScratch* scratch = nullptr,
-                      MxGemmFold fold = MxGemmFold::b_columns);
+                      MxGemmFold fold = MxGemmFold::b_columns, float beta = 0.0f);
 
 // Tile-blocks of B the last call with this scratch left unfolded (their scales span more than the E4M3 window,
 // or hold NaN; computed exactly by the per-column path); for int8_stages, the (operand, 128-line tile, chunk)

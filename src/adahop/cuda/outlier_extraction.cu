@@ -286,47 +286,77 @@ __global__ void __launch_bounds__(kScoreThreads) column_block_scores_kernel(cons
     }
 }
 
-// Rows: c[indices[i], :] = src[i, :]. CTA (x, y) copies columns [x·1024, x·1024 + 1024) of the source rows
-// y, y + gridDim.y, … — 16-byte copies when every row starts 16-byte aligned (cols_c % 4 == 0 and aligned
-// bases), else 4-byte ones. No integer division per element (a 64-bit one is ~70 instructions).
+// The selected rows (by_rows) or columns of C, visited as (position in C, position in the k-vector slice) pairs:
+// rows: slice k × cols_c, c[indices[i]][j] ↔ slice[i][j]; columns: slice rows_c × k, c[j][indices[i]] ↔ slice[j][i].
+// `op(at_c, at_slice)` does the work: placing sliver values into C (OutlierPlacement) or saving C's old values.
 constexpr int kScatterThreads = 256;
-__global__ void __launch_bounds__(kScatterThreads) scatter_rows_kernel(const float* __restrict__ src, int64_t k,
-                                                                     const int32_t* __restrict__ indices, float* __restrict__ c,
-                                                                     int64_t cols_c, bool vector) {
-    const int64_t j0 = int64_t(blockIdx.x) * (4 * kScatterThreads) + (vector ? 4 * int64_t(threadIdx.x) : int64_t(threadIdx.x));
+
+// Rows: CTA (x, y) walks columns [x·1024, x·1024 + 1024) of the slice rows y, y + gridDim.y, … (coalesced on both
+// sides). No integer division per element (a 64-bit one is ~70 instructions).
+template <typename Op>
+__global__ void __launch_bounds__(kScatterThreads) selected_rows_kernel(int64_t k, const int32_t* __restrict__ indices,
+                                                                      int64_t cols_c, Op op) {
+    const int64_t j0 = int64_t(blockIdx.x) * (4 * kScatterThreads) + int64_t(threadIdx.x);
     for (int64_t i = blockIdx.y; i < k; i += gridDim.y) {
-        const float* s = src + i * cols_c;
-        float* d = c + int64_t(indices[i]) * cols_c;
-        if (vector) {
-            if (j0 < cols_c) *reinterpret_cast<float4*>(d + j0) = __ldg(reinterpret_cast<const float4*>(s + j0));
-        } else {
+        const int64_t row = int64_t(indices[i]) * cols_c, slice_row = i * cols_c;
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int64_t j = j0 + int64_t(u) * kScatterThreads;
-                if (j < cols_c) d[j] = __ldg(s + j);
-            }
+        for (int u = 0; u < 4; ++u) {
+            const int64_t j = j0 + int64_t(u) * kScatterThreads;
+            if (j < cols_c) op(row + j, slice_row + j);
         }
     }
 }
 
-// Columns: c[:, indices[i]] = src[:, i] (src rows_c × k). One warp per row of C: lane l moves positions l,
-// l + 32, … — the sliver row is read coalesced, the writes land in one row of C (their sectors are the
-// floor: one 32-byte sector per selected column that is not next to another).
-__global__ void __launch_bounds__(kScatterThreads) scatter_columns_kernel(const float* __restrict__ src, int64_t k,
-                                                                        const int32_t* __restrict__ indices, float* __restrict__ c,
-                                                                        int64_t rows_c, int64_t cols_c) {
+// Columns: one warp per row of C: lane l takes positions l, l + 32, … — the slice row is read coalesced, the
+// accesses to C land in one row (their sectors are the floor: one 32-byte sector per selected column that is not
+// next to another).
+template <typename Op>
+__global__ void __launch_bounds__(kScatterThreads) selected_columns_kernel(int64_t k, const int32_t* __restrict__ indices,
+                                                                         int64_t rows_c, int64_t cols_c, Op op) {
     const int lane = threadIdx.x & 31;
     const int64_t warps = int64_t(gridDim.x) * (kScatterThreads / 32);
-    for (int64_t j = (int64_t(blockIdx.x) * kScatterThreads + threadIdx.x) >> 5; j < rows_c; j += warps) {
-        const float* s = src + j * k;
-        float* d = c + j * cols_c;
-        for (int64_t i = lane; i < k; i += 32) d[__ldg(indices + i)] = __ldg(s + i);
-    }
+    for (int64_t j = (int64_t(blockIdx.x) * kScatterThreads + threadIdx.x) >> 5; j < rows_c; j += warps)
+        for (int64_t i = lane; i < k; i += 32) op(j * cols_c + __ldg(indices + i), j * k + i);
 }
+
+// C[at] = the sliver value: BF16 rounded to nearest even, or FP32 v + beta · old (lp_matmul's store, with old the
+// value C held before the main product overwrote it, saved by gather_outliers_cuda).
+struct OutlierPlacement {
+    const float* src;
+    float* f32;
+    __nv_bfloat16* bf16;
+    const float* saved;
+    float beta;
+    __device__ void operator()(int64_t at_c, int64_t at_slice) const {
+        const float v = __ldg(src + at_slice);
+        if (bf16) bf16[at_c] = __float2bfloat16_rn(v);
+        else f32[at_c] = beta != 0.0f ? v + beta * __ldg(saved + at_slice) : v;
+    }
+};
+
+struct OutlierSave {
+    const float* c;
+    float* dst;
+    __device__ void operator()(int64_t at_c, int64_t at_slice) const { dst[at_slice] = c[at_c]; }
+};
 
 unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename Op>
+void for_selected(int64_t k, const int32_t* indices, bool by_rows, int64_t rows_c, int64_t cols_c, Op op, cudaStream_t stream) {
+    const int64_t other = by_rows ? cols_c : rows_c;
+    if (k <= 0 || other <= 0) return;
+    if (by_rows) {
+        const dim3 grid(blocks_for(cols_c, 4 * kScatterThreads), unsigned(std::min<int64_t>(k, 65535)));
+        selected_rows_kernel<<<grid, kScatterThreads, 0, stream>>>(k, indices, cols_c, op);
+    } else {
+        const int64_t ctas = std::min<int64_t>(blocks_for(rows_c, kScatterThreads / 32), int64_t(cuda_multiprocessor_count()) * 16);
+        selected_columns_kernel<<<unsigned(ctas), kScatterThreads, 0, stream>>>(k, indices, rows_c, cols_c, op);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
 
 // Plans and launches select_gather_kernel for p (everything but rank, cache_keys, chunk filled in).
 // CTAs: ~16 KB of slice each, at most 64 (each reads all n keys), 4 when the keys do not fit in shared
@@ -463,17 +493,20 @@ int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, in
 
 void scatter_outliers_cuda(const float* src, int64_t k, const int32_t* indices, bool by_rows, float* c, int64_t rows_c,
                            int64_t cols_c, cudaStream_t stream) {
-    const int64_t other = by_rows ? cols_c : rows_c;
-    if (k <= 0 || other <= 0) return;
-    if (by_rows) {
-        const bool vector = cols_c % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;
-        const dim3 grid(blocks_for(cols_c, 4 * kScatterThreads), unsigned(std::min<int64_t>(k, 65535)));
-        scatter_rows_kernel<<<grid, kScatterThreads, 0, stream>>>(src, k, indices, c, cols_c, vector);
-    } else {
-        const int64_t ctas = std::min<int64_t>(blocks_for(rows_c, kScatterThreads / 32), int64_t(cuda_multiprocessor_count()) * 16);
-        scatter_columns_kernel<<<unsigned(ctas), kScatterThreads, 0, stream>>>(src, k, indices, c, rows_c, cols_c);
-    }
-    CUDA_CHECK(cudaGetLastError());
+    for_selected(k, indices, by_rows, rows_c, cols_c, OutlierPlacement{src, c, nullptr, nullptr, 0.0f}, stream);
+}
+
+void place_outliers_cuda(const float* src, int64_t k, const int32_t* indices, bool by_rows, const float* saved, float beta,
+                         float* c_f32, __nv_bfloat16* c_bf16, int64_t rows_c, int64_t cols_c, cudaStream_t stream) {
+    if ((c_f32 == nullptr) == (c_bf16 == nullptr)) cuda_usage_error("place_outliers: pass exactly one output (FP32 or BF16)");
+    if (beta != 0.0f && (c_f32 == nullptr || saved == nullptr))
+        cuda_usage_error("place_outliers: beta needs the FP32 output and the saved old values");
+    for_selected(k, indices, by_rows, rows_c, cols_c, OutlierPlacement{src, c_f32, c_bf16, saved, beta}, stream);
+}
+
+void gather_outliers_cuda(const float* c, int64_t k, const int32_t* indices, bool by_rows, int64_t rows_c, int64_t cols_c,
+                          float* dst, cudaStream_t stream) {
+    for_selected(k, indices, by_rows, rows_c, cols_c, OutlierSave{c, dst}, stream);
 }
 
 namespace outlier_extraction_detail {

@@ -73,6 +73,15 @@ int64_t extract_outliers_quantized_cuda(const __nv_bfloat16* x, int64_t rows, in
 // else c[:, indices[j]] = src[:, j] (src rows_c × k).
 void scatter_outliers_cuda(const float* src, int64_t k, const int32_t* indices, bool by_rows, float* c, int64_t rows_c,
                            int64_t cols_c, cudaStream_t stream = 0);
+// The same placement straight into a caller's output, so that the main product can be written there first and no
+// scratch product has to be stored afterwards (lp_matmul's OE strategies): c_bf16[S] = src rounded to nearest even,
+// or c_f32[S] = src + beta · saved (beta ≠ 0; saved holds C's values at S from before the main product, in src's
+// layout, as gather_outliers_cuda takes them) or src (beta = 0). Exactly one of c_f32 / c_bf16.
+void place_outliers_cuda(const float* src, int64_t k, const int32_t* indices, bool by_rows, const float* saved, float beta,
+                         float* c_f32, __nv_bfloat16* c_bf16, int64_t rows_c, int64_t cols_c, cudaStream_t stream = 0);
+// dst (src's layout above) = C's values at the selected rows (by_rows) or columns.
+void gather_outliers_cuda(const float* c, int64_t k, const int32_t* indices, bool by_rows, int64_t rows_c, int64_t cols_c,
+                          float* dst, cudaStream_t stream = 0);
 
 // The selection rule of the GPU kernel, for the host-side tests.
 namespace outlier_extraction_detail {
