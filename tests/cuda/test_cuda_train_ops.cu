@@ -134,6 +134,15 @@ TEST(CudaTrainOps, RmsNormForwardMatchesTheCpu) {
             if (float_bits(inv_gpu[size_t(r)]) == float_bits(inv_cpu[size_t(r)]))
                 for (int64_t i = 0; i < c.d; ++i)
                     ASSERT_EQ(y_gpu[size_t(r * c.d + i)], y_want[size_t(r * c.d + i)]) << norm_name("y", c) << " row " << r;
+        // With the residual stream's copy: the same y and r, and the copy is x bit for bit.
+        DeviceBuffer<float> copy = poisoned<float>(x.size()), inv2 = poisoned<float>(size_t(c.rows));
+        DeviceBuffer<uint16_t> y2 = poisoned<uint16_t>(x.size());
+        rms_norm_forward_cuda(dx.data(), dw.data(), c.rows, c.d, kEps, bf16_ptr(y2), inv2.data(), 0, copy.data());
+        device_sync();
+        EXPECT_EQ(to_host(y2), y_gpu) << norm_name("y with copy", c);
+        const std::vector<float> copied = to_host(copy), inv2_gpu = to_host(inv2);
+        for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(float_bits(copied[i]), float_bits(x[i])) << norm_name("copy", c) << " at " << i;
+        for (size_t r = 0; r < inv_gpu.size(); ++r) ASSERT_EQ(float_bits(inv2_gpu[r]), float_bits(inv_gpu[r]));
     }
 }
 

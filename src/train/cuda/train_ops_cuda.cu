@@ -126,10 +126,11 @@ __device__ inline void store8_bf16(__nv_bfloat16* p, const float (&v)[8]) {
 constexpr int kRowsPerCta = kWarps;
 
 // Forward: one warp per row (FP64 Σx² per lane, butterfly), then y = bf16((x·r)·w). Bytes per element: 4 read,
-// 2 written (the second read of the row hits L1).
+// 2 written (the second read of the row hits L1); with x_copy, 4 more written (the residual stream's copy that the
+// projection after the norm accumulates into: cheaper here than a device copy, which reads x again).
 __global__ void __launch_bounds__(kThreads)
 rms_norm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t rows, int64_t d, float eps,
-                        __nv_bfloat16* __restrict__ y, float* __restrict__ inv_rms) {
+                        __nv_bfloat16* __restrict__ y, float* __restrict__ inv_rms, float* __restrict__ x_copy) {
     const int64_t r = int64_t(blockIdx.x) * kRowsPerCta + threadIdx.x / 32;
     const int lane = int(threadIdx.x % 32);
     if (r >= rows) return;  // a whole warp leaves together
@@ -139,7 +140,11 @@ rms_norm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w
     ss = warp_sum(ss);
     const float inv = float(1.0 / sqrt(ss / double(d) + double(eps)));
     if (lane == 0) inv_rms[r] = inv;
-    for (int64_t i = lane; i < d; i += 32) y[r * d + i] = __float2bfloat16_rn((xr[i] * inv) * w[i]);
+    for (int64_t i = lane; i < d; i += 32) {
+        const float v = xr[i];
+        y[r * d + i] = __float2bfloat16_rn((v * inv) * w[i]);
+        if (x_copy) x_copy[r * d + i] = v;
+    }
 }
 
 // Backward, fallback for rows longer than the tiled kernel below takes (d > 8192 with 4-column units, > 2048 with
@@ -761,7 +766,7 @@ adamw_step_kernel(float* __restrict__ params, const float* __restrict__ grads, f
 // launchers
 
 void rms_norm_forward_cuda(const float* x, const float* w, int64_t rows, int64_t d, float eps, __nv_bfloat16* y,
-                           float* inv_rms, cudaStream_t stream) {
+                           float* inv_rms, cudaStream_t stream, float* x_copy) {
     const char* op = "rms_norm_forward_cuda";
     require_pointer(x, op, "x");
     require_pointer(w, op, "the gain w");
@@ -772,7 +777,8 @@ void rms_norm_forward_cuda(const float* x, const float* w, int64_t rows, int64_t
     require(eps >= 0.0f, op, "eps must not be negative");
     const int64_t blocks = (rows + kRowsPerCta - 1) / kRowsPerCta;
     require_grid(blocks, op, "row groups");
-    rms_norm_forward_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(x, w, rows, d, eps, y, inv_rms);
+    require(x_copy != x, op, "the copy of x must not be x itself");
+    rms_norm_forward_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(x, w, rows, d, eps, y, inv_rms, x_copy);
     CUDA_CHECK(cudaGetLastError());
 }
 

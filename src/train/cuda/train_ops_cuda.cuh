@@ -24,9 +24,10 @@ namespace lowbit {
 
 // --- RMSNorm: y = x·r·w, r = (mean(x²) + eps)^(−½) per row ---
 
-// y (BF16) and the per-row r (FP32, saved for the backward) for rows × d of FP32 x.
+// y (BF16) and the per-row r (FP32, saved for the backward) for rows × d of FP32 x; x_copy (optional, not x):
+// also a copy of x, the residual stream that the next projection adds its output to.
 void rms_norm_forward_cuda(const float* x, const float* w, int64_t rows, int64_t d, float eps, __nv_bfloat16* y,
-                           float* inv_rms, cudaStream_t stream = 0);
+                           float* inv_rms, cudaStream_t stream = 0, float* x_copy = nullptr);
 
 // Scratch of the norm-gain gradient's two-stage reduction (FP64 partial sums per row chunk, then summed in order).
 struct RmsNormBackwardWorkspace {

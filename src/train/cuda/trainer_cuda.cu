@@ -452,7 +452,7 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
         };
         const bool keep_attn_in = keep_bf16({Projection::q, Projection::k, Projection::v});
         bf16* attn_in = input_buffer(b.attn_in_kept, attn_in_scratch_, keep_attn_in, size_t(R * d), b.attn_in);
-        rms_norm_forward_cuda(b.x.data(), w.attn_norm, R, d, c.rms_eps, attn_in, b.attn_rms.data(), stream_);
+        rms_norm_forward_cuda(b.x.data(), w.attn_norm, R, d, c.rms_eps, attn_in, b.attn_rms.data(), stream_, b.h.data());
         mark("rmsnorm");
         const std::initializer_list<Projection> qkv = {Projection::q, Projection::k, Projection::v};
         linear(Projection::q, attn_in, d, qd, {nullptr, b.q.data()}, qkv);
@@ -467,12 +467,10 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
         flash_attention_forward_cuda(b.q.data(), b.k.data(), b.v.data(), batch.shape, c.n_heads, c.n_kv_heads, c.head_dim,
                                      b.ctx.data(), b.lse.data(), stream_);
         mark("attention forward");
-        CUDA_CHECK(cudaMemcpyAsync(b.h.data(), b.x.data(), size_t(R * d) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-        mark("residual copy");
         linear(Projection::o, b.ctx.data(), qd, d, {b.h.data(), nullptr, 1.0f}, {});  // ctx stays (attention backward)
         const bool keep_ffn_in = keep_bf16({Projection::gate, Projection::up});
         bf16* ffn_in = input_buffer(b.ffn_in_kept, ffn_in_scratch_, keep_ffn_in, size_t(R * d), b.ffn_in);
-        rms_norm_forward_cuda(b.h.data(), w.ffn_norm, R, d, c.rms_eps, ffn_in, b.ffn_rms.data(), stream_);
+        rms_norm_forward_cuda(b.h.data(), w.ffn_norm, R, d, c.rms_eps, ffn_in, b.ffn_rms.data(), stream_, x_next);
         mark("rmsnorm");
         const std::initializer_list<Projection> gu = {Projection::gate, Projection::up};
         linear(Projection::gate, ffn_in, d, f, {nullptr, b.gate.data()}, gu);
@@ -481,8 +479,6 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
         bf16* act = input_buffer(b.act_kept, act_scratch_, keep_act, size_t(R * f), b.act);
         swiglu_forward_cuda(b.gate.data(), b.up.data(), R * f, act, stream_);
         mark("swiglu");
-        CUDA_CHECK(cudaMemcpyAsync(x_next, b.h.data(), size_t(R * d) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-        mark("residual copy");
         linear(Projection::down, act, f, d, {x_next, nullptr, 1.0f}, {Projection::down});
         // Linear-layer inputs kept for the backward: prepared copies (counted above) and BF16 buffers.
         if (for_backward) saved_bytes_ += 2 * R * (qd + (keep_attn_in ? d : 0) + (keep_ffn_in ? d : 0) + (keep_act ? f : 0));
