@@ -257,6 +257,53 @@ TEST(CudaTrainOps, RopeIsBitExactBothPairingsAndDirections) {
                     }
 }
 
+// Out of place with row strides (the fused q/k/v rows of the trainer): the rotated heads land in y's rows, bit-equal
+// to the CPU's rotation, and nothing of x or of y's other columns moves; a stride narrower than a row is refused.
+TEST(CudaTrainOps, RopeStridedMovesRowsBetweenLayouts) {
+    REQUIRE_GPU();
+    const BatchShape shape{2, 29};
+    const int64_t rows = shape.rows();
+    for (const int64_t n_heads : {3, 4})
+        for (const RopePairing pairing : {RopePairing::adjacent, RopePairing::halves})
+            for (const int64_t head_dim : {64, 6})  // the 16-byte kernel and the one-pair kernel
+                for (const bool inverse : {false, true})
+                    for (const int64_t pad : {0, 8, 3}) {  // extra columns of x's rows (3: strides not a multiple of 8)
+                        const int64_t width = n_heads * head_dim, x_ld = width + pad, y_ld = width + 2 * pad;
+                        LlamaConfig c;
+                        c.head_dim = head_dim;
+                        std::vector<float> cos_t, sin_t;
+                        rope_tables(c, shape.n_tok, cos_t, sin_t);
+                        const std::vector<uint16_t> x = to_bf16(gaussian_vector(rows * x_ld, 71 + uint64_t(head_dim + pad)));
+                        const std::vector<float> xf = from_bf16(x);
+                        std::vector<float> want(size_t(rows * width));
+                        for (int64_t r = 0; r < rows; ++r)
+                            for (int64_t j = 0; j < width; ++j) want[size_t(r * width + j)] = xf[size_t(r * x_ld + j)];
+                        if (inverse) apply_rope_backward(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
+                        else apply_rope(want.data(), shape, n_heads, head_dim, pairing, cos_t.data(), sin_t.data());
+                        const std::vector<uint16_t> fill(size_t(rows * y_ld), 0x7FC1);  // a NaN the kernel never writes
+                        DeviceBuffer<uint16_t> dx = to_device(x), dy = to_device(fill);
+                        DeviceBuffer<float> dc = to_device(cos_t), ds = to_device(sin_t);
+                        rope_bf16_strided_cuda(bf16_ptr(dx), x_ld, bf16_ptr(dy), y_ld, shape, n_heads, head_dim, pairing, dc.data(),
+                                               ds.data(), inverse);
+                        device_sync();
+                        const std::vector<uint16_t> got = to_host(dy), want16 = to_bf16(want);
+                        const std::string what = std::string("strided rope ") + rope_pairing_name(pairing) + " heads " +
+                                                 std::to_string(n_heads) + " hd " + std::to_string(head_dim) + " pad " +
+                                                 std::to_string(pad) + (inverse ? " inverse" : " forward");
+                        for (int64_t r = 0; r < rows; ++r)
+                            for (int64_t j = 0; j < y_ld; ++j)
+                                ASSERT_EQ(got[size_t(r * y_ld + j)], j < width ? want16[size_t(r * width + j)] : uint16_t(0x7FC1))
+                                    << what << " row " << r << " column " << j;
+                        EXPECT_EQ(to_host(dx), x) << what << ": x changed";
+                    }
+    DeviceBuffer<uint16_t> d = to_device(std::vector<uint16_t>(64, 0));
+    DeviceBuffer<float> t = to_device(std::vector<float>(64, 0.0f));
+    expect_error(ErrorKind::usage, [&] {
+        rope_bf16_strided_cuda(bf16_ptr(d), 4, bf16_ptr(d) + 32, 8, BatchShape{1, 2}, 1, 8, RopePairing::halves, t.data(), t.data(),
+                               false);
+    });
+}
+
 // ---------------------------------------------------------------------------------------------------
 // SwiGLU
 

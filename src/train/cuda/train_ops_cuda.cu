@@ -374,16 +374,18 @@ __device__ inline void rotate(float& a, float& b, float c, float s) {
 // 8-byte access for adjacent pairs (elements 2i … 2i + 3), two 4-byte ones for halves (i, i + 1 and their
 // partners at + head_dim/2); else a unit is one pair, two 2-byte accesses. Bytes per element: 2 read, 2 written
 // (the cos/sin rows are shared by every head and sequence: L1/L2).
+// Both kernels read row r of x at x + r·x_ld and write it at y + r·y_ld (y may be x, with the same ld: in place).
 template <bool kTwoPairs>
-__global__ void rope_bf16_kernel(__nv_bfloat16* x, int64_t rows, int64_t n_tok, int64_t n_heads, int64_t head_dim,
-                                 bool adjacent, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
-                                 float sin_sign) {
+__global__ void rope_bf16_kernel(const __nv_bfloat16* x, int64_t x_ld, __nv_bfloat16* y, int64_t y_ld, int64_t rows,
+                                 int64_t n_tok, int64_t n_heads, int64_t head_dim, bool adjacent,
+                                 const float* __restrict__ cos_t, const float* __restrict__ sin_t, float sin_sign) {
     const int64_t half = head_dim / 2, units = kTwoPairs ? half / 2 : half, per_row = n_heads * units;
     const int64_t n = rows * per_row;
     for (int64_t idx = global_index(); idx < n; idx += global_stride()) {
         const int64_t r = idx / per_row, rem = idx % per_row, h = rem / units, unit = rem % units;
         const int64_t pos = r % n_tok;
-        __nv_bfloat16* xh = x + r * n_heads * head_dim + h * head_dim;
+        const __nv_bfloat16* xh = x + r * x_ld + h * head_dim;
+        __nv_bfloat16* yh = y + r * y_ld + h * head_dim;
         const float* cr = cos_t + pos * half;
         const float* sr = sin_t + pos * half;
         if constexpr (kTwoPairs) {
@@ -391,30 +393,26 @@ __global__ void rope_bf16_kernel(__nv_bfloat16* x, int64_t rows, int64_t n_tok, 
             const float c0 = cr[i], c1 = cr[i + 1], s0 = sin_sign * sr[i], s1 = sin_sign * sr[i + 1];
             float a0, b0, a1, b1;
             if (adjacent) {
-                uint2* p = reinterpret_cast<uint2*>(xh + 2 * i);
-                const uint2 v = *p;
+                const uint2 v = *reinterpret_cast<const uint2*>(xh + 2 * i);
                 bf16x2_to_float(v.x, a0, b0);
                 bf16x2_to_float(v.y, a1, b1);
                 rotate(a0, b0, c0, s0);
                 rotate(a1, b1, c1, s1);
-                *p = uint2{pack_bf16x2(a0, b0), pack_bf16x2(a1, b1)};
+                *reinterpret_cast<uint2*>(yh + 2 * i) = uint2{pack_bf16x2(a0, b0), pack_bf16x2(a1, b1)};
             } else {
-                uint32_t* pa = reinterpret_cast<uint32_t*>(xh + i);
-                uint32_t* pb = reinterpret_cast<uint32_t*>(xh + half + i);
-                bf16x2_to_float(*pa, a0, a1);
-                bf16x2_to_float(*pb, b0, b1);
+                bf16x2_to_float(*reinterpret_cast<const uint32_t*>(xh + i), a0, a1);
+                bf16x2_to_float(*reinterpret_cast<const uint32_t*>(xh + half + i), b0, b1);
                 rotate(a0, b0, c0, s0);
                 rotate(a1, b1, c1, s1);
-                *pa = pack_bf16x2(a0, a1);
-                *pb = pack_bf16x2(b0, b1);
+                *reinterpret_cast<uint32_t*>(yh + i) = pack_bf16x2(a0, a1);
+                *reinterpret_cast<uint32_t*>(yh + half + i) = pack_bf16x2(b0, b1);
             }
         } else {
-            __nv_bfloat16* pa = xh + (adjacent ? 2 * unit : unit);
-            __nv_bfloat16* pb = pa + (adjacent ? 1 : half);
-            float a = to_float(*pa), b = to_float(*pb);
+            const int64_t ia = adjacent ? 2 * unit : unit, ib = ia + (adjacent ? 1 : half);
+            float a = to_float(xh[ia]), b = to_float(xh[ib]);
             rotate(a, b, cr[unit], sin_sign * sr[unit]);
-            *pa = __float2bfloat16_rn(a);
-            *pb = __float2bfloat16_rn(b);
+            yh[ia] = __float2bfloat16_rn(a);
+            yh[ib] = __float2bfloat16_rn(b);
         }
     }
 }
@@ -426,16 +424,18 @@ __global__ void rope_bf16_kernel(__nv_bfloat16* x, int64_t rows, int64_t n_tok, 
 // offset, no division by the row count. Bytes per element: 2 read, 2 written (q at the base shape: 25 MB each way,
 // 12 µs at 4.2 TB/s; k 4 µs; 48 calls a step: 0.38 ms).
 __global__ void __launch_bounds__(kThreads)
-rope_bf16_vec8_kernel(__nv_bfloat16* x, int64_t n_seq, int n_tok, int n_heads, int head_dim, bool adjacent,
-                      const float* __restrict__ cos_t, const float* __restrict__ sin_t, float sin_sign,
-                      int tok_per_cta) {
+rope_bf16_vec8_kernel(const __nv_bfloat16* x, int64_t x_ld, __nv_bfloat16* y, int64_t y_ld, int64_t n_seq, int n_tok,
+                      int n_heads, int head_dim, bool adjacent, const float* __restrict__ cos_t,
+                      const float* __restrict__ sin_t, float sin_sign, int tok_per_cta) {
     const int half = head_dim / 2, groups = half / 8, per_tok = n_heads * groups, items = tok_per_cta * per_tok;
     for (int64_t seq = blockIdx.y; seq < n_seq; seq += gridDim.y)
         for (int k = int(threadIdx.x); k < items; k += int(blockDim.x)) {
             const int tok_in_cta = k / per_tok, rem = k - tok_in_cta * per_tok, h = rem / groups, g = rem - h * groups;
             const int pos = int(blockIdx.x) * tok_per_cta + tok_in_cta;
             if (pos >= n_tok) break;  // k only grows
-            __nv_bfloat16* xh = x + ((seq * n_tok + pos) * n_heads + h) * int64_t(head_dim);
+            const int64_t row = seq * n_tok + pos;
+            const __nv_bfloat16* xh = x + row * x_ld + h * int64_t(head_dim);
+            __nv_bfloat16* yh = y + row * y_ld + h * int64_t(head_dim);
             const float4* cr = reinterpret_cast<const float4*>(cos_t + int64_t(pos) * half + 8 * g);
             const float4* sr = reinterpret_cast<const float4*>(sin_t + int64_t(pos) * half + 8 * g);
             const float4 c0 = cr[0], c1 = cr[1], s0 = sr[0], s1 = sr[1];
@@ -444,7 +444,7 @@ rope_bf16_vec8_kernel(__nv_bfloat16* x, int64_t n_seq, int n_tok, int n_heads, i
                                  sin_sign * s1.x, sin_sign * s1.y, sin_sign * s1.z, sin_sign * s1.w};
             float a[8], b[8];
             if (adjacent) {
-                __nv_bfloat16* p = xh + 16 * g;
+                const __nv_bfloat16* p = xh + 16 * g;
                 float lo[8], hi[8];
                 load8_bf16(p, lo);
                 load8_bf16(p + 8, hi);
@@ -464,17 +464,15 @@ rope_bf16_vec8_kernel(__nv_bfloat16* x, int64_t n_seq, int n_tok, int n_heads, i
                     hi[2 * q] = a[q + 4];
                     hi[2 * q + 1] = b[q + 4];
                 }
-                store8_bf16(p, lo);
-                store8_bf16(p + 8, hi);
+                store8_bf16(yh + 16 * g, lo);
+                store8_bf16(yh + 16 * g + 8, hi);
             } else {
-                __nv_bfloat16* pa = xh + 8 * g;
-                __nv_bfloat16* pb = pa + half;
-                load8_bf16(pa, a);
-                load8_bf16(pb, b);
+                load8_bf16(xh + 8 * g, a);
+                load8_bf16(xh + 8 * g + half, b);
 #pragma unroll
                 for (int q = 0; q < 8; ++q) rotate(a[q], b[q], c[q], sn[q]);
-                store8_bf16(pa, a);
-                store8_bf16(pb, b);
+                store8_bf16(yh + 8 * g, a);
+                store8_bf16(yh + 8 * g + half, b);
             }
         }
 }
@@ -847,8 +845,19 @@ void rms_norm_backward_cuda(const float* x, const float* w, const float* inv_rms
 
 void rope_bf16_cuda(__nv_bfloat16* x, BatchShape shape, int64_t n_heads, int64_t head_dim, RopePairing pairing,
                     const float* cos_t, const float* sin_t, bool inverse, cudaStream_t stream) {
+    rope_bf16_strided_cuda(x, n_heads * head_dim, x, n_heads * head_dim, shape, n_heads, head_dim, pairing, cos_t, sin_t,
+                           inverse, stream);
+}
+
+void rope_bf16_strided_cuda(const __nv_bfloat16* x, int64_t x_ld, __nv_bfloat16* y, int64_t y_ld, BatchShape shape,
+                            int64_t n_heads, int64_t head_dim, RopePairing pairing, const float* cos_t, const float* sin_t,
+                            bool inverse, cudaStream_t stream) {
     const char* op = "rope_bf16_cuda";
     require_pointer(x, op, "x");
+    require_pointer(y, op, "y");
+    require(x_ld >= n_heads * head_dim && y_ld >= n_heads * head_dim, op,
+            "row strides must hold n_heads · head_dim elements, got " + std::to_string(x_ld) + " and " + std::to_string(y_ld));
+    require(x != y || x_ld == y_ld, op, "in place needs one row stride");
     require_pointer(cos_t, op, "the cos table");
     require_pointer(sin_t, op, "the sin table");
     require_positive(shape.n_seq, op, "the number of sequences");
@@ -858,27 +867,27 @@ void rope_bf16_cuda(__nv_bfloat16* x, BatchShape shape, int64_t n_heads, int64_t
     const bool adjacent = pairing == RopePairing::adjacent;
     const float sin_sign = inverse ? -1.0f : 1.0f;
     const int64_t per_tok = n_heads * (head_dim / 16);
-    if (head_dim % 16 == 0 && aligned(x, 16) && aligned(cos_t, 16) && aligned(sin_t, 16) && shape.n_tok <= INT32_MAX &&
-        n_heads * head_dim <= INT32_MAX) {
+    if (head_dim % 16 == 0 && aligned(x, 16) && aligned(y, 16) && x_ld % 8 == 0 && y_ld % 8 == 0 && aligned(cos_t, 16) &&
+        aligned(sin_t, 16) && shape.n_tok <= INT32_MAX && n_heads * head_dim <= INT32_MAX) {
         // tok_per_cta positions × per_tok threads, at most kThreads (then per_tok > kThreads: one position, a loop)
         const int64_t tok_per_cta = std::min<int64_t>(std::max<int64_t>(1, kThreads / per_tok), shape.n_tok);
         const int64_t threads = std::min<int64_t>(tok_per_cta * per_tok, kThreads);
         const dim3 grid(unsigned((shape.n_tok + tok_per_cta - 1) / tok_per_cta),
                         unsigned(std::min<int64_t>(shape.n_seq, 65535)));
-        rope_bf16_vec8_kernel<<<grid, unsigned(threads), 0, stream>>>(x, shape.n_seq, int(shape.n_tok), int(n_heads),
-                                                                      int(head_dim), adjacent, cos_t, sin_t, sin_sign,
-                                                                      int(tok_per_cta));
+        rope_bf16_vec8_kernel<<<grid, unsigned(threads), 0, stream>>>(x, x_ld, y, y_ld, shape.n_seq, int(shape.n_tok),
+                                                                      int(n_heads), int(head_dim), adjacent, cos_t, sin_t,
+                                                                      sin_sign, int(tok_per_cta));
         CUDA_CHECK(cudaGetLastError());
         return;
     }
-    const bool two_pairs = head_dim % 4 == 0 && aligned(x, 8);
+    const bool two_pairs = head_dim % 4 == 0 && aligned(x, 8) && aligned(y, 8) && x_ld % 4 == 0 && y_ld % 4 == 0;
     const int64_t n = shape.rows() * n_heads * (head_dim / (two_pairs ? 4 : 2));
     if (two_pairs)
-        rope_bf16_kernel<true><<<grid_for(n), kThreads, 0, stream>>>(x, shape.rows(), shape.n_tok, n_heads, head_dim,
-                                                                     adjacent, cos_t, sin_t, sin_sign);
+        rope_bf16_kernel<true><<<grid_for(n), kThreads, 0, stream>>>(x, x_ld, y, y_ld, shape.rows(), shape.n_tok, n_heads,
+                                                                     head_dim, adjacent, cos_t, sin_t, sin_sign);
     else
-        rope_bf16_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(x, shape.rows(), shape.n_tok, n_heads, head_dim,
-                                                                      adjacent, cos_t, sin_t, sin_sign);
+        rope_bf16_kernel<false><<<grid_for(n), kThreads, 0, stream>>>(x, x_ld, y, y_ld, shape.rows(), shape.n_tok, n_heads,
+                                                                      head_dim, adjacent, cos_t, sin_t, sin_sign);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -44,6 +44,11 @@ void rms_norm_backward_cuda(const float* x, const float* w, const float* inv_rms
 // (apply_rope_backward).
 void rope_bf16_cuda(__nv_bfloat16* x, BatchShape shape, int64_t n_heads, int64_t head_dim, RopePairing pairing,
                     const float* cos_t, const float* sin_t, bool inverse, cudaStream_t stream = 0);
+// The same from x (rows at x + r·x_ld) into y (rows at y + r·y_ld; y = x with x_ld = y_ld is in place): moves q and k
+// between the fused q/k/v GEMM's [rows, q_dim + 2·kv_dim] rows and attention's own tensors, rotating on the way.
+void rope_bf16_strided_cuda(const __nv_bfloat16* x, int64_t x_ld, __nv_bfloat16* y, int64_t y_ld, BatchShape shape,
+                            int64_t n_heads, int64_t head_dim, RopePairing pairing, const float* cos_t, const float* sin_t,
+                            bool inverse, cudaStream_t stream = 0);
 
 // --- SwiGLU s = silu(g)·u over n elements (BF16 in and out, FP32 math) ---
 void swiglu_forward_cuda(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n, __nv_bfloat16* out,

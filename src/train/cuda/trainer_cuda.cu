@@ -21,6 +21,11 @@
 // loss gradient of each is scaled by 1/(the step's rows), the first backward zeroes the gradient buffer and the
 // later ones add to it (the weight-gradient GEMMs with beta 1; norm, embedding and LM-head gradients add anyway),
 // so the buffer ends as the gradient of the step's mean loss without a second buffer or pass.
+// q, k and v share their input: where all three run in BF16 (and no detector or probe watches them one by one) they
+// are one GEMM each way — forward N = q_dim + 2·kv_dim, dgrad K = q_dim + 2·kv_dim (no FP32 accumulation of three
+// input gradients), wgrad into their adjacent gradients — and RoPE (or its inverse) moves q and k between those
+// rows and attention's tensors (fused_qkv). Their k/v GEMMs alone have N = kv_dim (256 in `base`), too narrow for
+// the tensor cores' tiles. The residual stream's copies ride on the norms' forward (rms_norm_forward_cuda x_copy).
 // Determinism: every kernel reduces in a fixed order and cuBLAS is reproducible, so a step is a function of
 // the state and the batch — the basis of bit-exact resume.
 // probe_slot_errors (`--probe-every`) runs one more forward and backward with probe_ set: every projection slot
@@ -124,6 +129,7 @@ private:
     void detect(int64_t layer, Projection p, Operand which, const bf16* m, int64_t rows, int64_t cols);
     bf16* input_buffer(DeviceBuffer<bf16>& kept, DeviceBuffer<bf16>& scratch, bool keep, size_t n, const bf16*& where);
     bool wgrad_keeps_prepared(int64_t layer, Projection p) const;
+    bool fused_qkv(int64_t layer, std::initializer_list<Slot> slots) const;
     void track_memory();
     void probe(int64_t layer, Projection p, Slot s, const bf16* a, const bf16* b, int64_t m, int64_t k, int64_t n);
     // Where the following MX tensor-core products count while the census is on: `site`, or nowhere in a probe's
@@ -160,6 +166,9 @@ private:
     // backward scratch
     DeviceBuffer<float> d_res_, d_norm_in_;
     DeviceBuffer<bf16> d_res_bf16_, d_wide_a_, d_wide_b_, d_wide_c_, dq_, dk_, dv_;
+    // q/k/v as one GEMM's rows [R, q_dim + 2·kv_dim] where all three run in BF16 (fused_qkv): the forward's
+    // output before RoPE moves q and k into attention's tensors, the backward's dY before dgrad and wgrad
+    DeviceBuffer<bf16> qkv_;
     RmsNormBackwardWorkspace norm_ws_;
     FlashAttentionBackwardWorkspace attn_ws_;
     OutlierStatsWorkspace detector_ws_;
@@ -357,6 +366,19 @@ bf16* CudaTrainer::input_buffer(DeviceBuffer<bf16>& kept, DeviceBuffer<bf16>& sc
     return scratch.grow(n);
 }
 
+// Whether q, k and v run as one GEMM in these slots of `layer`: all three in BF16 there, no detector or probe
+// watching them one by one (they read each projection's own operands), and their weights (and gradients, the same
+// layout) adjacent rows of one [q_dim + 2·kv_dim, hidden] matrix, which ParamLayout's order gives.
+bool CudaTrainer::fused_qkv(int64_t layer, std::initializer_list<Slot> slots) const {
+    if (probe_ != nullptr || recipe_.calibrating()) return false;
+    for (Slot s : slots)
+        for (Projection p : {Projection::q, Projection::k, Projection::v})
+            if (recipe_.strategy(layer, p, s) != Strategy::full) return false;
+    const BlockTensors<float>& w = master_.blocks[size_t(layer)];
+    const int64_t d = mc().hidden_size;
+    return w[Projection::k] == w[Projection::q] + mc().q_dim() * d && w[Projection::v] == w[Projection::k] + mc().kv_dim() * d;
+}
+
 bool CudaTrainer::wgrad_keeps_prepared(int64_t layer, Projection p) const {
     return recipe_.recipe().save_quantized_operands && probe_ == nullptr &&
            keeps_prepared(recipe_.strategy(layer, p, Slot::wgrad));
@@ -409,20 +431,11 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
                 if (!wgrad_keeps_prepared(l, p)) return true;
             return false;
         };
-        // One projection's forward; when training, its backward operands are prepared now where the slot
-        // quantizes (X shared by the projections of one input whose wgrad modes are equal).
-        const auto linear = [&](Projection p, const bf16* x, int64_t k, int64_t n, TrainGemmOut y,
-                                std::initializer_list<Projection> group) {
+        // The backward's operands of projection p (input x [R, k], output width n), prepared now where its slots
+        // quantize them (X shared by the projections of one input whose wgrad modes are equal).
+        const auto prepare_backward = [&](Projection p, const bf16* x, int64_t k, int64_t n,
+                                          std::initializer_list<Projection> group) {
             const bf16* wp = weight_bf16(w[p]);
-            if (calibrating) {
-                detect(l, p, Operand::x, x, R, k);
-                detect(l, p, Operand::w, wp, n, k);
-                mark("adahop detector");
-            }
-            count_census_at(census_site(l, p, Slot::fwd));
-            gemm_->forward(mode(l, p, Slot::fwd), x, wp, R, k, n, y);
-            mark("linear forward");
-            if (probe_) probe(l, p, Slot::fwd, x, wp, R, k, n);
             const size_t ip = size_t(p);
             b.has_saved_x[ip] = b.has_saved_w[ip] = false;
             if (!for_backward || !save) return;
@@ -450,20 +463,50 @@ double CudaTrainer::forward(const TokenBatch& batch, bool for_backward) {
             b.saved_x_from[ip] = int(p);
             saved_bytes_ += prepared_device_bytes(b.saved_x[ip]);  // (for_backward only: returned above otherwise)
         };
+        // One projection's forward, then its backward's operands.
+        const auto linear = [&](Projection p, const bf16* x, int64_t k, int64_t n, TrainGemmOut y,
+                                std::initializer_list<Projection> group) {
+            const bf16* wp = weight_bf16(w[p]);
+            if (calibrating) {
+                detect(l, p, Operand::x, x, R, k);
+                detect(l, p, Operand::w, wp, n, k);
+                mark("adahop detector");
+            }
+            count_census_at(census_site(l, p, Slot::fwd));
+            gemm_->forward(mode(l, p, Slot::fwd), x, wp, R, k, n, y);
+            mark("linear forward");
+            if (probe_) probe(l, p, Slot::fwd, x, wp, R, k, n);
+            prepare_backward(p, x, k, n, group);
+        };
         const bool keep_attn_in = keep_bf16({Projection::q, Projection::k, Projection::v});
         bf16* attn_in = input_buffer(b.attn_in_kept, attn_in_scratch_, keep_attn_in, size_t(R * d), b.attn_in);
         rms_norm_forward_cuda(b.x.data(), w.attn_norm, R, d, c.rms_eps, attn_in, b.attn_rms.data(), stream_, b.h.data());
         mark("rmsnorm");
         const std::initializer_list<Projection> qkv = {Projection::q, Projection::k, Projection::v};
-        linear(Projection::q, attn_in, d, qd, {nullptr, b.q.data()}, qkv);
-        linear(Projection::k, attn_in, d, kvd, {nullptr, b.k.data()}, qkv);
-        linear(Projection::v, attn_in, d, kvd, {nullptr, b.v.data()}, qkv);
-        rope_bf16_cuda(b.q.data(), batch.shape, c.n_heads, c.head_dim, c.rope_pairing, rope_cos_.data(), rope_sin_.data(),
-                       false, stream_);
-        mark("rope");
-        rope_bf16_cuda(b.k.data(), batch.shape, c.n_kv_heads, c.head_dim, c.rope_pairing, rope_cos_.data(),
-                       rope_sin_.data(), false, stream_);
-        mark("rope");
+        if (fused_qkv(l, {Slot::fwd})) {  // one GEMM (N = q_dim + 2·kv_dim); RoPE moves q and k out of its rows
+            const int64_t width = qd + 2 * kvd;
+            bf16* y = qkv_.grow(size_t(R * width));
+            gemm_->forward(TrainGemmMode{}, attn_in, weight_bf16(w[Projection::q]), R, d, width, {nullptr, y});
+            mark("linear forward");
+            for (Projection p : qkv) prepare_backward(p, attn_in, d, p == Projection::q ? qd : kvd, qkv);
+            rope_bf16_strided_cuda(y, width, b.q.data(), qd, batch.shape, c.n_heads, c.head_dim, c.rope_pairing,
+                                   rope_cos_.data(), rope_sin_.data(), false, stream_);
+            rope_bf16_strided_cuda(y + qd, width, b.k.data(), kvd, batch.shape, c.n_kv_heads, c.head_dim, c.rope_pairing,
+                                   rope_cos_.data(), rope_sin_.data(), false, stream_);
+            CUDA_CHECK(cudaMemcpy2DAsync(b.v.data(), size_t(kvd) * sizeof(bf16), y + qd + kvd, size_t(width) * sizeof(bf16),
+                                         size_t(kvd) * sizeof(bf16), size_t(R), cudaMemcpyDeviceToDevice, stream_));
+            mark("rope");
+        } else {
+            linear(Projection::q, attn_in, d, qd, {nullptr, b.q.data()}, qkv);
+            linear(Projection::k, attn_in, d, kvd, {nullptr, b.k.data()}, qkv);
+            linear(Projection::v, attn_in, d, kvd, {nullptr, b.v.data()}, qkv);
+            rope_bf16_cuda(b.q.data(), batch.shape, c.n_heads, c.head_dim, c.rope_pairing, rope_cos_.data(),
+                           rope_sin_.data(), false, stream_);
+            mark("rope");
+            rope_bf16_cuda(b.k.data(), batch.shape, c.n_kv_heads, c.head_dim, c.rope_pairing, rope_cos_.data(),
+                           rope_sin_.data(), false, stream_);
+            mark("rope");
+        }
         flash_attention_forward_cuda(b.q.data(), b.k.data(), b.v.data(), batch.shape, c.n_heads, c.n_kv_heads, c.head_dim,
                                      b.ctx.data(), b.lse.data(), stream_);
         mark("attention forward");
@@ -582,15 +625,34 @@ void CudaTrainer::backward(bool accumulate) {
                                       c.n_heads, c.n_kv_heads, c.head_dim, dq_.data(), dk_.data(), dv_.data(), attn_ws_,
                                       stream_);
         mark("attention backward");
-        rope_bf16_cuda(dq_.data(), shape, c.n_heads, c.head_dim, c.rope_pairing, rope_cos_.data(), rope_sin_.data(), true,
-                       stream_);
-        mark("rope");
-        rope_bf16_cuda(dk_.data(), shape, c.n_kv_heads, c.head_dim, c.rope_pairing, rope_cos_.data(), rope_sin_.data(),
-                       true, stream_);
-        mark("rope");
-        linear_back(Projection::q, dq_.data(), b.attn_in, d, qd, {d_norm_in_.data(), nullptr, 0.0f});
-        linear_back(Projection::k, dk_.data(), b.attn_in, d, kvd, {d_norm_in_.data(), nullptr, 1.0f});
-        linear_back(Projection::v, dv_.data(), b.attn_in, d, kvd, {d_norm_in_.data(), nullptr, 1.0f});
+        if (fused_qkv(l, {Slot::dgrad, Slot::wgrad}) && b.attn_in != nullptr) {
+            // dY of the three as one [R, q_dim + 2·kv_dim] (RoPE's inverse moves dq and dk into its rows): one dgrad
+            // GEMM (K = q_dim + 2·kv_dim) and one wgrad GEMM into the adjacent gradients of Wq, Wk, Wv
+            const int64_t width = qd + 2 * kvd;
+            bf16* dy = qkv_.grow(size_t(R * width));
+            rope_bf16_strided_cuda(dq_.data(), qd, dy, width, shape, c.n_heads, c.head_dim, c.rope_pairing, rope_cos_.data(),
+                                   rope_sin_.data(), true, stream_);
+            rope_bf16_strided_cuda(dk_.data(), kvd, dy + qd, width, shape, c.n_kv_heads, c.head_dim, c.rope_pairing,
+                                   rope_cos_.data(), rope_sin_.data(), true, stream_);
+            CUDA_CHECK(cudaMemcpy2DAsync(dy + qd + kvd, size_t(width) * sizeof(bf16), dv_.data(), size_t(kvd) * sizeof(bf16),
+                                         size_t(kvd) * sizeof(bf16), size_t(R), cudaMemcpyDeviceToDevice, stream_));
+            mark("rope");
+            const TrainGemmMode dense_qkv{};
+            gemm_->backward_data(dense_qkv, dy, weight_bf16(w[Projection::q]), R, d, width, {d_norm_in_.data(), nullptr, 0.0f});
+            mark("linear dgrad");
+            gemm_->backward_weight(dense_qkv, dy, b.attn_in, R, d, width, grad_of(w[Projection::q]), wgrad_beta);
+            mark("linear wgrad");
+        } else {
+            rope_bf16_cuda(dq_.data(), shape, c.n_heads, c.head_dim, c.rope_pairing, rope_cos_.data(), rope_sin_.data(),
+                           true, stream_);
+            mark("rope");
+            rope_bf16_cuda(dk_.data(), shape, c.n_kv_heads, c.head_dim, c.rope_pairing, rope_cos_.data(),
+                           rope_sin_.data(), true, stream_);
+            mark("rope");
+            linear_back(Projection::q, dq_.data(), b.attn_in, d, qd, {d_norm_in_.data(), nullptr, 0.0f});
+            linear_back(Projection::k, dk_.data(), b.attn_in, d, kvd, {d_norm_in_.data(), nullptr, 1.0f});
+            linear_back(Projection::v, dv_.data(), b.attn_in, d, kvd, {d_norm_in_.data(), nullptr, 1.0f});
+        }
         rms_norm_backward_cuda(b.x.data(), w.attn_norm, b.attn_rms.data(), d_norm_in_.data(), R, d, d_res_.data(),
                                d_res_bf16_.data(), grad_of(w.attn_norm), norm_ws_, stream_);
         mark("rmsnorm backward");
