@@ -143,8 +143,9 @@ struct MxGemmScratch {
 // back to b_columns. int8_stages_columns: the same with one base per line of B (per column of C, as A has per row)
 // instead of one per 128-line tile, so a chunk fits when each column's scales do; its promotion multiplies per-row ×
 // per-column factors (one FMUL more per element and chunk). Built after the CPU census of SmolLM2-135M's operands
-// (bench/results/int8_window_smollm2_cpu_devbox.md): per-tile bases put nearly every wgrad chunk outside; not yet
-// measured on the GPU.
+// (bench/results/int8_window_smollm2_cpu_devbox.md): per-tile bases put nearly every wgrad chunk outside. On the
+// H200's base training step it is the faster INT8 fold (mxfp4 83 against 86 ms, adahop-lv1 87 against 98 ms;
+// bench/results/train_cuda_h200.md), still slower than the emulation.
 enum class MxGemmFold : uint8_t { none, b_columns, int8_stages, int8_stages_columns };
 
 // C = A · Bᵀ: c_f32 (M × N row-major FP32) or c_bf16 (the same in BF16, rounded to nearest even); exactly one
