@@ -637,10 +637,9 @@ void CudaTrainer::backward(bool accumulate) {
             CUDA_CHECK(cudaMemcpy2DAsync(dy + qd + kvd, size_t(width) * sizeof(bf16), dv_.data(), size_t(kvd) * sizeof(bf16),
                                          size_t(kvd) * sizeof(bf16), size_t(R), cudaMemcpyDeviceToDevice, stream_));
             mark("rope");
-            const TrainGemmMode dense_qkv{};
-            gemm_->backward_data(dense_qkv, dy, weight_bf16(w[Projection::q]), R, d, width, {d_norm_in_.data(), nullptr, 0.0f});
+            gemm_->backward_data(dense, dy, weight_bf16(w[Projection::q]), R, d, width, {d_norm_in_.data(), nullptr, 0.0f});
             mark("linear dgrad");
-            gemm_->backward_weight(dense_qkv, dy, b.attn_in, R, d, width, grad_of(w[Projection::q]), wgrad_beta);
+            gemm_->backward_weight(dense, dy, b.attn_in, R, d, width, grad_of(w[Projection::q]), wgrad_beta);
             mark("linear wgrad");
         } else {
             rope_bf16_cuda(dq_.data(), shape, c.n_heads, c.head_dim, c.rope_pairing, rope_cos_.data(), rope_sin_.data(),
