@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -205,6 +206,67 @@ TEST(TrainRecipe, CalibrationFixesThePlanByMajorityAndRoundTripsThroughJson) {
                       ErrorKind::input, {"state.json", "fp8"});
     expect_error_with([&] { RecipeState::from_json(nlohmann::json::array(), c, "state.json"); }, ErrorKind::input,
                       {"state.json"});
+}
+
+// --mx-slots / --mx-projections: the unlisted GEMMs run in BF16, for every MXFP4 recipe; saved with the recipe.
+TEST(TrainRecipe, SlotAndProjectionMasksRunTheOthersInBf16) {
+    const LlamaConfig c = train_preset("tiny").model;
+    EXPECT_EQ(parse_slot_mask("fwd,wgrad"), 0x05);
+    EXPECT_EQ(parse_projection_mask("attn"), 0x0f);
+    EXPECT_EQ(parse_projection_mask("ffn,q"), 0x71);
+    EXPECT_EQ(slot_mask_name(0x06), "dgrad,wgrad");
+    EXPECT_EQ(projection_mask_name(0x70), "gate,up,down");
+    expect_error_with([] { parse_slot_mask("fwd,bwd"); }, ErrorKind::usage, {"bwd", "wgrad"});
+    expect_error_with([] { parse_slot_mask(""); }, ErrorKind::usage, {"empty"});
+    expect_error_with([] { parse_projection_mask("q,,k"); }, ErrorKind::usage, {"projection", "gate"});
+
+    Recipe r = recipe_of(Precision::mxfp4_iht);
+    r.mx_slots = parse_slot_mask("dgrad");
+    r.mx_projections = parse_projection_mask("ffn");
+    const RecipeState st(r, c);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+        for (Projection p : kProjections)
+            for (Slot s : {Slot::fwd, Slot::dgrad, Slot::wgrad}) {
+                const bool on = s == Slot::dgrad && (p == Projection::gate || p == Projection::up || p == Projection::down);
+                EXPECT_EQ(st.strategy(l, p, s), on ? Strategy::iht : Strategy::full);
+            }
+    EXPECT_EQ(st.strategy_counts().at("IHT"), c.n_layers * 3);
+    const RecipeState back = RecipeState::from_json(st.to_json(), c, "state.json");
+    EXPECT_EQ(back.recipe().mx_slots, r.mx_slots);
+    EXPECT_EQ(back.recipe().mx_projections, r.mx_projections);
+    EXPECT_EQ(back.to_json(), st.to_json());
+    EXPECT_FALSE(RecipeState(recipe_of(Precision::mxfp4), c).to_json()["recipe"].contains("mx_slots"));
+    // AdaHOP: the plan is made for every slot, the masks override it.
+    Recipe lv1 = recipe_of(Precision::adahop_lv1, 1);
+    lv1.mx_slots = parse_slot_mask("wgrad");
+    RecipeState a(lv1, c);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+        for (Projection p : kProjections)
+            for (Operand o : {Operand::x, Operand::w, Operand::g}) a.record(l, p, o, Pattern::none);
+    a.end_step();
+    EXPECT_EQ(a.strategy(0, Projection::q, Slot::fwd), Strategy::full);
+    EXPECT_EQ(a.strategy(0, Projection::q, Slot::wgrad), strategy_table_lv1().lookup(Pattern::none, Pattern::none));
+    Recipe bf = recipe_of(Precision::bf16);
+    bf.mx_slots = 0x01;
+    expect_error_with([&] { (void)RecipeState(bf, c); }, ErrorKind::usage, {"bf16", "mask"});
+    expect_error_with([&] { RecipeState::from_json({{"recipe", {{"precision", "mxfp4"}, {"mx_slots", "up"}}}}, c, "state.json"); },
+                      ErrorKind::input, {"state.json", "up"});
+
+    // A step: the forward's loss depends only on whether fwd is quantized; the gradients on the rest too.
+    const TrainConfig cfg = tiny_run(5);
+    const Batch batch = pattern_batch(cfg, 3);
+    const auto trainer = [&](const char* slots) {
+        Recipe m = recipe_of(Precision::mxfp4);
+        m.mx_slots = parse_slot_mask(slots);
+        return std::make_unique<CpuTrainer>(cfg, m);
+    };
+    auto wg = trainer("wgrad"), dw = trainer("dgrad,wgrad"), fw = trainer("fwd"), all = trainer("fwd,dgrad,wgrad");
+    EXPECT_EQ(wg->loss(batch.view()), dw->loss(batch.view()));
+    EXPECT_EQ(fw->loss(batch.view()), all->loss(batch.view()));
+    EXPECT_NE(wg->loss(batch.view()), fw->loss(batch.view()));
+    for (auto* t : {wg.get(), dw.get(), fw.get(), all.get()}) t->step(batch.view());
+    EXPECT_NE(wg->gradients(), dw->gradients());
+    EXPECT_NE(fw->gradients(), all->gradients());
 }
 
 TEST(TrainRecipe, AdahopRunCalibratesThenTrainsOnThePlan) {

@@ -46,7 +46,7 @@ namespace fs = std::filesystem;
 
 struct TrainArgs {
     std::string config = "tiny", data, device = "cpu", out, report, precision = "bf16", export_dtype = "f32", tokenizer;
-    std::string mx_gemm = "emulated";
+    std::string mx_gemm = "emulated", mx_slots, mx_projections;
     int64_t steps = 0, log_every = 0, val_every = 0, val_windows = 8, checkpoint_every = 0, stop_at = 0, probe_every = 0;
     std::string probe_batch = "val";
     int64_t seed = -1, calibration_steps = 0, batch_size = 0, grad_accum = 0;
@@ -91,6 +91,8 @@ void run_train(const TrainArgs& a) {
     Recipe recipe;
     recipe.precision = parse_precision(a.precision);
     if (a.calibration_steps > 0) recipe.calibration_steps = int(a.calibration_steps);
+    if (!a.mx_slots.empty()) recipe.mx_slots = parse_slot_mask(a.mx_slots);
+    if (!a.mx_projections.empty()) recipe.mx_projections = parse_projection_mask(a.mx_projections);
     LOWBIT_CHECK(a.mx_gemm == "emulated" || a.mx_gemm == "tensor-cores" || a.mx_gemm == "tensor-cores-columns",
                  ErrorKind::usage, "--mx-gemm {}: emulated, tensor-cores or tensor-cores-columns", a.mx_gemm);
     recipe.mx_tensor_cores = a.mx_gemm != "emulated";
@@ -202,6 +204,12 @@ void register_train_command(CLI::App& app) {
                 "count the tensor-core products' window units outside the INT8 window and the output tiles sent to "
                 "the slow per-block path, per projection and slot; printed at the end and in report.json "
                 "(needs --mx-gemm tensor-cores)");
+    c->add_option("--mx-slots", a->mx_slots,
+                  "the GEMM slots the MXFP4 recipe quantizes, e.g. fwd,dgrad (of fwd, dgrad, wgrad; default all); the "
+                  "others run in BF16: an ablation of where a recipe's loss gap comes from");
+    c->add_option("--mx-projections", a->mx_projections,
+                  "the projections the MXFP4 recipe quantizes, e.g. attn or gate,up (of q, k, v, o, gate, up, down; attn = "
+                  "q,k,v,o, ffn = gate,up,down; default all); the others run in BF16");
     c->add_option("--calibration-steps", a->calibration_steps, "AdaHOP's calibration steps (default 30)");
     c->add_option("--steps", a->steps, "optimizer steps of the run (default: the config's; a longer warm-up is cut to a tenth)");
     c->add_option("--seed", a->seed, "initialization and batch seed (default: the config's)");

@@ -2,6 +2,8 @@
 // phase and fixed plan, and their JSON (see recipe.h).
 #include "train/recipe.h"
 
+#include <sstream>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -24,13 +26,53 @@ StrategyTable calibration_table(Precision p) {
     return p == Precision::adahop_lv2 ? strategy_table_lv2() : strategy_table_lv1();
 }
 
-// "attn_q" → "q", "ffn_gate" → "gate", "attn_output" → "o": the short names of the plan map.
-const char* projection_short_name(Projection p) {
-    constexpr const char* names[kProjectionCount] = {"q", "k", "v", "o", "gate", "up", "down"};
-    return names[size_t(p)];
+// "attn_q" → "q", "ffn_gate" → "gate", "attn_output" → "o": the short names of the plan map and the masks.
+constexpr const char* kProjectionShortNames[kProjectionCount] = {"q", "k", "v", "o", "gate", "up", "down"};
+const char* projection_short_name(Projection p) { return kProjectionShortNames[size_t(p)]; }
+
+constexpr const char* kSlotShortNames[] = {"fwd", "dgrad", "wgrad"};
+
+// The bits of a comma-separated list of names[i] (bit i), plus the groups' bits; Error(usage) otherwise.
+template <size_t N>
+uint8_t parse_mask(const std::string& list, const char* const (&names)[N],
+                   std::initializer_list<std::pair<const char*, uint8_t>> groups, const char* what) {
+    uint8_t mask = 0;
+    std::stringstream ss(list);
+    std::string item;
+    std::string known;
+    for (const char* n : names) known += fmt::format("{}{}", known.empty() ? "" : ", ", n);
+    for (const auto& [g, bits] : groups) known += fmt::format(", {}", g);
+    while (std::getline(ss, item, ',')) {
+        uint8_t bits = 0;
+        for (size_t i = 0; i < N; ++i)
+            if (item == names[i]) bits = uint8_t(1u << i);
+        for (const auto& [g, gb] : groups)
+            if (item == g) bits = gb;
+        LOWBIT_CHECK(bits != 0, ErrorKind::usage, "{} '{}' in '{}': one of {}", what, item, list, known);
+        mask |= bits;
+    }
+    LOWBIT_CHECK(mask != 0, ErrorKind::usage, "an empty list of {}s ('{}'): name at least one of {}", what, list, known);
+    return mask;
+}
+
+template <size_t N>
+std::string mask_name(uint8_t mask, const char* const (&names)[N]) {
+    std::string out;
+    for (size_t i = 0; i < N; ++i)
+        if (mask >> i & 1) out += fmt::format("{}{}", out.empty() ? "" : ",", names[i]);
+    return out;
 }
 
 }  // namespace
+
+uint8_t parse_slot_mask(const std::string& list) { return parse_mask(list, kSlotShortNames, {}, "slot"); }
+
+uint8_t parse_projection_mask(const std::string& list) {
+    return parse_mask(list, kProjectionShortNames, {{"attn", 0x0f}, {"ffn", 0x70}}, "projection");
+}
+
+std::string slot_mask_name(uint8_t mask) { return mask_name(mask, kSlotShortNames); }
+std::string projection_mask_name(uint8_t mask) { return mask_name(mask, kProjectionShortNames); }
 
 const char* precision_name(Precision p) {
     for (const PrecisionName& n : kPrecisionNames)
@@ -51,9 +93,17 @@ RecipeState::RecipeState(const Recipe& r, const LlamaConfig& c)
     LOWBIT_CHECK(!precision_calibrates(r.precision) || r.calibration_steps >= 1, ErrorKind::usage,
                  "recipe {}: {} calibration steps; AdaHOP needs at least one", precision_name(r.precision),
                  r.calibration_steps);
+    const bool masked = r.mx_slots != Recipe::kAllSlots || r.mx_projections != Recipe::kAllProjections;
+    LOWBIT_CHECK(r.precision != Precision::bf16 || !masked, ErrorKind::usage,
+                 "recipe bf16 quantizes no GEMM: slot and projection masks apply to the MXFP4 recipes");
+    LOWBIT_CHECK((r.mx_slots & Recipe::kAllSlots) != 0 && (r.mx_slots & ~Recipe::kAllSlots) == 0 &&
+                     (r.mx_projections & Recipe::kAllProjections) != 0 && (r.mx_projections & ~Recipe::kAllProjections) == 0,
+                 ErrorKind::usage, "recipe {}: slot mask {:#x} and projection mask {:#x} must each name some and only known bits",
+                 precision_name(r.precision), r.mx_slots, r.mx_projections);
 }
 
 Strategy RecipeState::strategy(int64_t layer, Projection p, Slot s) const {
+    if (!recipe_.quantizes(p, s)) return Strategy::full;
     switch (recipe_.precision) {
         case Precision::bf16: return Strategy::full;
         case Precision::mxfp4: return Strategy::plain;
@@ -108,6 +158,10 @@ nlohmann::json RecipeState::to_json() const {
                          {{"precision", precision_name(recipe_.precision)},
                           {"calibration_steps", recipe_.calibration_steps},
                           {"detector", {{"tau", recipe_.detector.tau}, {"kappa", recipe_.detector.kappa}}}}}};
+    // Written only when set, so the states and run configs of unmasked runs stay as they were.
+    if (recipe_.mx_slots != Recipe::kAllSlots) j["recipe"]["mx_slots"] = slot_mask_name(recipe_.mx_slots);
+    if (recipe_.mx_projections != Recipe::kAllProjections)
+        j["recipe"]["mx_projections"] = projection_mask_name(recipe_.mx_projections);
     if (precision_calibrates(recipe_.precision)) j["calibration"] = calibration_.to_json();
     if (!plan_.layers.empty()) j["plan"] = plan_to_json(plan_);
     return j;
@@ -131,6 +185,9 @@ RecipeState RecipeState::from_json(const nlohmann::json& j, const LlamaConfig& c
             recipe.detector.tau = r["detector"].value("tau", recipe.detector.tau);
             recipe.detector.kappa = r["detector"].value("kappa", recipe.detector.kappa);
         }
+        if (r.contains("mx_slots")) recipe.mx_slots = parse_slot_mask(r["mx_slots"].get<std::string>());
+        if (r.contains("mx_projections"))
+            recipe.mx_projections = parse_projection_mask(r["mx_projections"].get<std::string>());
     } catch (const nlohmann::json::exception& e) {
         fail(ErrorKind::input, "{}: the recipe is malformed ({})", origin, e.what());
     } catch (const Error& e) {

@@ -13,6 +13,8 @@
 //                 of every projection's X, W and dY; then the majority vote fixes each slot's strategy
 //                 from the Lv1 or Lv2 table (strategy_plan.h), kept for the rest of the run and in
 //                 checkpoints
+// Slot and projection masks (`--mx-slots`, `--mx-projections`) run the unlisted slots and projections of an MXFP4
+// recipe in BF16: ablations that show which GEMMs carry a recipe's loss gap (issue 20's headline experiment).
 #pragma once
 
 #include <cstdint>
@@ -49,7 +51,23 @@ struct Recipe {
     // by block under IHT from 96 % to 63 % (bench/results/analyze_model_smollm2_cpu_devbox.md).
     // `--mx-gemm tensor-cores-columns`. Not a plan setting.
     bool mx_column_bases = false;
+    // The slots (bit Slot) and projections (bit Projection) an MXFP4 recipe quantizes; the others run in BF16
+    // (Strategy::full). A plan setting: saved with the recipe, and a resume must use the same masks.
+    uint8_t mx_slots = kAllSlots;
+    uint8_t mx_projections = kAllProjections;
+    static constexpr uint8_t kAllSlots = 0x07, kAllProjections = 0x7f;
+
+    bool quantizes(Projection p, Slot s) const {
+        return (mx_slots >> int(s) & 1) != 0 && (mx_projections >> int(p) & 1) != 0;
+    }
 };
+
+// "fwd,dgrad" → the mask of those slots; "q,k,v,o,gate,up,down" (or "attn" = q,k,v,o, "ffn" = gate,up,down) →
+// the mask of those projections. Error(usage) naming the unknown entry, or an empty list.
+uint8_t parse_slot_mask(const std::string& list);
+uint8_t parse_projection_mask(const std::string& list);
+std::string slot_mask_name(uint8_t mask);          // "fwd,dgrad"
+std::string projection_mask_name(uint8_t mask);    // "q,k,v,o"
 
 // A run's position in its recipe: calibrating (observations so far) or planned (strategies fixed).
 class RecipeState {
