@@ -11,6 +11,8 @@
 #        [--extra "ARGS"]
 # Runs live in /tmp/headline/runs-TAG/PRECISION; --extra passes more options to every `lowbit train`
 # (e.g. "--stop-at 2000 --probe-every 250" for a slot-error probe run on the same schedule).
+# A run may carry its own options after its precision: "mxfp4+mx-slots=wgrad" runs `--precision mxfp4
+# --mx-slots wgrad` in runs-TAG/mxfp4+mx-slots=wgrad (the ablations of docs/train.md; "bf16+seed=2" likewise).
 # The pack: lowbit.xz (the portable binary) and shards/ (scripts/subset_shards.py --xz output, tarred).
 # --budget: seconds of this call the training may use (default 540; the device tool's limit is 600 a call).
 set -uo pipefail
@@ -44,18 +46,22 @@ pack_results() {
     (cd "$RUNS" && tar -czf "$OUT/$TAG.tar.gz.tmp" --exclude='checkpoints' --exclude='*.gguf' --exclude='hf' \
         --exclude='*.safetensors' . && mv "$OUT/$TAG.tar.gz.tmp" "$OUT/$TAG.tar.gz")
 }
-for p in $PRECISIONS; do
-    dir="$RUNS/$p"
-    if [ -f "$dir/report.json" ]; then echo "=== $p: finished in an earlier call"; continue; fi
+for run in $PRECISIONS; do
+    dir="$RUNS/$run"
+    IFS='+' read -r -a parts <<< "$run"
+    p=${parts[0]}
+    RUN_ARGS=()
+    for opt in "${parts[@]:1}"; do RUN_ARGS+=("--${opt%%=*}" "${opt#*=}"); done
+    if [ -f "$dir/report.json" ]; then echo "=== $run: finished in an earlier call"; continue; fi
     left=$((BUDGET - SECONDS))
-    if [ "$left" -lt 60 ]; then echo "=== $p: not started, ${left} s of this call's budget left"; break; fi
+    if [ "$left" -lt 60 ]; then echo "=== $run: not started, ${left} s of this call's budget left"; break; fi
     resume=(); [ -d "$dir/checkpoints" ] && resume=(--resume)
-    echo "=== $p: ${resume[*]:-new run}, time limit $((left - 20)) s"
+    echo "=== $run: ${resume[*]:-new run}, time limit $((left - 20)) s"
     t0=$SECONDS
     "$LOWBIT_BIN" train --config "$CONFIG" --data "$SHARDS" --device cuda --precision "$p" "${STEP_ARGS[@]}" \
         --val-every "$VAL_EVERY" --val-windows "$VAL_WINDOWS" --log-every 50 --peak-tflops 989 --no-progress \
-        --time-limit "$((left - 20))" "${resume[@]}" "${EXTRA_ARGS[@]}" --out "$dir" >> "$RUNS/$p.log" 2>&1
-    echo "rc $? after $((SECONDS - t0)) s"; tail -n 3 "$RUNS/$p.log"
+        --time-limit "$((left - 20))" "${resume[@]}" "${RUN_ARGS[@]}" "${EXTRA_ARGS[@]}" --out "$dir" >> "$RUNS/$run.log" 2>&1
+    echo "rc $? after $((SECONDS - t0)) s"; tail -n 3 "$RUNS/$run.log"
     pack_results
 done
 pack_results
