@@ -89,7 +89,8 @@ public:
 
 // With a scorer, the Hessian-weighted search of int grids scores its candidates there (every group size);
 // without, on the CPU, exactly (each candidate's Δ·H_g·Δᵀ in double, kept up to date from shrink to shrink: grid.cpp).
-// The scorer's FP32 products round, so a near-tie between two candidates may go the other way there.
+// The scorer's products round (CudaSolverDevice: three TF32 products of the splits, FP32 accumulation), so a near-tie
+// between two candidates may go the other way there.
 SpanGrids fit_span_grids(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
                          int64_t ldh, const GridScorer* scorer = nullptr, uint64_t h_id = 0);
 

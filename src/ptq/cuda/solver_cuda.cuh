@@ -3,7 +3,8 @@
 // the device from the FP32 Hessian and the factor goes back in FP32, half the bytes), FP32 products with cuBLAS
 // (no TF32), and GPTQ's column sweep as a kernel (one warp per row, the lazy block's chol_U(H⁻¹) and GPTAQ P
 // blocks in shared memory) with the lazy updates between blocks as cuBLAS GEMMs, and the grid search's
-// candidate scores (a kernel builds the candidates' errors D, cuBLAS forms D·H_g, a kernel the row dots).
+// candidate scores (a kernel builds the candidates' errors D, cuBLAS forms D·H_g from three TF32 products of the
+// TF32 splits of D and H_g, FP32-like, a kernel the row dots in double).
 //
 // Exactness: the sweep kernel does the CPU sweep's arithmetic in the CPU's order (nearest code, (x − q)/U_cc,
 // the row updates w_j −= e·U_cj [− x·P_cj], built with --fmad=false), so a sweep that fits in one lazy block

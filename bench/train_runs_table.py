@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""train_runs_table.py — the markdown table of several `lowbit train` runs (the headline and ablation results).
+
+For each run directory (config.json, metrics.jsonl, report.json as `lowbit train` writes them): its recipe (precision
+and, where set, the slot and projection masks), the last validation loss, the mean train loss of the logged steps
+from --train-from on, both against the reference run (--ref, the directory name; default bf16), the median tokens/s
+of the logged steps and the strategy counts of the last line.
+
+Usage: python3 bench/train_runs_table.py RUN_DIR... [--ref NAME] [--train-from STEP]
+"""
+import argparse
+import json
+import os
+import statistics
+
+
+def load(run):
+    with open(os.path.join(run, "config.json")) as f:
+        cfg = json.load(f)
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        lines = [json.loads(l) for l in f if l.strip()]
+    return cfg, lines
+
+
+def recipe_text(cfg):
+    r = cfg["recipe"]
+    parts = [r["precision"]]
+    if "mx_slots" in r:
+        parts.append("slots " + r["mx_slots"])
+    if "mx_projections" in r:
+        parts.append("projections " + r["mx_projections"])
+    seed = cfg["train_config"].get("seed")
+    return ", ".join(parts), seed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--ref", default="bf16")
+    ap.add_argument("--train-from", type=int, default=None, help="first step of the train-loss mean (default: the last eighth)")
+    a = ap.parse_args()
+    rows = {}
+    for run in a.runs:
+        name = os.path.basename(os.path.normpath(run))
+        cfg, lines = load(run)
+        vals = [l for l in lines if "val_loss" in l]
+        last = lines[-1]["step"]
+        start = a.train_from if a.train_from is not None else last - (last + 1) // 8
+        train = [l["loss"] for l in lines if l["step"] >= start]
+        speed = [l["tokens_per_s"] for l in lines if "tokens_per_s" in l]
+        rows[name] = dict(recipe=recipe_text(cfg), val=vals[-1]["val_loss"] if vals else float("nan"),
+                          val_step=vals[-1]["step"] if vals else -1, train=statistics.mean(train) if train else float("nan"),
+                          n_train=len(train), start=start, speed=statistics.median(speed) if speed else float("nan"),
+                          strategies=lines[-1].get("strategies", {}))
+    ref = rows.get(a.ref)
+    print("| run | recipe | seed | train loss | Δ vs %s | val loss | Δ vs %s | tokens/s | strategies |" % (a.ref, a.ref))
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for name, r in rows.items():
+        dt = "" if ref is None or name == a.ref else "%+.4f" % (r["train"] - ref["train"])
+        dv = "" if ref is None or name == a.ref else "%+.4f" % (r["val"] - ref["val"])
+        strat = ", ".join("%s %d" % (k, v) for k, v in sorted(r["strategies"].items()))
+        print("| %s | %s | %s | %.4f | %s | %.4f | %s | %.0f | %s |" % (name, r["recipe"][0], r["recipe"][1], r["train"], dt,
+                                                                     r["val"], dv, r["speed"], strat))
+    any_row = next(iter(rows.values()))
+    print("\nTrain loss: mean of the %d logged steps from step %d on; val loss at step %d." %
+          (any_row["n_train"], any_row["start"], any_row["val_step"]))
+
+
+if __name__ == "__main__":
+    main()
