@@ -216,6 +216,11 @@ TEST(TrainRecipe, SlotAndProjectionMasksRunTheOthersInBf16) {
     EXPECT_EQ(parse_projection_mask("ffn,q"), 0x71);
     EXPECT_EQ(slot_mask_name(0x06), "dgrad,wgrad");
     EXPECT_EQ(projection_mask_name(0x70), "gate,up,down");
+    Recipe named = recipe_of(Precision::mxfp4);
+    EXPECT_EQ(recipe_description(named), "mxfp4");
+    named.mx_slots = 0x01;
+    named.mx_projections = 0x0f;
+    EXPECT_EQ(recipe_description(named), "mxfp4 (MXFP4 only in slots fwd, projections q,k,v,o)");
     expect_error_with([] { parse_slot_mask("fwd,bwd"); }, ErrorKind::usage, {"bwd", "wgrad"});
     expect_error_with([] { parse_slot_mask(""); }, ErrorKind::usage, {"empty"});
     expect_error_with([] { parse_projection_mask("q,,k"); }, ErrorKind::usage, {"projection", "gate"});

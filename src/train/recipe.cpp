@@ -74,6 +74,14 @@ uint8_t parse_projection_mask(const std::string& list) {
 std::string slot_mask_name(uint8_t mask) { return mask_name(mask, kSlotShortNames); }
 std::string projection_mask_name(uint8_t mask) { return mask_name(mask, kProjectionShortNames); }
 
+std::string recipe_description(const Recipe& r) {
+    std::string masks;
+    if (r.mx_slots != Recipe::kAllSlots) masks += "slots " + slot_mask_name(r.mx_slots);
+    if (r.mx_projections != Recipe::kAllProjections)
+        masks += (masks.empty() ? "" : ", ") + std::string("projections ") + projection_mask_name(r.mx_projections);
+    return masks.empty() ? precision_name(r.precision) : fmt::format("{} (MXFP4 only in {})", precision_name(r.precision), masks);
+}
+
 const char* precision_name(Precision p) {
     for (const PrecisionName& n : kPrecisionNames)
         if (n.p == p) return n.name;

@@ -68,6 +68,8 @@ uint8_t parse_slot_mask(const std::string& list);
 uint8_t parse_projection_mask(const std::string& list);
 std::string slot_mask_name(uint8_t mask);          // "fwd,dgrad"
 std::string projection_mask_name(uint8_t mask);    // "q,k,v,o"
+// The recipe for logs: "mxfp4", or with masks "mxfp4 (MXFP4 only in slots fwd, projections q,k,v,o)".
+std::string recipe_description(const Recipe& r);
 
 // A run's position in its recipe: calibrating (observations so far) or planned (strategies fixed).
 class RecipeState {

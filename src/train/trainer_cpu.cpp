@@ -243,7 +243,7 @@ std::vector<SlotError> CpuTrainer::probe_slot_errors(const TokenBatch& batch) {
 }
 
 std::string CpuTrainer::describe() const {
-    return fmt::format("cpu (FP32 reference), recipe {}{}, block linears {}", precision_name(recipe_.recipe().precision),
+    return fmt::format("cpu (FP32 reference), recipe {}{}, block linears {}", recipe_description(recipe_.recipe()),
                        recipe_.calibrating() ? " (calibrating)" : "", linears_.at(0, Projection::q).describe());
 }
 

@@ -268,7 +268,7 @@ std::vector<MxCensusEntry> CudaTrainer::mx_census() const {
 
 std::string CudaTrainer::describe() const {
     return "cuda (" + cuda_device_description() + "), BF16 activations, FP32 master weights, recipe " +
-           precision_name(recipe_.recipe().precision) +
+           recipe_description(recipe_.recipe()) +
            (recipe_.recipe().mx_tensor_cores ? ", MXFP4 products on the INT8 tensor cores" : "");
 }
 
