@@ -6,7 +6,11 @@ and, where set, the slot and projection masks), the last validation loss, the me
 from --train-from on, both against the reference run (--ref, the directory name; default bf16), the median tokens/s
 of the logged steps and the strategy counts of the last line.
 
-Usage: python3 bench/train_runs_table.py RUN_DIR... [--ref NAME] [--train-from STEP]
+With --by-seed: one row per recipe over all the runs given, its last validation loss per seed as the gap to the
+BF16 run of the same seed (a paired difference: same initialization and batches), and the mean gap ± its standard
+error (the seeds' standard deviation / √n).
+
+Usage: python3 bench/train_runs_table.py RUN_DIR... [--ref NAME] [--train-from STEP] [--by-seed]
 """
 import argparse
 import json
@@ -33,12 +37,52 @@ def recipe_text(cfg):
     return ", ".join(parts), seed
 
 
+def by_seed(runs):
+    val = {}  # (recipe text, seed) -> last validation loss
+    for run in runs:
+        cfg, lines = load(run)
+        vals = [l["val_loss"] for l in lines if "val_loss" in l]
+        if vals:
+            val[recipe_text(cfg)] = vals[-1]
+    seeds = sorted({seed for _, seed in val})
+    recipes = []
+    for recipe, _ in val:
+        if recipe not in recipes:
+            recipes.append(recipe)
+    print("| recipe | " + " | ".join("seed %s" % s for s in seeds) + " | mean gap ± s.e. |")
+    print("|---|" + "---:|" * (len(seeds) + 1))
+    for recipe in recipes:
+        cells, gaps = [], []
+        for s in seeds:
+            v, ref = val.get((recipe, s)), val.get(("bf16", s))
+            if v is None:
+                cells.append("")
+            elif recipe == "bf16":
+                cells.append("%.4f" % v)
+            elif ref is None:
+                cells.append("(%.4f, no bf16)" % v)
+            else:
+                gaps.append(v - ref)
+                cells.append("%+.4f" % (v - ref))
+        if recipe == "bf16" or not gaps:
+            mean = "—"
+        elif len(gaps) == 1:
+            mean = "%+.3f" % gaps[0]
+        else:
+            mean = "%+.3f ± %.3f" % (statistics.mean(gaps), statistics.stdev(gaps) / len(gaps) ** 0.5)
+        print("| %s | %s | %s |" % (recipe, " | ".join(cells), mean))
+    print("\nbf16: its validation loss; the others: their gap to bf16 of the same seed (nats).")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--ref", default="bf16")
     ap.add_argument("--train-from", type=int, default=None, help="first step of the train-loss mean (default: the last eighth)")
+    ap.add_argument("--by-seed", action="store_true", help="one row per recipe: validation-loss gaps to BF16 per seed")
     a = ap.parse_args()
+    if a.by_seed:
+        return by_seed(a.runs)
     rows = {}
     for run in a.runs:
         name = os.path.basename(os.path.normpath(run))
