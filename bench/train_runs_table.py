@@ -33,6 +33,8 @@ def recipe_text(cfg):
         parts.append("slots " + r["mx_slots"])
     if "mx_projections" in r:
         parts.append("projections " + r["mx_projections"])
+    if "mx_layers" in r:
+        parts.append("layers " + r["mx_layers"])
     seed = cfg["train_config"].get("seed")
     return ", ".join(parts), seed
 

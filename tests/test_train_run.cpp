@@ -209,7 +209,7 @@ TEST(TrainRecipe, CalibrationFixesThePlanByMajorityAndRoundTripsThroughJson) {
 }
 
 // --mx-slots / --mx-projections: the unlisted GEMMs run in BF16, for every MXFP4 recipe; saved with the recipe.
-TEST(TrainRecipe, SlotAndProjectionMasksRunTheOthersInBf16) {
+TEST(TrainRecipe, SlotProjectionAndLayerMasksRunTheOthersInBf16) {
     const LlamaConfig c = train_preset("tiny").model;
     EXPECT_EQ(parse_slot_mask("fwd,wgrad"), 0x05);
     EXPECT_EQ(parse_projection_mask("attn"), 0x0f);
@@ -256,6 +256,38 @@ TEST(TrainRecipe, SlotAndProjectionMasksRunTheOthersInBf16) {
     expect_error_with([&] { (void)RecipeState(bf, c); }, ErrorKind::usage, {"bf16", "mask"});
     expect_error_with([&] { RecipeState::from_json({{"recipe", {{"precision", "mxfp4"}, {"mx_slots", "up"}}}}, c, "state.json"); },
                       ErrorKind::input, {"state.json", "up"});
+
+    // --mx-layers: block indices and ranges; only the listed blocks quantize.
+    EXPECT_EQ(parse_layer_mask("0,2-4,11"), 0x81dULL);
+    EXPECT_EQ(layer_mask_name(0x81dULL), "0,2-4,11");
+    EXPECT_EQ(layer_mask_name(0x3ULL), "0,1");
+    EXPECT_EQ(layer_mask_name(uint64_t{1} << 63), "63");
+    EXPECT_EQ(parse_layer_mask(layer_mask_name(0xf0f0f0f0f0f0f0f0ULL)), 0xf0f0f0f0f0f0f0f0ULL);
+    expect_error_with([] { parse_layer_mask("1,x"); }, ErrorKind::usage, {"'x'", "block index"});
+    expect_error_with([] { parse_layer_mask("64"); }, ErrorKind::usage, {"'64'", "0-63"});
+    expect_error_with([] { parse_layer_mask("4-2"); }, ErrorKind::usage, {"'4-2'", "upwards"});
+    expect_error_with([] { parse_layer_mask("-3"); }, ErrorKind::usage, {"'-3'"});
+    expect_error_with([] { parse_layer_mask(""); }, ErrorKind::usage, {"empty"});
+    Recipe by_layer = recipe_of(Precision::mxfp4);
+    by_layer.mx_layers = parse_layer_mask("1");
+    EXPECT_EQ(recipe_description(by_layer), "mxfp4 (MXFP4 only in layers 1)");
+    const RecipeState lst(by_layer, c);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+        for (Projection p : kProjections)
+            for (Slot s : {Slot::fwd, Slot::dgrad, Slot::wgrad})
+                EXPECT_EQ(lst.strategy(l, p, s), l == 1 ? Strategy::plain : Strategy::full);
+    EXPECT_EQ(lst.to_json()["recipe"]["mx_layers"], "1");
+    EXPECT_EQ(RecipeState::from_json(lst.to_json(), c, "state.json").recipe().mx_layers, by_layer.mx_layers);
+    EXPECT_FALSE(RecipeState(recipe_of(Precision::mxfp4), c).to_json()["recipe"].contains("mx_layers"));
+    by_layer.mx_layers = parse_layer_mask("1-2");  // the tiny model has blocks 0 and 1
+    expect_error_with([&] { (void)RecipeState(by_layer, c); }, ErrorKind::usage, {"layers 1,2", "0-1"});
+    LlamaConfig deep = c;
+    deep.n_layers = 80;
+    by_layer.mx_layers = parse_layer_mask("0");
+    expect_error_with([&] { (void)RecipeState(by_layer, deep); }, ErrorKind::usage, {"0-63", "80"});
+    Recipe bf_layers = recipe_of(Precision::bf16);
+    bf_layers.mx_layers = 0x1;
+    expect_error_with([&] { (void)RecipeState(bf_layers, c); }, ErrorKind::usage, {"bf16", "mask"});
 
     // A step: the forward's loss depends only on whether fwd is quantized; the gradients on the rest too.
     const TrainConfig cfg = tiny_run(5);

@@ -74,11 +74,53 @@ uint8_t parse_projection_mask(const std::string& list) {
 std::string slot_mask_name(uint8_t mask) { return mask_name(mask, kSlotShortNames); }
 std::string projection_mask_name(uint8_t mask) { return mask_name(mask, kProjectionShortNames); }
 
+uint64_t parse_layer_mask(const std::string& list) {
+    const auto bad = [&](const std::string& item, const char* why) {
+        fail(ErrorKind::usage, "layer '{}' in '{}': {} (block indices 0-{} and ranges such as 1-4, comma-separated)",
+             item, list, why, Recipe::kMaxMaskedLayers - 1);
+    };
+    const auto index = [&](const std::string& item, const std::string& digits) -> int {
+        if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos)
+            bad(item, "not a block index");
+        const int v = std::stoi(digits);
+        if (v >= Recipe::kMaxMaskedLayers) bad(item, "beyond the blocks a mask can name");
+        return v;
+    };
+    uint64_t mask = 0;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const size_t dash = item.find('-');
+        const int lo = index(item, item.substr(0, dash));
+        const int hi = dash == std::string::npos ? lo : index(item, item.substr(dash + 1));
+        if (hi < lo) bad(item, "a range runs upwards");
+        for (int l = lo; l <= hi; ++l) mask |= uint64_t{1} << l;
+    }
+    LOWBIT_CHECK(mask != 0, ErrorKind::usage, "an empty list of layers ('{}'): name block indices such as 0,2-4", list);
+    return mask;
+}
+
+std::string layer_mask_name(uint64_t mask) {
+    std::string out;
+    for (int l = 0; l < Recipe::kMaxMaskedLayers; ++l) {
+        if (!(mask >> l & 1)) continue;
+        int end = l;
+        while (end + 1 < Recipe::kMaxMaskedLayers && (mask >> (end + 1) & 1)) ++end;
+        const std::string sep = out.empty() ? "" : ",";
+        if (end - l >= 2) out += fmt::format("{}{}-{}", sep, l, end);
+        else for (int k = l; k <= end; ++k) out += fmt::format("{}{}", k == l ? sep : ",", k);
+        l = end;
+    }
+    return out;
+}
+
 std::string recipe_description(const Recipe& r) {
     std::string masks;
     if (r.mx_slots != Recipe::kAllSlots) masks += "slots " + slot_mask_name(r.mx_slots);
     if (r.mx_projections != Recipe::kAllProjections)
         masks += (masks.empty() ? "" : ", ") + std::string("projections ") + projection_mask_name(r.mx_projections);
+    if (r.mx_layers != Recipe::kAllLayers)
+        masks += (masks.empty() ? "" : ", ") + std::string("layers ") + layer_mask_name(r.mx_layers);
     return masks.empty() ? precision_name(r.precision) : fmt::format("{} (MXFP4 only in {})", precision_name(r.precision), masks);
 }
 
@@ -101,9 +143,17 @@ RecipeState::RecipeState(const Recipe& r, const LlamaConfig& c)
     LOWBIT_CHECK(!precision_calibrates(r.precision) || r.calibration_steps >= 1, ErrorKind::usage,
                  "recipe {}: {} calibration steps; AdaHOP needs at least one", precision_name(r.precision),
                  r.calibration_steps);
-    const bool masked = r.mx_slots != Recipe::kAllSlots || r.mx_projections != Recipe::kAllProjections;
-    LOWBIT_CHECK(r.precision != Precision::bf16 || !masked, ErrorKind::usage,
-                 "recipe bf16 quantizes no GEMM: slot and projection masks apply to the MXFP4 recipes");
+    LOWBIT_CHECK(r.precision != Precision::bf16 || !r.masked(), ErrorKind::usage,
+                 "recipe bf16 quantizes no GEMM: slot, projection and layer masks apply to the MXFP4 recipes");
+    if (r.mx_layers != Recipe::kAllLayers) {
+        LOWBIT_CHECK(c.n_layers <= Recipe::kMaxMaskedLayers, ErrorKind::usage,
+                     "recipe {}: a layer mask names blocks 0-{}; this model has {}", precision_name(r.precision),
+                     Recipe::kMaxMaskedLayers - 1, c.n_layers);
+        const uint64_t present = c.n_layers >= 64 ? Recipe::kAllLayers : (uint64_t{1} << c.n_layers) - 1;
+        LOWBIT_CHECK(r.mx_layers != 0 && (r.mx_layers & ~present) == 0, ErrorKind::usage,
+                     "recipe {}: layers {} are not all blocks of this model (0-{})", precision_name(r.precision),
+                     layer_mask_name(r.mx_layers), c.n_layers - 1);
+    }
     LOWBIT_CHECK((r.mx_slots & Recipe::kAllSlots) != 0 && (r.mx_slots & ~Recipe::kAllSlots) == 0 &&
                      (r.mx_projections & Recipe::kAllProjections) != 0 && (r.mx_projections & ~Recipe::kAllProjections) == 0,
                  ErrorKind::usage, "recipe {}: slot mask {:#x} and projection mask {:#x} must each name some and only known bits",
@@ -111,7 +161,7 @@ RecipeState::RecipeState(const Recipe& r, const LlamaConfig& c)
 }
 
 Strategy RecipeState::strategy(int64_t layer, Projection p, Slot s) const {
-    if (!recipe_.quantizes(p, s)) return Strategy::full;
+    if (!recipe_.quantizes(layer, p, s)) return Strategy::full;
     switch (recipe_.precision) {
         case Precision::bf16: return Strategy::full;
         case Precision::mxfp4: return Strategy::plain;
@@ -170,6 +220,7 @@ nlohmann::json RecipeState::to_json() const {
     if (recipe_.mx_slots != Recipe::kAllSlots) j["recipe"]["mx_slots"] = slot_mask_name(recipe_.mx_slots);
     if (recipe_.mx_projections != Recipe::kAllProjections)
         j["recipe"]["mx_projections"] = projection_mask_name(recipe_.mx_projections);
+    if (recipe_.mx_layers != Recipe::kAllLayers) j["recipe"]["mx_layers"] = layer_mask_name(recipe_.mx_layers);
     if (precision_calibrates(recipe_.precision)) j["calibration"] = calibration_.to_json();
     if (!plan_.layers.empty()) j["plan"] = plan_to_json(plan_);
     return j;
@@ -196,6 +247,7 @@ RecipeState RecipeState::from_json(const nlohmann::json& j, const LlamaConfig& c
         if (r.contains("mx_slots")) recipe.mx_slots = parse_slot_mask(r["mx_slots"].get<std::string>());
         if (r.contains("mx_projections"))
             recipe.mx_projections = parse_projection_mask(r["mx_projections"].get<std::string>());
+        if (r.contains("mx_layers")) recipe.mx_layers = parse_layer_mask(r["mx_layers"].get<std::string>());
     } catch (const nlohmann::json::exception& e) {
         fail(ErrorKind::input, "{}: the recipe is malformed ({})", origin, e.what());
     } catch (const Error& e) {

@@ -13,8 +13,9 @@
 //                 of every projection's X, W and dY; then the majority vote fixes each slot's strategy
 //                 from the Lv1 or Lv2 table (strategy_plan.h), kept for the rest of the run and in
 //                 checkpoints
-// Slot and projection masks (`--mx-slots`, `--mx-projections`) run the unlisted slots and projections of an MXFP4
-// recipe in BF16: ablations that show which GEMMs carry a recipe's loss gap (issue 20's headline experiment).
+// Slot, projection and layer masks (`--mx-slots`, `--mx-projections`, `--mx-layers`) run the unlisted slots,
+// projections and blocks of an MXFP4 recipe in BF16: ablations that show which GEMMs carry a recipe's loss gap
+// (issue 20's headline experiment).
 #pragma once
 
 #include <cstdint>
@@ -56,10 +57,17 @@ struct Recipe {
     uint8_t mx_slots = kAllSlots;
     uint8_t mx_projections = kAllProjections;
     static constexpr uint8_t kAllSlots = 0x07, kAllProjections = 0x7f;
+    // The blocks (bit = layer index) an MXFP4 recipe quantizes; kAllLayers = every block of any depth. A set mask
+    // names blocks 0–63 only (kMaxMaskedLayers) and is refused on a deeper model.
+    uint64_t mx_layers = kAllLayers;
+    static constexpr uint64_t kAllLayers = ~uint64_t{0};
+    static constexpr int kMaxMaskedLayers = 64;
 
-    bool quantizes(Projection p, Slot s) const {
-        return (mx_slots >> int(s) & 1) != 0 && (mx_projections >> int(p) & 1) != 0;
+    bool quantizes(int64_t layer, Projection p, Slot s) const {
+        return (mx_slots >> int(s) & 1) != 0 && (mx_projections >> int(p) & 1) != 0 &&
+               (mx_layers == kAllLayers || (layer < kMaxMaskedLayers && (mx_layers >> layer & 1) != 0));
     }
+    bool masked() const { return mx_slots != kAllSlots || mx_projections != kAllProjections || mx_layers != kAllLayers; }
 };
 
 // "fwd,dgrad" → the mask of those slots; "q,k,v,o,gate,up,down" (or "attn" = q,k,v,o, "ffn" = gate,up,down) →
@@ -68,7 +76,10 @@ uint8_t parse_slot_mask(const std::string& list);
 uint8_t parse_projection_mask(const std::string& list);
 std::string slot_mask_name(uint8_t mask);          // "fwd,dgrad"
 std::string projection_mask_name(uint8_t mask);    // "q,k,v,o"
-// The recipe for logs: "mxfp4", or with masks "mxfp4 (MXFP4 only in slots fwd, projections q,k,v,o)".
+// "0,2-4,11" → bits 0, 2, 3, 4 and 11: block indices and inclusive ranges, each below 64. Error(usage) otherwise.
+uint64_t parse_layer_mask(const std::string& list);
+std::string layer_mask_name(uint64_t mask);        // "0,2-4,11" (ranges where three or more blocks follow)
+// The recipe for logs: "mxfp4", or with masks "mxfp4 (MXFP4 only in slots fwd, projections q,k,v,o, layers 1-4)".
 std::string recipe_description(const Recipe& r);
 
 // A run's position in its recipe: calibrating (observations so far) or planned (strategies fixed).

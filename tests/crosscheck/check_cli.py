@@ -381,6 +381,8 @@ if gpt2:
                 (["--mx-census"], "needs --mx-gemm tensor-cores", "a census without the tensor cores"),
                 (["--precision", "mxfp4", "--mx-slots", "fwd,bwd"], "slot 'bwd'", "an unknown slot"),
                 (["--precision", "mxfp4", "--mx-projections", "attn,mlp"], "projection 'mlp'", "an unknown projection"),
+                (["--precision", "mxfp4", "--mx-layers", "1-5"], "not all blocks of this model (0-1)", "a layer beyond the model"),
+                (["--precision", "mxfp4", "--mx-layers", "a"], "layer 'a'", "a malformed layer list"),
                 (["--mx-slots", "fwd"], "recipe bf16 quantizes no GEMM", "a slot mask on bf16")]:
             r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", refused, "--steps", "2", *args,
                          expect_rc=None)
@@ -390,23 +392,24 @@ if gpt2:
         masked = c.path("train_masked")
         shutil.rmtree(masked, ignore_errors=True)
         r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", masked, "--steps", "2", "--stop-at", "1",
-                     "--precision", "mxfp4", "--mx-slots", "wgrad", "--mx-projections", "ffn", "--val-windows", "2",
-                     "--no-progress", expect_rc=None)
-        c.check("train --mx-slots wgrad --mx-projections ffn exits 0 and names the masks",
-                r.returncode == 0 and "mxfp4 (MXFP4 only in slots wgrad, projections gate,up,down)" in r.stderr,
+                     "--precision", "mxfp4", "--mx-slots", "wgrad", "--mx-projections", "ffn", "--mx-layers", "1",
+                     "--val-windows", "2", "--no-progress", expect_rc=None)
+        c.check("train --mx-slots wgrad --mx-projections ffn --mx-layers 1 exits 0 and names the masks",
+                r.returncode == 0 and "mxfp4 (MXFP4 only in slots wgrad, projections gate,up,down, layers 1)" in r.stderr,
                 r.stderr[-400:])
         if r.returncode == 0:
             rec = json.load(open(os.path.join(masked, "config.json")))["recipe"]
             c.check("config.json records the masks", rec.get("mx_slots") == "wgrad"
-                    and rec.get("mx_projections") == "gate,up,down", rec)
+                    and rec.get("mx_projections") == "gate,up,down" and rec.get("mx_layers") == "1", rec)
             r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", masked, "--steps", "2", "--resume",
-                         "--precision", "mxfp4", "--mx-slots", "fwd", "--mx-projections", "ffn", "--val-windows", "2",
+                         "--precision", "mxfp4", "--mx-slots", "fwd", "--mx-projections", "ffn", "--mx-layers", "1",
+                         "--val-windows", "2",
                          "--no-progress", expect_rc=None)
             c.check("--resume with other masks exits 2 naming mx_slots", r.returncode == 2 and "mx_slots" in r.stderr,
                     (r.returncode, r.stderr[-300:]))
             r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", masked, "--steps", "2", "--resume",
-                         "--precision", "mxfp4", "--mx-slots", "wgrad", "--mx-projections", "ffn", "--val-windows", "2",
-                         "--no-progress", expect_rc=None)
+                         "--precision", "mxfp4", "--mx-slots", "wgrad", "--mx-projections", "ffn", "--mx-layers", "1",
+                         "--val-windows", "2", "--no-progress", expect_rc=None)
             c.check("--resume with the same masks finishes the run", r.returncode == 0
                     and os.path.exists(os.path.join(masked, "report.json")), r.stderr[-300:])
     empty = c.path("tc_empty")
