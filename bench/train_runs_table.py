@@ -35,6 +35,8 @@ def recipe_text(cfg):
         parts.append("projections " + r["mx_projections"])
     if "mx_layers" in r:
         parts.append("layers " + r["mx_layers"])
+    if "mx_scale_rule" in r:
+        parts.append("scale rule " + r["mx_scale_rule"])
     seed = cfg["train_config"].get("seed")
     return ", ".join(parts), seed
 

@@ -304,6 +304,56 @@ TEST(TrainRecipe, SlotProjectionAndLayerMasksRunTheOthersInBf16) {
     for (auto* t : {wg.get(), dw.get(), fw.get(), all.get()}) t->step(batch.view());
     EXPECT_NE(wg->gradients(), dw->gradients());
     EXPECT_NE(fw->gradients(), all->gradients());
+    // Layers: naming every block is the unmasked recipe; one block quantizes only that block's GEMMs.
+    const auto by_layers = [&](const char* layers) {
+        Recipe m = recipe_of(Precision::mxfp4);
+        m.mx_layers = parse_layer_mask(layers);
+        return std::make_unique<CpuTrainer>(cfg, m);
+    };
+    CpuTrainer dense(cfg, recipe_of(Precision::bf16));
+    const double everywhere = trainer("fwd,dgrad,wgrad")->loss(batch.view()), none = dense.loss(batch.view());
+    EXPECT_EQ(by_layers("0-1")->loss(batch.view()), everywhere);  // the tiny model's two blocks
+    const double first = by_layers("0")->loss(batch.view()), second = by_layers("1")->loss(batch.view());
+    for (double one : {first, second}) {
+        EXPECT_NE(one, everywhere);
+        EXPECT_NE(one, none);
+    }
+    EXPECT_NE(first, second);
+}
+
+// --mx-scale-rule: the block-scale rule of every quantized operand, a recipe setting like the masks.
+TEST(TrainRecipe, ScaleRuleIsSavedWithTheRecipeAndChangesTheProducts) {
+    const TrainConfig cfg = tiny_run(5);
+    const Batch batch = pattern_batch(cfg, 3);
+    EXPECT_EQ(parse_mx_scale_rule("rceil"), ScaleRule::rceil);
+    expect_error_with([] { parse_mx_scale_rule("ceil"); }, ErrorKind::usage, {"'ceil'", "floor", "midmax", "rceil"});
+    const auto loss = [&](ScaleRule rule) {
+        Recipe r = recipe_of(Precision::mxfp4);
+        r.mx_scale_rule = rule;
+        return CpuTrainer(cfg, r).loss(batch.view());
+    };
+    const double midmax = loss(ScaleRule::midmax), floor = loss(ScaleRule::floor), rceil = loss(ScaleRule::rceil);
+    EXPECT_EQ(midmax, CpuTrainer(cfg, recipe_of(Precision::mxfp4)).loss(batch.view()));  // the default
+    EXPECT_NE(floor, midmax);
+    EXPECT_NE(rceil, midmax);
+    EXPECT_NE(rceil, floor);
+
+    Recipe r = recipe_of(Precision::mxfp4_iht);
+    r.mx_scale_rule = ScaleRule::floor;
+    EXPECT_EQ(r.lp_options().scale_rule, ScaleRule::floor);
+    EXPECT_EQ(recipe_description(r), "mxfp4-iht, scale rule floor");
+    r.mx_slots = parse_slot_mask("fwd");
+    EXPECT_EQ(recipe_description(r), "mxfp4-iht (MXFP4 only in slots fwd), scale rule floor");
+    const RecipeState st(r, cfg.model);
+    EXPECT_EQ(st.to_json()["recipe"]["mx_scale_rule"], "floor");
+    EXPECT_EQ(RecipeState::from_json(st.to_json(), cfg.model, "state.json").recipe().mx_scale_rule, ScaleRule::floor);
+    EXPECT_FALSE(RecipeState(recipe_of(Precision::mxfp4), cfg.model).to_json()["recipe"].contains("mx_scale_rule"));
+    expect_error_with([&] { RecipeState::from_json({{"recipe", {{"precision", "mxfp4"}, {"mx_scale_rule", "up"}}}},
+                                                   cfg.model, "state.json"); },
+                      ErrorKind::input, {"state.json", "'up'"});
+    Recipe bf = recipe_of(Precision::bf16);
+    bf.mx_scale_rule = ScaleRule::rceil;
+    expect_error_with([&] { (void)RecipeState(bf, cfg.model); }, ErrorKind::usage, {"bf16", "scale rule"});
 }
 
 TEST(TrainRecipe, AdahopRunCalibratesThenTrainsOnThePlan) {

@@ -46,7 +46,7 @@ namespace fs = std::filesystem;
 
 struct TrainArgs {
     std::string config = "tiny", data, device = "cpu", out, report, precision = "bf16", export_dtype = "f32", tokenizer;
-    std::string mx_gemm = "emulated", mx_slots, mx_projections, mx_layers;
+    std::string mx_gemm = "emulated", mx_slots, mx_projections, mx_layers, mx_scale_rule;
     int64_t steps = 0, log_every = 0, val_every = 0, val_windows = 8, checkpoint_every = 0, stop_at = 0, probe_every = 0;
     std::string probe_batch = "val";
     int64_t seed = -1, calibration_steps = 0, batch_size = 0, grad_accum = 0;
@@ -94,6 +94,7 @@ void run_train(const TrainArgs& a) {
     if (!a.mx_slots.empty()) recipe.mx_slots = parse_slot_mask(a.mx_slots);
     if (!a.mx_projections.empty()) recipe.mx_projections = parse_projection_mask(a.mx_projections);
     if (!a.mx_layers.empty()) recipe.mx_layers = parse_layer_mask(a.mx_layers);
+    if (!a.mx_scale_rule.empty()) recipe.mx_scale_rule = parse_mx_scale_rule(a.mx_scale_rule);
     LOWBIT_CHECK(a.mx_gemm == "emulated" || a.mx_gemm == "tensor-cores" || a.mx_gemm == "tensor-cores-columns",
                  ErrorKind::usage, "--mx-gemm {}: emulated, tensor-cores or tensor-cores-columns", a.mx_gemm);
     recipe.mx_tensor_cores = a.mx_gemm != "emulated";
@@ -214,6 +215,9 @@ void register_train_command(CLI::App& app) {
     c->add_option("--mx-layers", a->mx_layers,
                   "the blocks the MXFP4 recipe quantizes, e.g. 1-4 or 0,5 (block indices from 0; default all); the "
                   "others run in BF16");
+    c->add_option("--mx-scale-rule", a->mx_scale_rule,
+                  "the MX block-scale rule of every quantized operand: midmax (AdaHOP's kernels; the default), floor "
+                  "(OCP: clips block maxima above 6·2^s) or rceil (2^ceil(log2(amax/6)): never clips)");
     c->add_option("--calibration-steps", a->calibration_steps, "AdaHOP's calibration steps (default 30)");
     c->add_option("--steps", a->steps, "optimizer steps of the run (default: the config's; a longer warm-up is cut to a tenth)");
     c->add_option("--seed", a->seed, "initialization and batch seed (default: the config's)");

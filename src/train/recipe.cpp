@@ -114,6 +114,13 @@ std::string layer_mask_name(uint64_t mask) {
     return out;
 }
 
+ScaleRule parse_mx_scale_rule(const std::string& name) {
+    ScaleRule rule{};
+    LOWBIT_CHECK(parse_scale_rule(name.c_str(), &rule), ErrorKind::usage,
+                 "MX scale rule '{}': floor (OCP), midmax (AdaHOP's kernels, the default) or rceil (never clips)", name);
+    return rule;
+}
+
 std::string recipe_description(const Recipe& r) {
     std::string masks;
     if (r.mx_slots != Recipe::kAllSlots) masks += "slots " + slot_mask_name(r.mx_slots);
@@ -121,7 +128,10 @@ std::string recipe_description(const Recipe& r) {
         masks += (masks.empty() ? "" : ", ") + std::string("projections ") + projection_mask_name(r.mx_projections);
     if (r.mx_layers != Recipe::kAllLayers)
         masks += (masks.empty() ? "" : ", ") + std::string("layers ") + layer_mask_name(r.mx_layers);
-    return masks.empty() ? precision_name(r.precision) : fmt::format("{} (MXFP4 only in {})", precision_name(r.precision), masks);
+    const std::string rule =
+        r.mx_scale_rule != kDefaultScaleRule ? fmt::format(", scale rule {}", scale_rule_name(r.mx_scale_rule)) : "";
+    if (masks.empty()) return precision_name(r.precision) + rule;
+    return fmt::format("{} (MXFP4 only in {}){}", precision_name(r.precision), masks, rule);
 }
 
 const char* precision_name(Precision p) {
@@ -143,8 +153,9 @@ RecipeState::RecipeState(const Recipe& r, const LlamaConfig& c)
     LOWBIT_CHECK(!precision_calibrates(r.precision) || r.calibration_steps >= 1, ErrorKind::usage,
                  "recipe {}: {} calibration steps; AdaHOP needs at least one", precision_name(r.precision),
                  r.calibration_steps);
-    LOWBIT_CHECK(r.precision != Precision::bf16 || !r.masked(), ErrorKind::usage,
-                 "recipe bf16 quantizes no GEMM: slot, projection and layer masks apply to the MXFP4 recipes");
+    LOWBIT_CHECK(r.precision != Precision::bf16 || (!r.masked() && r.mx_scale_rule == kDefaultScaleRule), ErrorKind::usage,
+                 "recipe bf16 quantizes no GEMM: slot, projection and layer masks and the MX scale rule apply to the MXFP4 "
+                 "recipes");
     if (r.mx_layers != Recipe::kAllLayers) {
         LOWBIT_CHECK(c.n_layers <= Recipe::kMaxMaskedLayers, ErrorKind::usage,
                      "recipe {}: a layer mask names blocks 0-{}; this model has {}", precision_name(r.precision),
@@ -221,6 +232,7 @@ nlohmann::json RecipeState::to_json() const {
     if (recipe_.mx_projections != Recipe::kAllProjections)
         j["recipe"]["mx_projections"] = projection_mask_name(recipe_.mx_projections);
     if (recipe_.mx_layers != Recipe::kAllLayers) j["recipe"]["mx_layers"] = layer_mask_name(recipe_.mx_layers);
+    if (recipe_.mx_scale_rule != kDefaultScaleRule) j["recipe"]["mx_scale_rule"] = scale_rule_name(recipe_.mx_scale_rule);
     if (precision_calibrates(recipe_.precision)) j["calibration"] = calibration_.to_json();
     if (!plan_.layers.empty()) j["plan"] = plan_to_json(plan_);
     return j;
@@ -248,6 +260,7 @@ RecipeState RecipeState::from_json(const nlohmann::json& j, const LlamaConfig& c
         if (r.contains("mx_projections"))
             recipe.mx_projections = parse_projection_mask(r["mx_projections"].get<std::string>());
         if (r.contains("mx_layers")) recipe.mx_layers = parse_layer_mask(r["mx_layers"].get<std::string>());
+        if (r.contains("mx_scale_rule")) recipe.mx_scale_rule = parse_mx_scale_rule(r["mx_scale_rule"].get<std::string>());
     } catch (const nlohmann::json::exception& e) {
         fail(ErrorKind::input, "{}: the recipe is malformed ({})", origin, e.what());
     } catch (const Error& e) {

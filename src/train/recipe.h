@@ -15,7 +15,7 @@
 //                 checkpoints
 // Slot, projection and layer masks (`--mx-slots`, `--mx-projections`, `--mx-layers`) run the unlisted slots,
 // projections and blocks of an MXFP4 recipe in BF16: ablations that show which GEMMs carry a recipe's loss gap
-// (issue 20's headline experiment).
+// (issue 20's headline experiment). `--mx-scale-rule` picks the MX block-scale rule of every quantized operand.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adahop/lp_matmul.h"
 #include "adahop/outlier_detector.h"
 #include "adahop/strategy_plan.h"
 #include "model/config.h"
@@ -68,6 +69,16 @@ struct Recipe {
                (mx_layers == kAllLayers || (layer < kMaxMaskedLayers && (mx_layers >> layer & 1) != 0));
     }
     bool masked() const { return mx_slots != kAllSlots || mx_projections != kAllProjections || mx_layers != kAllLayers; }
+    // The MX scale rule of every quantized operand (formats/mx_block.h; default midmax, AdaHOP's kernel lineage):
+    // an ablation of how much of a recipe's gap the block scales' clipping (floor) or coarser grid (rceil) make.
+    // A plan setting, saved with the recipe when not the default.
+    ScaleRule mx_scale_rule = kDefaultScaleRule;
+    // The low-precision options every quantized GEMM of the run starts from (the engines' LpMatmulOptions).
+    LpMatmulOptions lp_options() const {
+        LpMatmulOptions o;
+        o.scale_rule = mx_scale_rule;
+        return o;
+    }
 };
 
 // "fwd,dgrad" → the mask of those slots; "q,k,v,o,gate,up,down" (or "attn" = q,k,v,o, "ffn" = gate,up,down) →
@@ -79,7 +90,10 @@ std::string projection_mask_name(uint8_t mask);    // "q,k,v,o"
 // "0,2-4,11" → bits 0, 2, 3, 4 and 11: block indices and inclusive ranges, each below 64. Error(usage) otherwise.
 uint64_t parse_layer_mask(const std::string& list);
 std::string layer_mask_name(uint64_t mask);        // "0,2-4,11" (ranges where three or more blocks follow)
-// The recipe for logs: "mxfp4", or with masks "mxfp4 (MXFP4 only in slots fwd, projections q,k,v,o, layers 1-4)".
+// "floor" | "midmax" | "rceil" → the rule; Error(usage) naming them otherwise.
+ScaleRule parse_mx_scale_rule(const std::string& name);
+// The recipe for logs: "mxfp4", or with masks "mxfp4 (MXFP4 only in slots fwd, projections q,k,v,o, layers 1-4)",
+// and ", scale rule rceil" after either when the rule is not the default.
 std::string recipe_description(const Recipe& r);
 
 // A run's position in its recipe: calibrating (observations so far) or planned (strategies fixed).

@@ -149,7 +149,7 @@ void CpuTrainer::build_recipe_linears() {
         plan.wgrad = recipe_.strategy(layer, p, Slot::wgrad);
         std::optional<RhtSrSeeds> rht_sr;
         if (recipe_.randomized(Slot::dgrad)) rht_sr = RhtSrSeeds{config_.seed, layer, p};
-        return std::make_unique<AdahopTrainLinear>(plan, LpMatmulOptions{}, rht_sr);
+        return std::make_unique<AdahopTrainLinear>(plan, recipe_.recipe().lp_options(), rht_sr);
     });
 }
 

@@ -383,6 +383,8 @@ if gpt2:
                 (["--precision", "mxfp4", "--mx-projections", "attn,mlp"], "projection 'mlp'", "an unknown projection"),
                 (["--precision", "mxfp4", "--mx-layers", "1-5"], "not all blocks of this model (0-1)", "a layer beyond the model"),
                 (["--precision", "mxfp4", "--mx-layers", "a"], "layer 'a'", "a malformed layer list"),
+                (["--precision", "mxfp4", "--mx-scale-rule", "ceil"], "MX scale rule 'ceil'", "an unknown scale rule"),
+                (["--mx-scale-rule", "rceil"], "recipe bf16 quantizes no GEMM", "a scale rule on bf16"),
                 (["--mx-slots", "fwd"], "recipe bf16 quantizes no GEMM", "a slot mask on bf16")]:
             r = c.lowbit("train", "--config", "tiny", "--data", out, "--out", refused, "--steps", "2", *args,
                          expect_rc=None)

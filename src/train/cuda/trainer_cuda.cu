@@ -340,8 +340,7 @@ void CudaTrainer::upload_batch(const TokenBatch& batch, bool with_targets) {
 }
 
 TrainGemmMode CudaTrainer::mode(int64_t layer, Projection p, Slot s) const {
-    TrainGemmMode m;
-    m.strategy = recipe_.strategy(layer, p, s);
+    TrainGemmMode m{recipe_.strategy(layer, p, s), recipe_.recipe().lp_options()};
     // mxfp4-rht-sr's gradient slots: the CPU seam's seeds (random signs fixed per run and slot, fresh
     // stochastic-rounding bits every step, layer, projection and slot), so both devices draw the same bits.
     if (recipe_.randomized(s))
@@ -393,7 +392,7 @@ void CudaTrainer::probe(int64_t layer, Projection p, Slot s, const bf16* a, cons
     const TrainGemmMode active = mode(layer, p, s);
     e.active = active.strategy;
     std::vector<TrainGemmMode> modes = {active};
-    for (Strategy c : kProbeStrategies) modes.push_back(TrainGemmMode{c, LpMatmulOptions{}});
+    for (Strategy c : kProbeStrategies) modes.push_back(TrainGemmMode{c, recipe_.recipe().lp_options()});
     SlotErrorSink sink;
     if (s == Slot::wgrad && probe_observer_)  // dW [N, K]; modes[0] is the run's own, the candidates follow
         sink = [this, layer, p, n, k](size_t mode, const float* error, const float* ref, int64_t size) {
