@@ -196,6 +196,29 @@ TEST(CudaTrainer, QuantizedRecipesDifferFromBf16) {
     EXPECT_NEAR(lm, lb, 0.05);  // MXFP4 forward error on a near-uniform model: small
 }
 
+// The recipe settings of the ablations reach every quantized GEMM of the CUDA engine: another scale rule changes the
+// loss; a layer mask naming every block is the unmasked recipe (bit for bit), one naming a single block lies between.
+TEST(CudaTrainer, ScaleRuleAndLayerMaskReachTheGemms) {
+    REQUIRE_GPU();
+    const TrainConfig c = tiny(3);
+    const Batch batch = random_batch(c, 9);
+    const auto loss = [&](ScaleRule rule, const char* layers) {
+        Recipe r{Precision::mxfp4};
+        r.mx_scale_rule = rule;
+        if (layers) r.mx_layers = parse_layer_mask(layers);
+        return make_cuda_trainer(c, r)->step(batch.view()).loss;
+    };
+    const double midmax = loss(ScaleRule::midmax, nullptr);
+    EXPECT_NE(loss(ScaleRule::rceil, nullptr), midmax);
+    EXPECT_NE(loss(ScaleRule::floor, nullptr), midmax);
+    EXPECT_EQ(loss(ScaleRule::midmax, "0-1"), midmax);  // the tiny model's two blocks
+    const double bf16 = make_cuda_trainer(c, Recipe{Precision::bf16})->step(batch.view()).loss;
+    for (const char* one : {"0", "1"}) {
+        EXPECT_NE(loss(ScaleRule::midmax, one), midmax) << one;
+        EXPECT_NE(loss(ScaleRule::midmax, one), bf16) << one;
+    }
+}
+
 TEST(CudaTrainer, AdahopCalibratesThenFixesAPlan) {
     REQUIRE_GPU();
     const TrainConfig c = tiny(8);
