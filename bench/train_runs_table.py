@@ -8,9 +8,11 @@ of the logged steps and the strategy counts of the last line.
 
 With --by-seed: one row per recipe over all the runs given, its last validation loss per seed as the gap to the
 BF16 run of the same seed (a paired difference: same initialization and batches), and the mean gap ± its standard
-error (the seeds' standard deviation / √n).
+error (the seeds' standard deviation / √n). --paired A B (repeatable; recipes as the table names them) adds the paired
+difference A − B of their validation losses over the seeds both have: per seed, mean ± s.e., and in how many seeds A
+is lower.
 
-Usage: python3 bench/train_runs_table.py RUN_DIR... [--ref NAME] [--train-from STEP] [--by-seed]
+Usage: python3 bench/train_runs_table.py RUN_DIR... [--ref NAME] [--train-from STEP] [--by-seed [--paired A B]...]
 """
 import argparse
 import json
@@ -41,7 +43,13 @@ def recipe_text(cfg):
     return ", ".join(parts), seed
 
 
-def by_seed(runs):
+def mean_se(xs):
+    if len(xs) == 1:
+        return "%+.3f" % xs[0]
+    return "%+.3f ± %.3f" % (statistics.mean(xs), statistics.stdev(xs) / len(xs) ** 0.5)
+
+
+def by_seed(runs, pairs):
     val = {}  # (recipe text, seed) -> last validation loss
     for run in runs:
         cfg, lines = load(run)
@@ -68,14 +76,20 @@ def by_seed(runs):
             else:
                 gaps.append(v - ref)
                 cells.append("%+.4f" % (v - ref))
-        if recipe == "bf16" or not gaps:
-            mean = "—"
-        elif len(gaps) == 1:
-            mean = "%+.3f" % gaps[0]
-        else:
-            mean = "%+.3f ± %.3f" % (statistics.mean(gaps), statistics.stdev(gaps) / len(gaps) ** 0.5)
+        mean = "—" if recipe == "bf16" or not gaps else mean_se(gaps)
         print("| %s | %s | %s |" % (recipe, " | ".join(cells), mean))
     print("\nbf16: its validation loss; the others: their gap to bf16 of the same seed (nats).")
+    if not pairs:
+        return
+    print("\n| paired difference | per seed | mean ± s.e. | A lower in |")
+    print("|---|---|---:|---:|")
+    for a, b in pairs:
+        common = [s for s in seeds if (a, s) in val and (b, s) in val]
+        if not common:
+            raise SystemExit("--paired %r %r: no seed has both (recipes: %s)" % (a, b, "; ".join(recipes)))
+        d = [val[(a, s)] - val[(b, s)] for s in common]
+        per = ", ".join("%s: %+.3f" % (s, x) for s, x in zip(common, d))
+        print("| %s − %s | %s | %s | %d of %d |" % (a, b, per, mean_se(d), sum(x < 0 for x in d), len(d)))
 
 
 def main():
@@ -84,9 +98,11 @@ def main():
     ap.add_argument("--ref", default="bf16")
     ap.add_argument("--train-from", type=int, default=None, help="first step of the train-loss mean (default: the last eighth)")
     ap.add_argument("--by-seed", action="store_true", help="one row per recipe: validation-loss gaps to BF16 per seed")
+    ap.add_argument("--paired", nargs=2, action="append", default=[], metavar=("A", "B"),
+                    help="with --by-seed: the paired difference A − B of two recipes' validation losses")
     a = ap.parse_args()
     if a.by_seed:
-        return by_seed(a.runs)
+        return by_seed(a.runs, a.paired)
     rows = {}
     for run in a.runs:
         name = os.path.basename(os.path.normpath(run))
