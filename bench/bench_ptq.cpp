@@ -215,9 +215,9 @@ int main(int argc, char** argv) {
             objective += l.objective_seconds;
         }
         const CalibrationPhases& cp = rep.calibration_phases;
-        std::printf("  calibration: forwards %.1f s, statistics products %.1f s, statistics to the host %.1f s, rest %.1f s "
-                    "(the embedding, weight uploads); blocks:",
-                    cp.forwards, cp.products, cp.transfers,
+        std::printf("  calibration: forwards %.1f s, statistics products %.1f s, statistics to the host %.1f s (of which "
+                    "finishing on the host %.1f s), rest %.1f s (the embedding, weight uploads); blocks:",
+                    cp.forwards, cp.products, cp.transfers, cp.finishing,
                     rep.calibration_seconds - cp.forwards - cp.products - cp.transfers);
         for (double b : rep.block_seconds) std::printf(" %.2f", b);
         std::printf(" s (the rest of each block: the device's copies of the statistics)\n");
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
             j["seconds"] = total;
             j["calibration_seconds"] = rep.calibration_seconds;
             j["calibration_parts_seconds"] = {{"forwards", cp.forwards}, {"products", cp.products},
-                                              {"transfers", cp.transfers}};
+                                              {"transfers", cp.transfers}, {"transfers_finishing", cp.finishing}};
             j["solve_seconds"] = solve;
             j["solve_parts_seconds"] = {{"factorizations", factor}, {"sweeps", sweep}, {"refine", refine},
                                         {"objectives", objective}};

@@ -266,7 +266,8 @@ void run_quantize(const QuantizeArgs& a) {
         if (rep.calibration_phases.forwards > 0)
             j["calibration_parts_seconds"] = {{"forwards", rep.calibration_phases.forwards},
                                               {"products", rep.calibration_phases.products},
-                                              {"transfers", rep.calibration_phases.transfers}};
+                                              {"transfers", rep.calibration_phases.transfers},
+                                              {"transfers_finishing", rep.calibration_phases.finishing}};
         j["calibration_tokens"] = rep.calibration_tokens;
         j["peak_rss_bytes"] = rep.peak_rss_bytes;
         j["device"] = rep.device;

@@ -137,38 +137,58 @@ void BlockStatsAccumulator::add(const BlockScratch& q, const BlockScratch* fp, B
     }
 }
 
-std::vector<float> rope_averaged(const LlamaConfig& c, const float* cov, int64_t length) {
-    const int64_t hd = c.head_dim, half = hd / 2;
+RopeAverages::RopeAverages(const LlamaConfig& c, int64_t length) : hd_(c.head_dim), half_(c.head_dim / 2) {
+    LOWBIT_CHECK(length > 0, ErrorKind::usage, "RoPE averaging over {} positions", length);
+    adjacent_ = c.rope_pairing == RopePairing::adjacent;
     const std::vector<double> inv = rope_inv_freq(c);
-    const bool adjacent = c.rope_pairing == RopePairing::adjacent;
-    const auto idx_a = [&](int64_t i) { return adjacent ? 2 * i : i; };
-    const auto idx_b = [&](int64_t i) { return adjacent ? 2 * i + 1 : i + half; };
-    std::vector<double> acc(size_t(hd * hd), 0.0);
-    std::vector<double> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    const size_t pairs = size_t(half_ * half_);
+    cc_.assign(pairs, 0.0);
+    cs_.assign(pairs, 0.0);
+    ss_.assign(pairs, 0.0);
+    std::vector<double> co(static_cast<size_t>(half_)), si(static_cast<size_t>(half_));
     for (int64_t l = 0; l < length; ++l) {
-        for (int64_t i = 0; i < half; ++i) {
-            cs[size_t(i)] = std::cos(double(l) * inv[size_t(i)]);
-            sn[size_t(i)] = std::sin(double(l) * inv[size_t(i)]);
+        for (int64_t i = 0; i < half_; ++i) {
+            co[size_t(i)] = std::cos(double(l) * inv[size_t(i)]);
+            si[size_t(i)] = std::sin(double(l) * inv[size_t(i)]);
         }
-        // R = [[c, −s], [s, c]] on (a, b) of each pair; block (i, j) of RᵀCR = R_iᵀ·C_ij·R_j.
-        for (int64_t i = 0; i < half; ++i)
-            for (int64_t j = 0; j < half; ++j) {
-                const int64_t ai = idx_a(i), bi = idx_b(i), aj = idx_a(j), bj = idx_b(j);
-                const double caa = cov[ai * hd + aj], cab = cov[ai * hd + bj], cba = cov[bi * hd + aj], cbb = cov[bi * hd + bj];
-                const double ci = cs[size_t(i)], si = sn[size_t(i)], cj = cs[size_t(j)], sj = sn[size_t(j)];
-                // M = C_ij·R_j
-                const double m_aa = caa * cj + cab * sj, m_ab = -caa * sj + cab * cj;
-                const double m_ba = cba * cj + cbb * sj, m_bb = -cba * sj + cbb * cj;
-                // R_iᵀ·M, R_iᵀ = [[c, s], [−s, c]]
-                acc[size_t(ai * hd + aj)] += ci * m_aa + si * m_ba;
-                acc[size_t(ai * hd + bj)] += ci * m_ab + si * m_bb;
-                acc[size_t(bi * hd + aj)] += -si * m_aa + ci * m_ba;
-                acc[size_t(bi * hd + bj)] += -si * m_ab + ci * m_bb;
+        for (int64_t i = 0; i < half_; ++i)
+            for (int64_t j = 0; j < half_; ++j) {
+                const size_t k = size_t(i * half_ + j);
+                cc_[k] += co[size_t(i)] * co[size_t(j)];
+                cs_[k] += co[size_t(i)] * si[size_t(j)];
+                ss_[k] += si[size_t(i)] * si[size_t(j)];
             }
     }
+    for (size_t k = 0; k < pairs; ++k) {
+        cc_[k] /= double(length);
+        cs_[k] /= double(length);
+        ss_[k] /= double(length);
+    }
+}
+
+std::vector<float> RopeAverages::apply(const float* cov) const {
+    const int64_t hd = hd_, half = half_;
+    const auto idx_a = [&](int64_t i) { return adjacent_ ? 2 * i : i; };
+    const auto idx_b = [&](int64_t i) { return adjacent_ ? 2 * i + 1 : i + half; };
     std::vector<float> out(size_t(hd * hd));
-    for (int64_t i = 0; i < hd * hd; ++i) out[size_t(i)] = float(acc[size_t(i)] / double(length));
+    for (int64_t i = 0; i < half; ++i)
+        for (int64_t j = 0; j < half; ++j) {
+            // Block (i, j) of mean_l R_lᵀ·C·R_l with R = [[c, −s], [s, c]] on each pair (a, b): the means of the
+            // products c_i·c_j, c_i·s_j, s_i·c_j (= cs of (j, i)) and s_i·s_j over the positions.
+            const int64_t ai = idx_a(i), bi = idx_b(i), aj = idx_a(j), bj = idx_b(j);
+            const double caa = cov[ai * hd + aj], cab = cov[ai * hd + bj], cba = cov[bi * hd + aj], cbb = cov[bi * hd + bj];
+            const size_t k = size_t(i * half + j);
+            const double CC = cc_[k], CS = cs_[k], SC = cs_[size_t(j * half + i)], SS = ss_[k];
+            out[size_t(ai * hd + aj)] = float(caa * CC + cab * CS + cba * SC + cbb * SS);
+            out[size_t(ai * hd + bj)] = float(-caa * CS + cab * CC - cba * SS + cbb * SC);
+            out[size_t(bi * hd + aj)] = float(-caa * SC - cab * SS + cba * CC + cbb * CS);
+            out[size_t(bi * hd + bj)] = float(caa * SS - cab * SC - cba * CS + cbb * CC);
+        }
     return out;
+}
+
+std::vector<float> rope_averaged(const LlamaConfig& c, const float* cov, int64_t length) {
+    return RopeAverages(c, length).apply(cov);
 }
 
 BlockStatistics finish_block_statistics(const LlamaConfig& c, const BlockStatsOptions& o, BlockStatistics s,
@@ -185,13 +205,14 @@ BlockStatistics finish_block_statistics(const LlamaConfig& c, const BlockStatsOp
         scale(c_q, f);
         s.h_out_q.resize(size_t(c.n_heads * hd * hd));
         s.h_out_k.resize(size_t(c.n_kv_heads * hd * hd));
+        const RopeAverages rope(c, rope_length);
         std::vector<std::vector<float>> key_avg(size_t(c.n_kv_heads));
         for (int64_t g = 0; g < c.n_kv_heads; ++g) {
-            key_avg[size_t(g)] = rope_averaged(c, c_k.data() + g * hd * hd, rope_length);
+            key_avg[size_t(g)] = rope.apply(c_k.data() + g * hd * hd);
             std::vector<float> q_mean(size_t(hd * hd), 0.0f);  // GQA folding: mean query covariance of the group
             for (int64_t h = g * group; h < (g + 1) * group; ++h)
                 for (int64_t i = 0; i < hd * hd; ++i) q_mean[size_t(i)] += c_q[size_t(h * hd * hd + i)] / float(group);
-            const std::vector<float> qa = rope_averaged(c, q_mean.data(), rope_length);
+            const std::vector<float> qa = rope.apply(q_mean.data());
             std::copy(qa.begin(), qa.end(), s.h_out_k.begin() + g * hd * hd);
         }
         for (int64_t h = 0; h < c.n_heads; ++h)

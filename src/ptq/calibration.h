@@ -103,6 +103,7 @@ struct CalibrationPhases {
     double forwards = 0;    // block forwards (both paths, statistics and propagation)
     double products = 0;    // the statistics' products (Hessians, covariances, block_v, F2)
     double transfers = 0;   // statistics to the host and their finishing (scaling, RoPE averaging)
+    double finishing = 0;   // of `transfers`: the host's finishing alone (finish_block_statistics)
 };
 
 class CalibrationPaths {
@@ -138,7 +139,19 @@ std::unique_ptr<CalibrationPaths> cpu_calibration_paths(const LlamaConfig& c, in
                                                         const QuantSpec& activations = {});
 
 // mean over positions l = 0..length−1 of R_lᵀ·C·R_l for one head (C [hd, hd]; R_l the RoPE rotation of
-// position l in the config's pairing), in double.
+// position l in the config's pairing), in double. Block (i, j) of the pairs (i, j) needs only the position means
+// of cos θ_i l·cos θ_j l, cos·sin and sin·sin, which do not depend on C: RopeAverages computes them once
+// (O(length · (hd/2)²)), and apply() each head's average in O(hd²).
+class RopeAverages {
+public:
+    RopeAverages(const LlamaConfig& c, int64_t length);
+    std::vector<float> apply(const float* cov) const;
+
+private:
+    int64_t hd_, half_;
+    bool adjacent_;
+    std::vector<double> cc_, cs_, ss_;  // [half, half]: means of c_i·c_j, c_i·s_j, s_i·s_j
+};
 std::vector<float> rope_averaged(const LlamaConfig& c, const float* cov, int64_t length);
 
 }  // namespace lowbit

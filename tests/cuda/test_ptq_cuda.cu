@@ -372,10 +372,12 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
 struct BothPaths {
     std::unique_ptr<CalibrationPaths> cpu, gpu;
 };
-BothPaths both_paths(const LlamaModel& m, bool cross, CudaPrecision precision, const QuantSpec& activations = {}) {
+BothPaths both_paths(const LlamaModel& m, bool cross, CudaPrecision precision, const QuantSpec& activations = {},
+                     ValueProducts value_products = ValueProducts::automatic) {
     const int64_t S = 3, L = 24;
     const std::vector<int32_t> windows = test::random_tokens(S * L, m.config.vocab_size, 5);
-    BothPaths b{cpu_calibration_paths(m.config, 2, activations), cuda_calibration_paths(m.config, 2, precision, activations)};
+    BothPaths b{cpu_calibration_paths(m.config, 2, activations),
+                cuda_calibration_paths(m.config, 2, precision, activations, value_products)};
     b.cpu->embed(m, windows, S, L, cross);
     b.gpu->embed(m, windows, S, L, cross);
     return b;
@@ -396,10 +398,13 @@ void expect_same_propagation(CalibrationPaths& cpu, CalibrationPaths& gpu, const
     EXPECT_LT(max_rel(xfp1, xfp0), tol_fp) << "block " << l;
 }
 
+// block_v's products by query head and by KV group (ValueProducts) both give the CPU's sums.
 TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
     SKIP_WITHOUT_GPU();
     const LlamaModel m = ptq_model();
-    const auto [cpu, gpu] = both_paths(m, true, CudaPrecision::fp32);
+    for (ValueProducts vp : {ValueProducts::by_head, ValueProducts::by_group}) {
+    SCOPED_TRACE(vp == ValueProducts::by_head ? "block_v by head" : "block_v by group");
+    const auto [cpu, gpu] = both_paths(m, true, CudaPrecision::fp32, {}, vp);
     const BlockStatsOptions all{true, true, true};
     for (int64_t l = 0; l < 2; ++l) {
         const BlockStatistics a = cpu->statistics(m.weights.blocks[size_t(l)], l, all);
@@ -416,6 +421,7 @@ TEST(PtqCuda, CalibrationStatisticsMatchCpu) {
             EXPECT_LT(max_rel(*pair.second, *pair.first), name[0] == 'd' ? 1e-3 : 1e-4) << name << " block " << l;
         }
         expect_same_propagation(*cpu, *gpu, m, l, 1e-5, 1e-5);
+    }
     }
 }
 
@@ -480,7 +486,9 @@ TEST(PtqCuda, CalibrationStatisticsBf16NearCpu) {
 TEST(PtqCuda, CalibrationStatisticsBf16BlockVAndCrossNearCpu) {
     SKIP_WITHOUT_GPU();
     const LlamaModel m = ptq_model();
-    const auto [cpu, gpu] = both_paths(m, true, CudaPrecision::bf16);
+    for (ValueProducts vp : {ValueProducts::by_head, ValueProducts::by_group}) {
+    SCOPED_TRACE(vp == ValueProducts::by_head ? "block_v by head" : "block_v by group");
+    const auto [cpu, gpu] = both_paths(m, true, CudaPrecision::bf16, {}, vp);
     const BlockStatsOptions all{true, true, true};
     BlockWeights q0 = m.weights.blocks[0];
     for (float& v : q0.wq) v *= 0.9f;
@@ -506,6 +514,7 @@ TEST(PtqCuda, CalibrationStatisticsBf16BlockVAndCrossNearCpu) {
         const double rel = diff / max_abs(*ph);
         std::printf("  bf16 + tf32 %s: max difference %.2e of max |H|\n", name, rel);
         EXPECT_LT(rel, 2e-2) << name;
+    }
     }
 }
 

@@ -9,8 +9,11 @@
 //                             (the others stay FP32, of the FP32 activations)
 //   post-RoPE q/k covariances SSYRK per head (strided views of q, k)
 //   block_v                   per (window, query head): S = Q_h·K_gᵀ (SGEMM), the causal softmax of
-//                             attention_probabilities (a kernel, FP32 exp, FP64 row sums), A·X and (A·X)ᵀ(A·X)
-//   F2's D terms              (x̃ − x)ᵀx
+//                             attention_probabilities (a kernel, FP32 exp, FP64 row sums), A·X and (A·X)ᵀ(A·X);
+//                             or per (window, KV group) Xᵀ·(M·X) with M = Σ_h AᵀA (T × T), where that takes fewer
+//                             FLOPs (2.4× fewer at the 8B shape with T = 2048; ValueProducts)
+//   F2's D terms              (x̃ − x)ᵀx; block_v's per head (Ã·X̃ − A·X)ᵀ(A·X), or per group X̃ᵀ·(N·X) − Xᵀ·(M·X)
+//                             with N = Σ_h ÃᵀA
 //   The products of the last two are SGEMM/SSYRK in FP32 precision; in BF16 precision they run on the TF32
 //   tensor cores (FP32 data, inputs rounded to 11 significant bits, FP32 accumulation; the Gram product as a
 //   full GEMM): 8× the FP32 rate on what was 3/4 of TurboBoA's calibration time (8B: ≈ 5.6e14 FLOP per block),
@@ -37,8 +40,13 @@ namespace lowbit {
 // With `activations` (W·A calibration, --act-bits) the quantized path runs activation-quantized linears
 // (cuda_fake_quant_linears) and its statistics are taken of the quantized inputs, as cpu_calibration_paths
 // does; the full-precision path stays unquantized. The format needs a CUDA quantizer (format_roundtrip_cuda).
+// How block_v's products are associated: per query head, per KV group, or (automatic) whichever takes fewer FLOPs
+// for the model's shape and the window length. The same sums up to FP32 (TF32) rounding; the tests run both.
+enum class ValueProducts : uint8_t { automatic, by_head, by_group };
+
 std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch,
                                                          CudaPrecision precision = CudaPrecision::fp32,
-                                                         const QuantSpec& activations = {});
+                                                         const QuantSpec& activations = {},
+                                                         ValueProducts value_products = ValueProducts::automatic);
 
 }  // namespace lowbit
