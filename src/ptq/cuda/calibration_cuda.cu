@@ -362,18 +362,16 @@ private:
             }
     }
 
-    // Whether block_v's products go by KV group (value_hessians_by_group): as asked, or (automatic) where that takes
-    // fewer FLOPs. Per window and group of g query heads, T tokens, width d:
+    // Whether block_v's products go by KV group (value_hessians_by_group). Per window and group of g query heads,
+    // T tokens, width d:
     //   by head   g·(2T²d + 2Td²)           [A_h·X, its Gram], again with F2: Ã_h·X̃ and the cross product
     //   by group  g·2T³ + 2T²d + 2Td²       [M = Σ A_hᵀA_h, M·X, Xᵀ(M·X)], again with F2: N = Σ Ã_hᵀA_h, N·X, X̃ᵀ(N·X)
     // (8B, T = 2048, d = 4096, g = 4: 344 against 825 GFLOP with F2; 1.4 against 1.9 GFLOP without F2 at SmolLM2's
-    // T = 512, d = 576, g = 3). F2 doubles both sides alike.
-    bool value_products_by_group() const {
-        if (value_products_ != ValueProducts::automatic) return value_products_ == ValueProducts::by_group;
-        const double T = double(length_), d = double(c_.hidden_size), g = double(c_.n_heads / c_.n_kv_heads);
-        const double by_head = g * (2 * T * T * d + 2 * T * d * d), by_group = g * 2 * T * T * T + 2 * T * T * d + 2 * T * d * d;
-        return by_group < by_head;
-    }
+    // T = 512, d = 576, g = 3). `automatic` stays by head until the by-group path's GPU test
+    // (PtqCuda.CalibrationStatistics*) has run: it was written in a session without device time (its cuBLAS
+    // calls were checked against the by-head ones in a NumPy emulation of column-major GEMM). Then automatic takes
+    // the smaller count.
+    bool value_products_by_group() const { return value_products_ == ValueProducts::by_group; }
     // block_v by KV group: H_v[g] += Xᵀ·(M·X) with M = Σ_h∈g A_hᵀA_h, and with F2 D_v[g] += X̃ᵀ·(N·X) − Xᵀ·(M·X)
     // with N = Σ_h∈g Ã_hᵀA_h — the same sums as value_hessians' Σ_h (A_hX)ᵀ(A_hX) and Σ_h (Ã_hX̃ − A_hX)ᵀ(A_hX),
     // associated differently (T × T products first). Column-major views of the row-major buffers: probs holds A_hᵀ,

@@ -10,8 +10,8 @@
 //   post-RoPE q/k covariances SSYRK per head (strided views of q, k)
 //   block_v                   per (window, query head): S = Q_h·K_gᵀ (SGEMM), the causal softmax of
 //                             attention_probabilities (a kernel, FP32 exp, FP64 row sums), A·X and (A·X)ᵀ(A·X);
-//                             or per (window, KV group) Xᵀ·(M·X) with M = Σ_h AᵀA (T × T), where that takes fewer
-//                             FLOPs (2.4× fewer at the 8B shape with T = 2048; ValueProducts)
+//                             or per (window, KV group) Xᵀ·(M·X) with M = Σ_h AᵀA (T × T): 2.4× fewer FLOPs at
+//                             the 8B shape with T = 2048 (ValueProducts; by head unless asked, see there)
 //   F2's D terms              (x̃ − x)ᵀx; block_v's per head (Ã·X̃ − A·X)ᵀ(A·X), or per group X̃ᵀ·(N·X) − Xᵀ·(M·X)
 //                             with N = Σ_h ÃᵀA
 //   The products of the last two are SGEMM/SSYRK in FP32 precision; in BF16 precision they run on the TF32
@@ -40,8 +40,9 @@ namespace lowbit {
 // With `activations` (W·A calibration, --act-bits) the quantized path runs activation-quantized linears
 // (cuda_fake_quant_linears) and its statistics are taken of the quantized inputs, as cpu_calibration_paths
 // does; the full-precision path stays unquantized. The format needs a CUDA quantizer (format_roundtrip_cuda).
-// How block_v's products are associated: per query head, per KV group, or (automatic) whichever takes fewer FLOPs
-// for the model's shape and the window length. The same sums up to FP32 (TF32) rounding; the tests run both.
+// How block_v's products are associated: per query head or per KV group. The same sums up to FP32 (TF32) rounding;
+// the GPU tests run both. `automatic` is by head until the by-group path's GPU test has run (it was written without
+// device time); then it is to take whichever needs fewer FLOPs for the shape and window length.
 enum class ValueProducts : uint8_t { automatic, by_head, by_group };
 
 std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch,
