@@ -7,7 +7,8 @@
 //   bench_ptq --shape smollm2|llama-1b|llama-8b|llama-70b [--layers K] [--method gptq|turboboa|boa|rtn]
 //             [--features f1,f2,f3] [--format int4] [--group G] [--grid-search minmax|mse|hessian]
 //             [--calib-samples 128] [--calib-len 2048] [--calib-precision fp32|bf16] [--batch 4] [--true-sequential]
-//             [--json PATH]
+//             [--value-products auto|by-head|by-group] [--json PATH]
+// --value-products: how the calibration associates block_v's products (ptq/cuda/calibration_cuda.cuh, ValueProducts).
 //
 // Floors (written next to the times in the output): per block, the calibration forwards are
 // 2 passes · 2·T·P_block FLOP (T calibration tokens, P_block the block's projection parameters), the input
@@ -124,7 +125,7 @@ double peak_rss_gib() {
 int main(int argc, char** argv) {
     keep_freed_host_memory();  // as the lowbit binary
     std::string shape = "smollm2", method = "gptq", features = "f1,f2,f3", format = "int4", search = "minmax";
-    std::string calib_precision = "bf16", json_path, commit = "unknown";
+    std::string calib_precision = "bf16", json_path, commit = "unknown", value_products = "auto";
     int64_t layers = 0, group = 0, samples = 128, length = 2048, batch = 4;
     bool true_sequential = false;
     for (int i = 1; i < argc; ++i) {
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
         else if (a == "--calib-precision") calib_precision = next();
         else if (a == "--batch") batch = std::atoll(next().c_str());
         else if (a == "--true-sequential") true_sequential = true;
+        else if (a == "--value-products") value_products = next();
         else if (a == "--json") json_path = next();
         else if (a == "--commit") commit = next();
         else {
@@ -173,7 +175,14 @@ int main(int argc, char** argv) {
         CudaSolverDevice dev;
         o.solver_device = &dev;
         const CudaPrecision precision = parse_cuda_precision(calib_precision);
-        o.calibration_paths = [precision](const LlamaConfig& cc, int64_t b) { return cuda_calibration_paths(cc, b, precision); };
+        const ValueProducts vp = value_products == "by-head"    ? ValueProducts::by_head
+                                 : value_products == "by-group" ? ValueProducts::by_group
+                                                                : ValueProducts::automatic;
+        if (value_products != "auto" && vp == ValueProducts::automatic)
+            throw std::runtime_error("--value-products " + value_products + " (auto, by-head or by-group)");
+        o.calibration_paths = [precision, vp](const LlamaConfig& cc, int64_t b) {
+            return cuda_calibration_paths(cc, b, precision, {}, vp);
+        };
         std::vector<int32_t> windows(size_t(samples * length));
         for (size_t i = 0; i < windows.size(); ++i) windows[i] = int32_t((i * 2654435761ull + 12345) % uint64_t(c.vocab_size));
 
@@ -243,6 +252,7 @@ int main(int argc, char** argv) {
             j["grid"] = o.grid.describe();
             j["grid_search"] = search;
             j["true_sequential"] = true_sequential;
+            j["value_products"] = value_products;
             j["calibration"] = {{"samples", samples}, {"length", length}, {"precision", calib_precision}};
             j["seconds"] = total;
             j["calibration_seconds"] = rep.calibration_seconds;
