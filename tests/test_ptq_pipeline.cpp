@@ -68,6 +68,77 @@ std::vector<double> gram(const std::vector<std::vector<float>>& batches, int64_t
     return g;
 }
 
+// block_v's value Hessians and F2's D_v against their definition summed in double, per (window, query head):
+// H_v[g] = 2/T·(1/group)·Σ (A_h X)ᵀ(A_h X), D_v[g] = 2/T·(1/group)·Σ (Ã_h X̃ − A_h X)ᵀ(A_h X) — with the sums
+// associated per head and per KV group (Xᵀ·(Σ A_hᵀA_h)·X), which must agree to FP32 rounding.
+TEST(PtqCalibration, ValueHessiansEqualTheirDefinitionByHeadAndByGroup) {
+    const LlamaModel m = ptq_model();
+    const LlamaConfig& c = m.config;
+    const BatchShape shape{2, 16};
+    const int64_t d = c.hidden_size, T = shape.n_tok, group = c.n_heads / c.n_kv_heads;
+    ASSERT_GT(group, 1);
+    std::vector<BlockScratch> sq(2), sfp(2);
+    for (uint64_t b = 0; b < 2; ++b) {
+        const std::vector<int32_t> tok = test::random_tokens(shape.rows(), c.vocab_size, 21 + b);
+        std::vector<float> x = embed_tokens(c, m.weights.token_embd.data(), tok.data(), shape);
+        std::vector<float> xfp = x;
+        for (float& v : xfp) v *= 1.02f;
+        block_forward(c, m.weights.blocks[0], 0, xfp.data(), shape, sfp[b]);
+        block_forward(c, m.weights.blocks[0], 0, x.data(), shape, sq[b]);
+    }
+    std::vector<double> hv(size_t(c.n_kv_heads * d * d), 0.0), dv(hv.size(), 0.0);
+    std::vector<float> p(size_t(T * T)), pf(size_t(T * T));
+    for (int64_t b = 0; b < 2; ++b)
+        for (int64_t s = 0; s < shape.n_seq; ++s)
+            for (int64_t h = 0; h < c.n_heads; ++h) {
+                attention_probabilities(sq[b].q.data(), sq[b].k.data(), shape, c.n_heads, c.n_kv_heads, c.head_dim, s, h, p.data());
+                attention_probabilities(sfp[b].q.data(), sfp[b].k.data(), shape, c.n_heads, c.n_kv_heads, c.head_dim, s, h,
+                                        pf.data());
+                std::vector<double> ax(size_t(T * d), 0.0), afx(size_t(T * d), 0.0);
+                for (int64_t t = 0; t < T; ++t)
+                    for (int64_t u = 0; u < T; ++u)
+                        for (int64_t i = 0; i < d; ++i) {
+                            ax[size_t(t * d + i)] += double(p[size_t(t * T + u)]) * sq[b].attn_in[size_t((s * T + u) * d + i)];
+                            afx[size_t(t * d + i)] += double(pf[size_t(t * T + u)]) * sfp[b].attn_in[size_t((s * T + u) * d + i)];
+                        }
+                const int64_t g = h / group;
+                for (int64_t t = 0; t < T; ++t)
+                    for (int64_t i = 0; i < d; ++i)
+                        for (int64_t j = 0; j < d; ++j) {
+                            const double a = ax[size_t(t * d + j)];
+                            hv[size_t((g * d + i) * d + j)] += ax[size_t(t * d + i)] * a;
+                            dv[size_t((g * d + i) * d + j)] += (afx[size_t(t * d + i)] - ax[size_t(t * d + i)]) * a;
+                        }
+            }
+    const double f = 2.0 / double(2 * shape.rows()) / double(group);
+    for (double& v : hv) v *= f;
+    for (double& v : dv) v *= f;
+    std::vector<std::vector<float>> got_h, got_d;
+    for (ValueProducts vp : {ValueProducts::by_head, ValueProducts::by_group}) {
+        BlockStatsOptions o{true, true, true};
+        o.inputs = attention_input;
+        BlockStatsAccumulator acc(c, o, vp);
+        for (int64_t b = 0; b < 2; ++b) acc.add(sq[size_t(b)], &sfp[size_t(b)], shape);
+        const BlockStatistics st = acc.finish(T);
+        EXPECT_LT(max_rel_diff(st.h_v, hv), 1e-5) << int(vp);
+        double err = 0, scale = 0;  // D against the scale of the Hessian it corrects
+        for (size_t i = 0; i < dv.size(); ++i) {
+            err = std::max(err, std::fabs(double(st.d_v[i]) - dv[i]));
+            scale = std::max(scale, std::fabs(hv[i]));
+        }
+        EXPECT_LT(err / scale, 1e-5) << int(vp);
+        got_h.push_back(st.h_v);
+        got_d.push_back(st.d_v);
+    }
+    EXPECT_NE(got_h[0], got_h[1]);  // two associations, not one code path twice
+    LlamaConfig wide = c;
+    wide.hidden_size = 4096;
+    wide.n_heads = 32;
+    wide.n_kv_heads = 8;
+    EXPECT_TRUE(block_v_by_group_takes_fewer_flops(wide, 2048));   // 8B: T = 2048 < d = 4096
+    EXPECT_FALSE(block_v_by_group_takes_fewer_flops(wide, 16384));  // long windows: per head
+}
+
 TEST(PtqCalibration, HessiansEqualOneShotProducts) {
     const LlamaModel m = ptq_model();
     const LlamaConfig& c = m.config;

@@ -66,7 +66,8 @@ std::vector<int32_t> calibration_windows(const Tokenizer& tok, const Calibration
     return out;
 }
 
-BlockStatsAccumulator::BlockStatsAccumulator(const LlamaConfig& c, const BlockStatsOptions& o) : c_(c), o_(o) {
+BlockStatsAccumulator::BlockStatsAccumulator(const LlamaConfig& c, const BlockStatsOptions& o, ValueProducts value_products)
+    : c_(c), o_(o), value_products_(value_products) {
     const int64_t d = c.hidden_size, qd = c.q_dim(), f = c.ffn_size, hd = c.head_dim;
     for (const auto& [input, h, dd, n] : {std::tuple{attention_input, &s_.h_attn, &s_.d_attn, d},
                                           std::tuple{attention_output, &s_.h_o, &s_.d_o, qd},
@@ -112,29 +113,76 @@ void BlockStatsAccumulator::add(const BlockScratch& q, const BlockScratch* fp, B
             for (size_t i = 0; i < tmp.size(); ++i) c_q_[size_t(h * hd * hd) + i] += tmp[i];
         }
     }
-    if (o_.measures_block_v()) {
-        // Per (sequence, query head): AX = A_h·X (T × d); H_v[g] += AXᵀAX; F2: D_v[g] += (ÃX̃ − AX)ᵀ AX.
-        std::vector<float> probs(size_t(T * T)), ax(size_t(T * d)), ax_fp(o_.cross ? size_t(T * d) : 0);
-        for (int64_t sq = 0; sq < shape.n_seq; ++sq)
-            for (int64_t h = 0; h < c_.n_heads; ++h) {
-                const int64_t g = h / group;
+    if (!o_.measures_block_v()) return;
+    const bool by_group = value_products_ == ValueProducts::automatic ? block_v_by_group_takes_fewer_flops(c_, T)
+                                                                      : value_products_ == ValueProducts::by_group;
+    if (by_group) {
+        add_value_hessians_by_group(q, fp, shape);
+        return;
+    }
+    // Per (sequence, query head): AX = A_h·X (T × d); H_v[g] += AXᵀAX; F2: D_v[g] += (ÃX̃ − AX)ᵀ AX.
+    std::vector<float> probs(size_t(T * T)), ax(size_t(T * d)), ax_fp(o_.cross ? size_t(T * d) : 0);
+    for (int64_t sq = 0; sq < shape.n_seq; ++sq)
+        for (int64_t h = 0; h < c_.n_heads; ++h) {
+            const int64_t g = h / group;
+            attention_probabilities(q.q.data(), q.k.data(), shape, c_.n_heads, c_.n_kv_heads, hd, sq, h, probs.data());
+            gemm_f32(ConstMatF(probs.data(), T, T), Trans::no, ConstMatF(q.attn_in.data() + sq * T * d, T, d),
+                     Trans::no, MatF(ax.data(), T, d));
+            std::vector<float> hv(size_t(d * d), 0.0f);
+            add_gram(hv, ax.data(), T, d, d);
+            for (size_t i = 0; i < hv.size(); ++i) s_.h_v[size_t(g * d * d) + i] += hv[i];
+            if (o_.cross) {
+                attention_probabilities(fp->q.data(), fp->k.data(), shape, c_.n_heads, c_.n_kv_heads, hd, sq, h,
+                                        probs.data());
+                gemm_f32(ConstMatF(probs.data(), T, T), Trans::no, ConstMatF(fp->attn_in.data() + sq * T * d, T, d),
+                         Trans::no, MatF(ax_fp.data(), T, d));
+                std::fill(hv.begin(), hv.end(), 0.0f);
+                add_cross(hv, ax_fp.data(), ax.data(), T, d);
+                for (size_t i = 0; i < hv.size(); ++i) s_.d_v[size_t(g * d * d) + i] += hv[i];
+            }
+        }
+}
+
+// block_v per (sequence, KV group): H_v[g] += Xᵀ·(M·X) with M = Σ_h∈g A_hᵀA_h; F2: D_v[g] += X̃ᵀ·(N·X) − Xᵀ·(M·X)
+// with N = Σ_h∈g Ã_hᵀA_h — the sums of add()'s per-head loop, associated through T × T products.
+void BlockStatsAccumulator::add_value_hessians_by_group(const BlockScratch& q, const BlockScratch* fp, BatchShape shape) {
+    const int64_t d = c_.hidden_size, hd = c_.head_dim, T = shape.n_tok, group = c_.n_heads / c_.n_kv_heads;
+    std::vector<float> probs(size_t(T * T)), probs_fp(o_.cross ? size_t(T * T) : 0), m(size_t(T * T)),
+        n(o_.cross ? size_t(T * T) : 0), mx(size_t(T * d)), nx(o_.cross ? size_t(T * d) : 0), xmx(size_t(d * d)),
+        xnx(o_.cross ? size_t(d * d) : 0);
+    for (int64_t sq = 0; sq < shape.n_seq; ++sq) {
+        const ConstMatF x(q.attn_in.data() + sq * T * d, T, d);
+        for (int64_t g = 0; g < c_.n_kv_heads; ++g) {
+            for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+                const float beta = h == g * group ? 0.0f : 1.0f;
                 attention_probabilities(q.q.data(), q.k.data(), shape, c_.n_heads, c_.n_kv_heads, hd, sq, h, probs.data());
-                gemm_f32(ConstMatF(probs.data(), T, T), Trans::no, ConstMatF(q.attn_in.data() + sq * T * d, T, d),
-                         Trans::no, MatF(ax.data(), T, d));
-                std::vector<float> hv(size_t(d * d), 0.0f);
-                add_gram(hv, ax.data(), T, d, d);
-                for (size_t i = 0; i < hv.size(); ++i) s_.h_v[size_t(g * d * d) + i] += hv[i];
+                gemm_f32(ConstMatF(probs.data(), T, T), Trans::yes, ConstMatF(probs.data(), T, T), Trans::no,
+                         MatF(m.data(), T, T), beta);
                 if (o_.cross) {
                     attention_probabilities(fp->q.data(), fp->k.data(), shape, c_.n_heads, c_.n_kv_heads, hd, sq, h,
-                                            probs.data());
-                    gemm_f32(ConstMatF(probs.data(), T, T), Trans::no, ConstMatF(fp->attn_in.data() + sq * T * d, T, d),
-                             Trans::no, MatF(ax_fp.data(), T, d));
-                    std::fill(hv.begin(), hv.end(), 0.0f);
-                    add_cross(hv, ax_fp.data(), ax.data(), T, d);
-                    for (size_t i = 0; i < hv.size(); ++i) s_.d_v[size_t(g * d * d) + i] += hv[i];
+                                            probs_fp.data());
+                    gemm_f32(ConstMatF(probs_fp.data(), T, T), Trans::yes, ConstMatF(probs.data(), T, T), Trans::no,
+                             MatF(n.data(), T, T), beta);
                 }
             }
+            gemm_f32(ConstMatF(m.data(), T, T), Trans::no, x, Trans::no, MatF(mx.data(), T, d));
+            gemm_f32(x, Trans::yes, ConstMatF(mx.data(), T, d), Trans::no, MatF(xmx.data(), d, d));
+            float* hv = s_.h_v.data() + g * d * d;
+            for (size_t i = 0; i < xmx.size(); ++i) hv[i] += xmx[i];
+            if (!o_.cross) continue;
+            gemm_f32(ConstMatF(n.data(), T, T), Trans::no, x, Trans::no, MatF(nx.data(), T, d));
+            gemm_f32(ConstMatF(fp->attn_in.data() + sq * T * d, T, d), Trans::yes, ConstMatF(nx.data(), T, d), Trans::no,
+                     MatF(xnx.data(), d, d));
+            float* dv = s_.d_v.data() + g * d * d;
+            for (size_t i = 0; i < xnx.size(); ++i) dv[i] += xnx[i] - xmx[i];  // close terms: their difference is exact
+        }
     }
+}
+
+bool block_v_by_group_takes_fewer_flops(const LlamaConfig& c, int64_t T) {
+    const double t = double(T), d = double(c.hidden_size), g = double(c.n_heads / c.n_kv_heads);
+    const double by_head = g * (2 * t * t * d + 2 * t * d * d), by_group = g * 2 * t * t * t + 2 * t * t * d + 2 * t * d * d;
+    return by_group < by_head;
 }
 
 RopeAverages::RopeAverages(const LlamaConfig& c, int64_t length) : hd_(c.head_dim), half_(c.head_dim / 2) {

@@ -73,21 +73,37 @@ struct BlockStatistics {
     std::vector<float> d_v;                          // F2 with block_v: [n_kv_heads, d, d]
 };
 
+// How block_v's sums are associated (see block_v_by_group_takes_fewer_flops): per query head, per KV group, or
+// (automatic) whichever takes fewer FLOPs — on the CPU; the GPU's automatic is by head until its by-group path
+// has run on a GPU (ptq/cuda/calibration_cuda.cuh). The same sums up to FP32 rounding; the tests run both.
+enum class ValueProducts : uint8_t { automatic, by_head, by_group };
+
 // Accumulates one block's statistics over batches of windows.
 class BlockStatsAccumulator {
 public:
-    BlockStatsAccumulator(const LlamaConfig& c, const BlockStatsOptions& o);
+    BlockStatsAccumulator(const LlamaConfig& c, const BlockStatsOptions& o,
+                          ValueProducts value_products = ValueProducts::automatic);
     // `q` holds block_forward's scratch on the quantized path for `shape`; `fp` (F2 only) the scratch of the
     // full-precision model's own path over the same windows.
     void add(const BlockScratch& q, const BlockScratch* fp, BatchShape shape);
     BlockStatistics finish(int64_t rope_length);  // scales by 2/T, RoPE-averages H_out over rope_length positions
 
 private:
+    void add_value_hessians_by_group(const BlockScratch& q, const BlockScratch* fp, BatchShape shape);
+
     LlamaConfig c_;
     BlockStatsOptions o_;
+    ValueProducts value_products_;
     BlockStatistics s_;
     std::vector<float> c_k_, c_q_;  // raw post-RoPE key / query covariances per head
 };
+
+// block_v's sums per window and KV group of g query heads (T tokens, width d) can be associated per head,
+// Σ_h (A_h·X)ᵀ(A_h·X) — g·(2T²d + 2Td²) FLOPs — or through the T × T matrix M = Σ_h A_hᵀA_h as Xᵀ·(M·X) —
+// g·2T³ + 2T²d + 2Td² (F2's D alike with N = Σ_h Ã_hᵀA_h: X̃ᵀ·(N·X) − Xᵀ·(M·X)). True where the second takes fewer:
+// T below the width times about (g − 1)/g (8B with T = 2048: 2.4× fewer; SmolLM2 with T = 512: 1.3× fewer).
+// BlockStatsAccumulator takes the cheaper one.
+bool block_v_by_group_takes_fewer_flops(const LlamaConfig& c, int64_t T);
 
 // Raw sums (what BlockStatsAccumulator::add accumulates: the h_*/d_* fields unscaled, `tokens` counted,
 // post-RoPE key/query covariances per head in c_k/c_q) → the statistics the solvers take: scaled by 2/T,

@@ -40,11 +40,9 @@ namespace lowbit {
 // With `activations` (W·A calibration, --act-bits) the quantized path runs activation-quantized linears
 // (cuda_fake_quant_linears) and its statistics are taken of the quantized inputs, as cpu_calibration_paths
 // does; the full-precision path stays unquantized. The format needs a CUDA quantizer (format_roundtrip_cuda).
-// How block_v's products are associated: per query head or per KV group. The same sums up to FP32 (TF32) rounding;
-// the GPU tests run both. `automatic` is by head until the by-group path's GPU test has run (it was written without
-// device time); then it is to take whichever needs fewer FLOPs for the shape and window length.
-enum class ValueProducts : uint8_t { automatic, by_head, by_group };
-
+// value_products (ptq/calibration.h): how block_v's products are associated. The GPU tests run both; `automatic` is
+// by head until the by-group path's GPU test has run (it was written without device time); then it is to take
+// block_v_by_group_takes_fewer_flops, as the CPU does.
 std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch,
                                                          CudaPrecision precision = CudaPrecision::fp32,
                                                          const QuantSpec& activations = {},
