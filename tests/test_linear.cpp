@@ -95,6 +95,30 @@ TEST(LinearSeam, DenseMatchesGemm) {
 
 // With quantization off, every AdaHOP strategy computes x·Wᵀ up to FP32 rounding (orthonormal Hadamards,
 // exact OE slices): the logits through the AdaHOP Linear equal the dense ones.
+// gram_f32 (core/gemm_cpu.h): AᵀA by ssyrk, mirrored — the gemm's product to FP32 rounding, exactly symmetric,
+// accumulating with beta, on a strided view; shapes that do not agree are usage errors.
+TEST(GemmCpu, GramIsTheSymmetricProduct) {
+    const int64_t k = 37, n = 19, ld = 23;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd;
+    std::vector<float> a(size_t(k * ld));
+    for (float& v : a) v = nd(rng);
+    std::vector<float> want(size_t(n * n)), got(size_t(n * n), 0.5f);
+    gemm_f32(ConstMatF(a.data(), k, n, ld), Trans::yes, ConstMatF(a.data(), k, n, ld), Trans::no, MatF(want.data(), n, n));
+    for (float& v : want) v += 0.5f;
+    gram_f32(ConstMatF(a.data(), k, n, ld), MatF(got.data(), n, n), 1.0f);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            EXPECT_NEAR(got[size_t(i * n + j)], want[size_t(i * n + j)], 1e-4f * (1.0f + std::fabs(want[size_t(i * n + j)])));
+            EXPECT_EQ(got[size_t(i * n + j)], got[size_t(j * n + i)]);
+        }
+    std::vector<float> empty(size_t(n * n), 3.0f);
+    gram_f32(ConstMatF(a.data(), 0, n, ld), MatF(empty.data(), n, n), 0.0f);
+    EXPECT_EQ(empty, std::vector<float>(size_t(n * n), 0.0f));
+    expect_error_with([&] { gram_f32(ConstMatF(a.data(), k, n, ld), MatF(got.data(), n - 1, n - 1)); }, ErrorKind::usage,
+                      {"gram_f32"});
+}
+
 TEST(LinearSeam, AdahopWithoutQuantizationGivesDenseLogits) {
     for (bool bias : {false, true}) {
         const LlamaModel m = seam_model(bias);

@@ -24,4 +24,19 @@ void gemm_f32(ConstMatF a, Trans trans_a, ConstMatF b, Trans trans_b, MatF c, fl
                 a.data, int(a.ld), b.data, int(b.ld), beta, c.data, int(c.ld));
 }
 
+void gram_f32(ConstMatF a, MatF c, float beta) {
+    const int64_t n = a.cols, k = a.rows;
+    LOWBIT_CHECK(c.rows == n && c.cols == n, ErrorKind::usage, "gram_f32: A is {}x{}, C {}x{} (want {}x{})", k, n, c.rows,
+                 c.cols, n, n);
+    if (n == 0) return;
+    if (k == 0) {
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j) c.row(i)[j] = beta == 0.0f ? 0.0f : beta * c.row(i)[j];
+        return;
+    }
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, int(n), int(k), 1.0f, a.data, int(a.ld), beta, c.data, int(c.ld));
+    for (int64_t i = 1; i < n; ++i)
+        for (int64_t j = 0; j < i; ++j) c.row(i)[j] = c.row(j)[i];
+}
+
 }  // namespace lowbit

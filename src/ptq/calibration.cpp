@@ -28,7 +28,7 @@ uint64_t splitmix64(uint64_t& state) {
 
 // dst (n × n) += xᵀx for x = rows × n (leading dimension ld).
 void add_gram(std::vector<float>& dst, const float* x, int64_t rows, int64_t n, int64_t ld) {
-    gemm_f32(ConstMatF(x, rows, n, ld), Trans::yes, ConstMatF(x, rows, n, ld), Trans::no, MatF(dst.data(), n, n), 1.0f);
+    gram_f32(ConstMatF(x, rows, n, ld), MatF(dst.data(), n, n), 1.0f);
 }
 
 // dst (n × n) += (a − b)ᵀ b for rows × n matrices.
@@ -156,8 +156,7 @@ void BlockStatsAccumulator::add_value_hessians_by_group(const BlockScratch& q, c
             for (int64_t h = g * group; h < (g + 1) * group; ++h) {
                 const float beta = h == g * group ? 0.0f : 1.0f;
                 attention_probabilities(q.q.data(), q.k.data(), shape, c_.n_heads, c_.n_kv_heads, hd, sq, h, probs.data());
-                gemm_f32(ConstMatF(probs.data(), T, T), Trans::yes, ConstMatF(probs.data(), T, T), Trans::no,
-                         MatF(m.data(), T, T), beta);
+                gram_f32(ConstMatF(probs.data(), T, T), MatF(m.data(), T, T), beta);
                 if (o_.cross) {
                     attention_probabilities(fp->q.data(), fp->k.data(), shape, c_.n_heads, c_.n_kv_heads, hd, sq, h,
                                             probs_fp.data());
