@@ -2,7 +2,8 @@
 // only the attention input measured: H_in, H_out's covariances, block_v and, with F2, D) per batch of windows, with
 // block_v's sums associated per query head (the baseline, in the same run) and per KV group
 // (ptq/calibration.h, ValueProducts). Random activations at a model's shape; the FLOPs of block_v's products
-// from block_v_by_group_takes_fewer_flops's counts. Median of --reps runs after a warm-up.
+// as block_v_by_group_takes_fewer_flops counts them (full GEMMs; the CPU's Gram products, by ssyrk, take half).
+// Median of --reps runs after a warm-up.
 //   bench_calibration_cpu [--shape smollm2|llama-1b] [--len T] [--batch B] [--reps N] [--threads N] [--json PATH]
 #include <algorithm>
 #include <chrono>
