@@ -173,7 +173,7 @@ void BlockStatsAccumulator::add_value_hessians_by_group(const BlockScratch& q, c
             gemm_f32(ConstMatF(fp->attn_in.data() + sq * T * d, T, d), Trans::yes, ConstMatF(nx.data(), T, d), Trans::no,
                      MatF(xnx.data(), d, d));
             float* dv = s_.d_v.data() + g * d * d;
-            for (size_t i = 0; i < xnx.size(); ++i) dv[i] += xnx[i] - xmx[i];  // close terms: their difference is exact
+            for (size_t i = 0; i < xnx.size(); ++i) dv[i] += xnx[i] - xmx[i];  // close terms: subtracted first
         }
     }
 }

@@ -23,7 +23,7 @@ __global__ void symmetrize_kernel(float* a, int64_t n) {
     if (i > j) a[idx] = a[j * n + i];
 }
 
-// block_v per KV group: h += g; d += r − g (the difference first: r and g are close, so it is exact).
+// block_v per KV group: h += g; d += r − g (the difference first: r and g are close, so it loses little).
 __global__ void add_and_cross_kernel(const float* g, const float* r, float* h, float* d, int64_t n) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
