@@ -2,7 +2,7 @@
 // only the attention input measured: H_in, H_out's covariances, block_v and, with F2, D) per batch of windows, with
 // block_v's sums associated per query head (the baseline, in the same run) and per KV group
 // (ptq/calibration.h, ValueProducts). Random activations at a model's shape; the FLOPs of block_v's products
-// as block_v_by_group_takes_fewer_flops counts them (full GEMMs; the CPU's Gram products, by ssyrk, take half).
+// as block_v_flops counts them (full GEMMs; the CPU's Gram products, by ssyrk, take half).
 // Median of --reps runs after a warm-up.
 //   bench_calibration_cpu [--shape smollm2|llama-1b] [--len T] [--batch B] [--reps N] [--threads N] [--json PATH]
 #include <algorithm>
@@ -56,8 +56,6 @@ int main(int argc, char** argv) {
             v->resize(size_t(bs.rows() * width));
             fill_gaussian(v->data(), int64_t(v->size()), seed++);
         }
-    const double T = double(len), d = double(c.hidden_size), g = double(c.n_heads / c.n_kv_heads);
-    const double per_group_head = g * (2 * T * T * d + 2 * T * d * d), per_group_group = g * 2 * T * T * T + 2 * T * T * d + 2 * T * d * d;
     std::printf("bench_calibration_cpu: %s shape (d %lld, %lld/%lld heads), %lld windows of %lld, %d threads; automatic: %s\n",
                 shape.c_str(), (long long)c.hidden_size, (long long)c.n_heads, (long long)c.n_kv_heads, (long long)batch,
                 (long long)len, thread_count(), block_v_by_group_takes_fewer_flops(c, len) ? "by group" : "by head");
@@ -80,7 +78,7 @@ int main(int argc, char** argv) {
             const double t = times[times.size() / 2];
             const bool by_group = vp == ValueProducts::by_group;
             if (!by_group) base = t;
-            const double gflop = (by_group ? per_group_group : per_group_head) * double(c.n_kv_heads * batch) * (cross ? 2 : 1) / 1e9;
+            const double gflop = block_v_flops(c, len, by_group) * double(c.n_kv_heads * batch) * (cross ? 2 : 1) / 1e9;
             std::printf("| %s | %s | %.1f | %.3f | %.2f |\n", cross ? "yes" : "no", by_group ? "by KV group" : "by head", gflop, t,
                         t / base);
             rows.push_back({{"f2", cross}, {"block_v", by_group ? "by_group" : "by_head"}, {"block_v_gflop", gflop},

@@ -178,10 +178,13 @@ void BlockStatsAccumulator::add_value_hessians_by_group(const BlockScratch& q, c
     }
 }
 
-bool block_v_by_group_takes_fewer_flops(const LlamaConfig& c, int64_t T) {
+double block_v_flops(const LlamaConfig& c, int64_t T, bool by_group) {
     const double t = double(T), d = double(c.hidden_size), g = double(c.n_heads / c.n_kv_heads);
-    const double by_head = g * (2 * t * t * d + 2 * t * d * d), by_group = g * 2 * t * t * t + 2 * t * t * d + 2 * t * d * d;
-    return by_group < by_head;
+    return by_group ? g * 2 * t * t * t + 2 * t * t * d + 2 * t * d * d : g * (2 * t * t * d + 2 * t * d * d);
+}
+
+bool block_v_by_group_takes_fewer_flops(const LlamaConfig& c, int64_t T) {
+    return block_v_flops(c, T, true) < block_v_flops(c, T, false);
 }
 
 RopeAverages::RopeAverages(const LlamaConfig& c, int64_t length) : hd_(c.head_dim), half_(c.head_dim / 2) {

@@ -102,7 +102,9 @@ private:
 // Σ_h (A_h·X)ᵀ(A_h·X) — g·(2T²d + 2Td²) FLOPs — or through the T × T matrix M = Σ_h A_hᵀA_h as Xᵀ·(M·X) —
 // g·2T³ + 2T²d + 2Td² (F2's D alike with N = Σ_h Ã_hᵀA_h: X̃ᵀ·(N·X) − Xᵀ·(M·X)). True where the second takes fewer:
 // T below the width times about (g − 1)/g (8B with T = 2048: 2.4× fewer; SmolLM2 with T = 512: 1.3× fewer).
-// BlockStatsAccumulator takes the cheaper one.
+// BlockStatsAccumulator takes the cheaper one. block_v_flops: those counts (full GEMMs, per window and KV group,
+// without F2; F2 doubles both).
+double block_v_flops(const LlamaConfig& c, int64_t T, bool by_group);
 bool block_v_by_group_takes_fewer_flops(const LlamaConfig& c, int64_t T);
 
 // Raw sums (what BlockStatsAccumulator::add accumulates: the h_*/d_* fields unscaled, `tokens` counted,
