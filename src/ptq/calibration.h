@@ -74,8 +74,7 @@ struct BlockStatistics {
 };
 
 // How block_v's sums are associated (see block_v_by_group_takes_fewer_flops): per query head, per KV group, or
-// (automatic) whichever takes fewer FLOPs — on the CPU; the GPU's automatic is by head until its by-group path
-// has run on a GPU (ptq/cuda/calibration_cuda.cuh). The same sums up to FP32 rounding; the tests run both.
+// (automatic) whichever takes fewer FLOPs, on both devices. The same sums up to FP32 rounding; the tests run both.
 enum class ValueProducts : uint8_t { automatic, by_head, by_group };
 
 // Accumulates one block's statistics over batches of windows.

@@ -50,6 +50,45 @@ void solver_gemm(const SolverDevice* device, ConstMatF a, Trans ta, ConstMatF b,
         gemm_f32(a, ta, b, tb, c, beta);
 }
 
+void scale_refine_products(const ScaleRefineProducts& c, const SolverDevice* device) {
+    if (device && device->scale_refine_products(c)) return;
+    const int64_t rows = c.rows, cols = c.cols, hd = c.hd;
+    std::vector<float> a(size_t(rows * cols)), zh(size_t(rows * cols));
+    for (int64_t r0 = 0; r0 < rows; r0 += c.hin_rows) {
+        const int64_t at = (r0 / c.hin_rows) * cols * cols;
+        const MatF ar(a.data() + r0 * cols, c.hin_rows, cols);
+        solver_gemm(device, ConstMatF(c.diff + r0 * cols, c.hin_rows, cols), Trans::no, ConstMatF(c.h_in + at, cols, cols),
+                    Trans::no, ar);
+        if (c.d)  // A += W·D
+            solver_gemm(device, ConstMatF(c.w + r0 * cols, c.hin_rows, cols), Trans::no, ConstMatF(c.d + at, cols, cols),
+                        Trans::no, ar, 1.0f);
+        solver_gemm(device, ConstMatF(c.z + r0 * cols, c.hin_rows, cols), Trans::no, ConstMatF(c.h_in + at, cols, cols),
+                    Trans::no, MatF(zh.data() + r0 * cols, c.hin_rows, cols));
+    }
+    if (hd == 1) {
+        parallel_for(rows, 64, [&](int64_t i0, int64_t i1) {
+            for (int64_t r = i0; r < i1; ++r) {
+                double sn = 0.0, sg = 0.0;
+                for (int64_t k = r * cols; k < (r + 1) * cols; ++k) {
+                    sn += double(c.z[k]) * double(a[size_t(k)]);
+                    sg += double(c.z[k]) * double(zh[size_t(k)]);
+                }
+                c.n[r] = sn;
+                c.g[r] = sg;
+            }
+        });
+        return;
+    }
+    std::vector<float> nm(size_t(hd * hd)), gm(size_t(hd * hd));
+    for (int64_t head = 0; head < rows / hd; ++head) {
+        const ConstMatF zj(c.z + head * hd * cols, hd, cols);
+        solver_gemm(device, zj, Trans::no, ConstMatF(a.data() + head * hd * cols, hd, cols), Trans::yes, MatF(nm.data(), hd, hd));
+        solver_gemm(device, zj, Trans::no, ConstMatF(zh.data() + head * hd * cols, hd, cols), Trans::yes, MatF(gm.data(), hd, hd));
+        std::copy(nm.begin(), nm.end(), c.n + head * hd * hd);
+        std::copy(gm.begin(), gm.end(), c.g + head * hd * hd);
+    }
+}
+
 InverseCholesky inverse_cholesky(const float* h, int64_t n, double damping, float dead_value, const std::string& what,
                                  const SolverDevice* device, bool want_h_inv, uint64_t factor_id, bool want_u) {
     InverseCholesky out;
@@ -397,7 +436,8 @@ double refine_step(QuantizedWeight& q, int64_t row, int64_t gi, double num, doub
 // The objective changes by −2·Δ·num + Δ²·den; on constrained scale grids the best projected candidate is
 // taken only when that change is negative (refine_step).
 //
-// One-sided layers (H_out = I): rows are independent, and within a row the groups couple only through
+// One-sided layers (H_out = I) with grids in groups (per channel: refine_scales_per_channel): rows are
+// independent, and within a row the groups couple only through
 // M[g][g'] = Z_g·H_in[g, g']·Z_g'ᵀ. So (W − Q)·H_in and W·D are formed once, M by one product per group
 // (group_gram: ZH_g = Z[:, g]·H_in[g, :], then its dot products with Z), and the descent runs on
 // num_g = ((W − Q)·H_in + W·D)_g·Z_gᵀ − Σ_g' Δ_g'·M[g'][g] (Δ: the steps taken so far) — O(rows·cols²) in
@@ -475,15 +515,16 @@ void refine_scales_one_sided(const LayerProblem& p, const SolverOptions& o, Quan
     }
 }
 
-// Two-sided layers with one grid per row (per channel): the descent of refine_scales below in products. With
+// Per-channel grids (one scale per row), one- and two-sided: the descent of refine_scales below in products. With
 // Z = level(q) − zero, A = (W − Q)·H_in + W·D and ZH = Z·H_in, a step Δ_k on row k's scale moves A_k by −Δ_k·ZH_k,
 // so row j's numerator Σ_k H_out[j,k]·A_k·Z_jᵀ is Σ_k H_out[j,k]·(N[j,k] − taken_k·G[k,j]) with, per head,
-// N = Z·Aᵀ and G = Z·ZHᵀ (hd × hd), and its denominator H_out[j,j]·G[j,j]. So the O(hd·cols²) per head of the
-// row-by-row loop becomes one rows × cols × cols product (ZH) and two hd × hd × cols products per head, on the
-// solver device, and the descent itself runs on hd × hd numbers.
-void refine_scales_two_sided_per_channel(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
+// N = Z·Aᵀ and G = Z·ZHᵀ (hd × hd; one-sided layers: H_out = I, every row its own head of one), and its
+// denominator H_out[j,j]·G[j,j]. So the O(hd·cols²) per head of the row-by-row loop becomes the rows × cols × cols
+// products of scale_refine_products (on the solver device, which may form N and G there: only they come back),
+// and the descent itself runs on hd × hd numbers per head.
+void refine_scales_per_channel(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
     const GridSpec& g = q.spec;
-    const int64_t rows = p.rows, cols = p.cols, hd = p.head_rows, heads = rows / hd;
+    const int64_t rows = p.rows, cols = p.cols, hd = p.h_out ? p.head_rows : 1, heads = rows / hd;
     const float* levels = grid_levels(g);
     std::vector<float> z(size_t(rows * cols)), diff(size_t(rows * cols));
     parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
@@ -496,37 +537,35 @@ void refine_scales_two_sided_per_channel(const LayerProblem& p, const SolverOpti
             }
         }
     });
-    std::vector<float> a(size_t(rows * cols)), zh(size_t(rows * cols));
-    solver_gemm(o.device, ConstMatF(diff.data(), rows, cols), Trans::no, ConstMatF(p.h_in, cols, cols), Trans::no,
-                MatF(a.data(), rows, cols));
-    if (p.d)  // A += W·D
-        solver_gemm(o.device, ConstMatF(p.w, rows, cols), Trans::no, ConstMatF(p.d, cols, cols), Trans::no,
-                    MatF(a.data(), rows, cols), 1.0f);
-    solver_gemm(o.device, ConstMatF(z.data(), rows, cols), Trans::no, ConstMatF(p.h_in, cols, cols), Trans::no,
-                MatF(zh.data(), rows, cols));
-    std::vector<float> nm(size_t(heads * hd * hd)), gm(size_t(heads * hd * hd));
-    for (int64_t head = 0; head < heads; ++head) {
-        const ConstMatF zj(z.data() + head * hd * cols, hd, cols);
-        solver_gemm(o.device, zj, Trans::no, ConstMatF(a.data() + head * hd * cols, hd, cols), Trans::yes,
-                    MatF(nm.data() + head * hd * hd, hd, hd));
-        solver_gemm(o.device, zj, Trans::no, ConstMatF(zh.data() + head * hd * cols, hd, cols), Trans::yes,
-                    MatF(gm.data() + head * hd * hd, hd, hd));
-    }
+    std::vector<double> nm(size_t(heads * hd * hd)), gm(size_t(heads * hd * hd));
+    ScaleRefineProducts call;
+    call.z = z.data();
+    call.diff = diff.data();
+    call.w = p.w;
+    call.rows = rows;
+    call.cols = cols;
+    call.hd = hd;
+    call.hin_rows = p.h_in_heads ? p.head_rows : rows;
+    call.h_in = p.h_in_heads ? p.h_in_heads : p.h_in;
+    call.d = p.d;
+    call.n = nm.data();
+    call.g = gm.data();
+    scale_refine_products(call, o.device);
     parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
         std::vector<double> taken(static_cast<size_t>(hd));
         for (int64_t head = h0; head < h1; ++head) {
-            const float* hout = p.h_out + head * hd * hd;
-            const float* n = nm.data() + head * hd * hd;  // n[j * hd + k] = Z_j·A_kᵀ
-            const float* gr = gm.data() + head * hd * hd; // gr[j * hd + k] = Z_j·ZH_kᵀ
+            const float* hout = p.h_out ? p.h_out + head * hd * hd : nullptr;
+            const double* n = nm.data() + head * hd * hd;   // n[j * hd + k] = Z_j·A_kᵀ
+            const double* gr = gm.data() + head * hd * hd;  // gr[j * hd + k] = Z_j·ZH_kᵀ
             std::fill(taken.begin(), taken.end(), 0.0);
             for (int iter = 0; iter < o.refine_iters; ++iter)
                 for (int64_t j = 0; j < hd; ++j) {
-                    const double den = double(hout[j * hd + j]) * double(gr[j * hd + j]);
+                    const double den = (hout ? double(hout[j * hd + j]) : 1.0) * gr[j * hd + j];
                     if (!(den > 0.0)) continue;  // all-zero Z, or a dead row
                     double num = 0.0;
                     for (int64_t k = 0; k < hd; ++k) {
-                        const double hk = double(hout[j * hd + k]);
-                        if (hk != 0.0) num += hk * (double(n[j * hd + k]) - taken[size_t(k)] * double(gr[j * hd + k]));
+                        const double hk = hout ? double(hout[j * hd + k]) : 1.0;
+                        if (hk != 0.0) num += hk * (n[j * hd + k] - taken[size_t(k)] * gr[j * hd + k]);
                     }
                     taken[size_t(j)] += refine_step(q, head * hd + j, 0, num, den);
                 }
@@ -536,8 +575,8 @@ void refine_scales_two_sided_per_channel(const LayerProblem& p, const SolverOpti
 
 // Two-sided layers: rows are refined head by head, coupled by H_out within a head of hd rows.
 void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
+    if (q.groups_per_row() == 1) return refine_scales_per_channel(p, o, q);
     if (!p.h_out) return refine_scales_one_sided(p, o, q);
-    if (q.groups_per_row() == 1) return refine_scales_two_sided_per_channel(p, o, q);
     const GridSpec& g = q.spec;
     const int64_t rows = p.rows, cols = p.cols, group = g.group_size(cols), per_row = cols / group;
     const int64_t hd = p.head_rows;

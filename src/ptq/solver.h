@@ -104,6 +104,21 @@ struct SweepCall {
     std::function<void(int64_t i1, int64_t i2)> fit_block;
 };
 
+// F3b's products for per-channel grids (one scale per row), the descent's only O(rows·cols²) work. Rows come
+// in heads of hd (hd = 1: one-sided, every row its own head); rows [r, r + hin_rows) read the input Hessian
+// h_in + (r / hin_rows)·cols² and, when d is set, F2's term d + (r / hin_rows)·cols². With A = diff·H_in + W·D and
+// ZH = Z·H_in, per head and rows j, k of it: n[j·hd + k] = Z_j·A_kᵀ and g[j·hd + k] = Z_j·ZH_kᵀ.
+struct ScaleRefineProducts {
+    const float* z = nullptr;     // [rows, cols] level(code) − zero
+    const float* diff = nullptr;  // [rows, cols] W − Q
+    const float* w = nullptr;     // [rows, cols] the solve's W (read with d only)
+    int64_t rows = 0, cols = 0, hd = 1, hin_rows = 0;
+    const float* h_in = nullptr;  // [rows / hin_rows, cols, cols]
+    const float* d = nullptr;     // same shape, or null (no F2)
+    double* n = nullptr;          // [rows / hd, hd, hd]
+    double* g = nullptr;          // [rows / hd, hd, hd]
+};
+
 // Where a solve's O(n³) work runs. Null in SolverOptions: the CPU (LAPACK, OpenBLAS, our threads).
 // ptq/cuda/solver_cuda.cuh puts it on the GPU (cuSOLVER FP64, cuBLAS, a sweep kernel); the results equal
 // the CPU's up to FP32 summation order (identical when a sweep fits in one lazy block).
@@ -143,6 +158,11 @@ public:
     // statistics: a device may copy them once and read its copies whenever a later call passes a pointer into
     // one of them. An empty list releases them; the caller calls again before any of them changes or dies.
     virtual void hold_inputs(const std::vector<ConstMatF>& mats) const { (void)mats; }
+    // ScaleRefineProducts computed here (inputs and outputs on the host); false: this device leaves them to the CPU.
+    virtual bool scale_refine_products(const ScaleRefineProducts& call) const {
+        (void)call;
+        return false;
+    }
     // layer_objective_and_scale's two sums computed here; false: this device leaves them to the CPU.
     virtual bool layer_objective(const LayerProblem& p, const float* q, double* objective, double* scale) const {
         (void)p, (void)q, (void)objective, (void)scale;
@@ -153,6 +173,10 @@ public:
 
 // gemm_f32 on `device` (null: the CPU).
 void solver_gemm(const SolverDevice* device, ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta = 0.0f);
+
+// ScaleRefineProducts on `device` where it computes them, else on the CPU (its products by solver_gemm on
+// `device`): for hd = 1 the row dots in double, for hd > 1 per-head FP32 products.
+void scale_refine_products(const ScaleRefineProducts& call, const SolverDevice* device);
 
 struct SolverOptions {
     const SolverDevice* device = nullptr;  // null: the CPU

@@ -224,6 +224,72 @@ TEST(PtqCuda, LayerObjectiveMatchesCpu) {
     dev.hold_inputs({});
 }
 
+// F3b's per-channel products on the GPU (one-sided rows with one input Hessian or one per head, two-sided heads;
+// with and without F2's D) equal the CPU's up to FP32 summation order, and a per-channel TurboBoA solve with F3b
+// reaches the CPU's objective on the GPU, lower than without F3b.
+TEST(PtqCuda, ScaleRefineProductsMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    const CudaSolverDevice dev;
+    const int64_t rows = 24, cols = 96, hd = 8, heads = rows / hd;
+    Problem pr = make_problem(rows, cols, 81, true);
+    const std::vector<float> z = random_normal(size_t(rows * cols), 82);
+    std::vector<float> diff = random_normal(size_t(rows * cols), 83);
+    for (float& v : diff) v *= 0.01f;
+    std::vector<float> h_heads(size_t(heads * cols * cols)), d_heads(h_heads.size());
+    for (int64_t h = 0; h < heads; ++h) {
+        const std::vector<float> hi = random_hessian(cols, 90 + uint64_t(h));
+        std::copy(hi.begin(), hi.end(), h_heads.begin() + h * cols * cols);
+        for (int64_t i = 0; i < cols * cols; ++i) d_heads[size_t(h * cols * cols + i)] = 0.5f * pr.d[size_t(i)];
+    }
+    struct Case {
+        int64_t hd;
+        bool per_head, with_d;
+    };
+    for (const Case& cs : {Case{1, false, false}, Case{1, false, true}, Case{1, true, true}, Case{hd, false, false},
+                           Case{hd, false, true}}) {
+        ScaleRefineProducts call;
+        call.z = z.data();
+        call.diff = diff.data();
+        call.w = pr.w.data();
+        call.rows = rows;
+        call.cols = cols;
+        call.hd = cs.hd;
+        call.hin_rows = cs.per_head ? hd : rows;
+        call.h_in = cs.per_head ? h_heads.data() : pr.h.data();
+        call.d = cs.with_d ? (cs.per_head ? d_heads.data() : pr.d.data()) : nullptr;
+        const size_t pairs = size_t(rows * cs.hd);
+        std::vector<double> nc(pairs), gc(pairs), ng(pairs), gg(pairs);
+        call.n = nc.data();
+        call.g = gc.data();
+        scale_refine_products(call, nullptr);
+        call.n = ng.data();
+        call.g = gg.data();
+        ASSERT_TRUE(dev.scale_refine_products(call));
+        for (const auto& [c, g, what] : {std::tuple{&nc, &ng, "N"}, std::tuple{&gc, &gg, "G"}}) {
+            double top = 0, worst = 0;
+            for (size_t i = 0; i < pairs; ++i) {
+                top = std::max(top, std::fabs((*c)[i]));
+                worst = std::max(worst, std::fabs((*c)[i] - (*g)[i]));
+            }
+            EXPECT_GT(top, 0.0);
+            EXPECT_LE(worst, 1e-4 * top) << what << " hd " << cs.hd << " per-head " << cs.per_head << " d " << cs.with_d;
+        }
+    }
+    SolverOptions o;
+    o.grid = parse_grid("int3", 0, false);
+    o.refine_scales = true;
+    const QuantizedWeight cpu = solve_turboboa(pr.p, o);
+    o.device = &dev;
+    const QuantizedWeight gpu = solve_turboboa(pr.p, o);
+    o.refine_scales = false;
+    const QuantizedWeight unrefined = solve_turboboa(pr.p, o);
+    const double oc = layer_objective(pr.p, cpu.dequantize()), og = layer_objective(pr.p, gpu.dequantize()),
+                 ou = layer_objective(pr.p, unrefined.dequantize());
+    std::printf("  one-sided int3 per channel: objective cpu %.6g, gpu %.6g, gpu without F3b %.6g\n", oc, og, ou);
+    EXPECT_NEAR(og, oc, 1e-3 * std::fabs(oc));
+    EXPECT_LT(og, ou);
+}
+
 // The grid search's candidate scores on the GPU: each candidate's Δ·H·Δᵀ equals a double-precision quadratic
 // form to FP32 product accuracy, and the grids fitted with the GPU scorer are (nearly always) the CPU's — where
 // a pick differs, its exact score is within FP32 summation noise of the CPU pick's.

@@ -367,11 +367,13 @@ private:
     //   by head   g·(2T²d + 2Td²)           [A_h·X, its Gram], again with F2: Ã_h·X̃ and the cross product
     //   by group  g·2T³ + 2T²d + 2Td²       [M = Σ A_hᵀA_h, M·X, Xᵀ(M·X)], again with F2: N = Σ Ã_hᵀA_h, N·X, X̃ᵀ(N·X)
     // (8B, T = 2048, d = 4096, g = 4: 344 against 825 GFLOP with F2; 1.4 against 1.9 GFLOP without F2 at SmolLM2's
-    // T = 512, d = 576, g = 3). `automatic` stays by head until the by-group path's GPU test
-    // (PtqCuda.CalibrationStatistics*) has run: it was written in a session without device time (its cuBLAS
-    // calls were checked against the by-head ones in a NumPy emulation of column-major GEMM). Then automatic takes
-    // the smaller count.
-    bool value_products_by_group() const { return value_products_ == ValueProducts::by_group; }
+    // T = 512, d = 576, g = 3). `automatic` takes the smaller count (block_v_by_group_takes_fewer_flops), as the CPU
+    // does: on the 8B block the statistics products went from 5.7 to 3.7 s on an H100
+    // (bench/results/ptq_cuda_h200.md).
+    bool value_products_by_group() const {
+        return value_products_ == ValueProducts::automatic ? block_v_by_group_takes_fewer_flops(c_, length_)
+                                                           : value_products_ == ValueProducts::by_group;
+    }
     // block_v by KV group: H_v[g] += Xᵀ·(M·X) with M = Σ_h∈g A_hᵀA_h, and with F2 D_v[g] += X̃ᵀ·(N·X) − Xᵀ·(M·X)
     // with N = Σ_h∈g Ã_hᵀA_h — the same sums as value_hessians' Σ_h (A_hX)ᵀ(A_hX) and Σ_h (Ã_hX̃ − A_hX)ᵀ(A_hX),
     // associated differently (T × T products first). Column-major views of the row-major buffers: probs holds A_hᵀ,

@@ -11,7 +11,7 @@
 //   block_v                   per (window, query head): S = Q_h·K_gᵀ (SGEMM), the causal softmax of
 //                             attention_probabilities (a kernel, FP32 exp, FP64 row sums), A·X and (A·X)ᵀ(A·X);
 //                             or per (window, KV group) Xᵀ·(M·X) with M = Σ_h AᵀA (T × T): 2.4× fewer FLOPs at
-//                             the 8B shape with T = 2048 (ValueProducts; by head unless asked, see there)
+//                             the 8B shape with T = 2048 (ValueProducts; automatic: the smaller count)
 //   F2's D terms              (x̃ − x)ᵀx; block_v's per head (Ã·X̃ − A·X)ᵀ(A·X), or per group X̃ᵀ·(N·X) − Xᵀ·(M·X)
 //                             with N = Σ_h ÃᵀA
 //   The products of the last two are SGEMM/SSYRK in FP32 precision; in BF16 precision they run on the TF32
@@ -40,9 +40,8 @@ namespace lowbit {
 // With `activations` (W·A calibration, --act-bits) the quantized path runs activation-quantized linears
 // (cuda_fake_quant_linears) and its statistics are taken of the quantized inputs, as cpu_calibration_paths
 // does; the full-precision path stays unquantized. The format needs a CUDA quantizer (format_roundtrip_cuda).
-// value_products (ptq/calibration.h): how block_v's products are associated. The GPU tests run both; `automatic` is
-// by head until the by-group path's GPU test has run (it was written without device time); then it is to take
-// block_v_by_group_takes_fewer_flops, as the CPU does.
+// value_products (ptq/calibration.h): how block_v's products are associated; `automatic` takes
+// block_v_by_group_takes_fewer_flops, as the CPU does. The GPU tests run both forms.
 std::unique_ptr<CalibrationPaths> cuda_calibration_paths(const LlamaConfig& c, int64_t batch,
                                                          CudaPrecision precision = CudaPrecision::fp32,
                                                          const QuantSpec& activations = {},

@@ -343,7 +343,8 @@ struct CudaSolverDevice::State {
     };
     std::vector<Held> held;
     size_t held_count = 0;
-    // layer objectives: W, ΔW, M = ΔW·H, MW = W·H, N = W·D, H and D when not held, H_out, the pair sums
+    // layer objectives: W, ΔW, M = ΔW·H, MW = W·H, N = W·D, H and D when not held, H_out, the pair sums; the same
+    // buffers serve scale_refine_products (Z, W − Q, A, ZH, W)
     DeviceBuffer<float> ow, odw, om, omw, ond, oh, od, ohout;
     DeviceBuffer<double> oobj, oscl;
 
@@ -512,6 +513,43 @@ bool CudaSolverDevice::layer_objective(const LayerProblem& p, const float* q, do
     }
     *objective = total_obj;
     *scale = total_scl;
+    return true;
+}
+
+// F3b's per-channel products: A = (W − Q)·H_in (+ W·D) and ZH = Z·H_in by SGEMM per group of rows sharing an H_in,
+// then N[j,k] = Z_j·A_kᵀ and G[j,k] = Z_j·ZH_kᵀ per head by objective_pairs_kernel (with H_out = I and no D term its
+// two sums are exactly these dots, in double). Only N and G come back.
+bool CudaSolverDevice::scale_refine_products(const ScaleRefineProducts& c) const {
+    State& s = *s_;
+    const cudaStream_t st = s.blas.stream();
+    const int64_t rows = c.rows, cols = c.cols, n = rows * cols, hd = c.hd, heads = rows / hd, pairs = heads * hd * hd;
+    if (n == 0) return false;
+    float* dz = grown(s.ow, size_t(n));
+    float* ddiff = grown(s.odw, size_t(n));
+    float* da = grown(s.om, size_t(n));
+    float* dzh = grown(s.omw, size_t(n));
+    float* dw = c.d ? grown(s.ond, size_t(n)) : nullptr;
+    copy_host_to_device(dz, c.z, size_t(n) * sizeof(float), st);
+    copy_host_to_device(ddiff, c.diff, size_t(n) * sizeof(float), st);
+    if (dw) copy_host_to_device(dw, c.w, size_t(n) * sizeof(float), st);
+    for (int64_t r0 = 0; r0 < rows; r0 += c.hin_rows) {
+        const int64_t at = (r0 / c.hin_rows) * cols * cols;
+        const float* dh = s.on_device(c.h_in + at, cols * cols, s.oh);
+        ptq_sample_device_memory();
+        s.row_major_sgemm(ddiff + r0 * cols, Trans::no, dh, Trans::no, c.hin_rows, cols, cols, da + r0 * cols, 0.0f);
+        if (dw)
+            s.row_major_sgemm(dw + r0 * cols, Trans::no, s.on_device(c.d + at, cols * cols, s.od), Trans::no, c.hin_rows,
+                              cols, cols, da + r0 * cols, 1.0f);
+        s.row_major_sgemm(dz + r0 * cols, Trans::no, dh, Trans::no, c.hin_rows, cols, cols, dzh + r0 * cols, 0.0f);
+    }
+    double* dn = grown(s.oobj, size_t(pairs));
+    double* dg = grown(s.oscl, size_t(pairs));
+    objective_pairs_kernel<<<unsigned((pairs * 32 + 255) / 256), 256, 0, st>>>(da, nullptr, dzh, dz, dz, nullptr, heads, hd,
+                                                                                cols, dn, dg);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemcpyAsync(c.n, dn, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaMemcpyAsync(c.g, dg, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
     return true;
 }
 

@@ -21,6 +21,8 @@
 // and is reused.
 // layer_objective: ΔW·H, W·H and W·D by cuBLAS SGEMM, the row-pair dots in double (one warp per pair), summed
 // on the host in the CPU's association — equal to the CPU's objective up to FP32 summation order.
+// scale_refine_products: F3b's per-channel products by the same SGEMMs and pair kernel; only the hd × hd numbers
+// per head come back (the CPU forms them from rows × cols products brought to the host).
 // peak_bytes() is the largest device memory in use seen at the points where this object holds the most.
 #pragma once
 
@@ -46,6 +48,7 @@ public:
     void rh_product(uint64_t id, ConstMatF a, MatF c) const override;
     void hold_inputs(const std::vector<ConstMatF>& mats) const override;
     bool layer_objective(const LayerProblem& p, const float* q, double* objective, double* scale) const override;
+    bool scale_refine_products(const ScaleRefineProducts& call) const override;
     void gemm(ConstMatF a, Trans ta, ConstMatF b, Trans tb, MatF c, float beta) const override;
     double sweep(const SweepCall& call) const override;
     void score_int_candidates(const GridSpec& g, const float* w, int64_t ldw, int64_t rows, int64_t n, const float* h,
