@@ -347,6 +347,21 @@ struct CudaSolverDevice::State {
     // buffers serve scale_refine_products (Z, W − Q, A, ZH, W)
     DeviceBuffer<float> ow, odw, om, omw, ond, oh, od, ohout;
     DeviceBuffer<double> oobj, oscl;
+    // objective_pairs_kernel over `heads` heads of hd rows (device operands, h_out and nd may be null), its two sums
+    // per pair copied into obj and scl (host, heads·hd² each).
+    void pair_sums(const float* m, const float* nd, const float* mw, const float* dw, const float* w, const float* h_out,
+                   int64_t heads, int64_t hd, int64_t cols, double* obj, double* scl) {
+        const int64_t pairs = heads * hd * hd;
+        const cudaStream_t st = blas.stream();
+        double* dobj = grown(oobj, size_t(pairs));
+        double* dscl = grown(oscl, size_t(pairs));
+        objective_pairs_kernel<<<unsigned((pairs * 32 + 255) / 256), 256, 0, st>>>(m, nd, mw, dw, w, h_out, heads, hd,
+                                                                                    cols, dobj, dscl);
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(cudaMemcpyAsync(obj, dobj, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaMemcpyAsync(scl, dscl, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+    }
 
     // The device copy of host elements [p, p + count) when a held matrix contains them, else null.
     const float* held_copy(const float* p, int64_t count) const {
@@ -491,15 +506,8 @@ bool CudaSolverDevice::layer_objective(const LayerProblem& p, const float* q, do
         CUDA_CHECK(cudaMemcpyAsync(b, p.h_out, size_t(pairs) * sizeof(float), cudaMemcpyHostToDevice, st));
         dhout = b;
     }
-    double* dobj = grown(s.oobj, size_t(pairs));
-    double* dscl = grown(s.oscl, size_t(pairs));
-    objective_pairs_kernel<<<unsigned((pairs * 32 + 255) / 256), 256, 0, st>>>(dm, dnd, dmw, ddw, dw, dhout, heads, hd, cols,
-                                                                                dobj, dscl);
-    CUDA_CHECK(cudaGetLastError());
     std::vector<double> obj(static_cast<size_t>(pairs)), scl(static_cast<size_t>(pairs));
-    CUDA_CHECK(cudaMemcpyAsync(obj.data(), dobj, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaMemcpyAsync(scl.data(), dscl, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    s.pair_sums(dm, dnd, dmw, ddw, dw, dhout, heads, hd, cols, obj.data(), scl.data());
     // The CPU's association: per head in (j, k) order, then over the heads.
     double total_obj = 0.0, total_scl = 0.0;
     for (int64_t head = 0; head < heads; ++head) {
@@ -522,16 +530,19 @@ bool CudaSolverDevice::layer_objective(const LayerProblem& p, const float* q, do
 bool CudaSolverDevice::scale_refine_products(const ScaleRefineProducts& c) const {
     State& s = *s_;
     const cudaStream_t st = s.blas.stream();
-    const int64_t rows = c.rows, cols = c.cols, n = rows * cols, hd = c.hd, heads = rows / hd, pairs = heads * hd * hd;
+    const int64_t rows = c.rows, cols = c.cols, n = rows * cols, hd = c.hd;
     if (n == 0) return false;
-    float* dz = grown(s.ow, size_t(n));
-    float* ddiff = grown(s.odw, size_t(n));
+    // Z, W − Q and W go up; A and ZH are formed here (layer_objective's buffers).
+    const auto upload = [&](DeviceBuffer<float>& b, const float* host) {
+        float* dst = grown(b, size_t(n));
+        copy_host_to_device(dst, host, size_t(n) * sizeof(float), st);
+        return dst;
+    };
+    const float* dz = upload(s.ow, c.z);
+    const float* ddiff = upload(s.odw, c.diff);
+    const float* dw = c.d ? upload(s.ond, c.w) : nullptr;
     float* da = grown(s.om, size_t(n));
     float* dzh = grown(s.omw, size_t(n));
-    float* dw = c.d ? grown(s.ond, size_t(n)) : nullptr;
-    copy_host_to_device(dz, c.z, size_t(n) * sizeof(float), st);
-    copy_host_to_device(ddiff, c.diff, size_t(n) * sizeof(float), st);
-    if (dw) copy_host_to_device(dw, c.w, size_t(n) * sizeof(float), st);
     for (int64_t r0 = 0; r0 < rows; r0 += c.hin_rows) {
         const int64_t at = (r0 / c.hin_rows) * cols * cols;
         const float* dh = s.on_device(c.h_in + at, cols * cols, s.oh);
@@ -542,14 +553,7 @@ bool CudaSolverDevice::scale_refine_products(const ScaleRefineProducts& c) const
                               cols, cols, da + r0 * cols, 1.0f);
         s.row_major_sgemm(dz + r0 * cols, Trans::no, dh, Trans::no, c.hin_rows, cols, cols, dzh + r0 * cols, 0.0f);
     }
-    double* dn = grown(s.oobj, size_t(pairs));
-    double* dg = grown(s.oscl, size_t(pairs));
-    objective_pairs_kernel<<<unsigned((pairs * 32 + 255) / 256), 256, 0, st>>>(da, nullptr, dzh, dz, dz, nullptr, heads, hd,
-                                                                                cols, dn, dg);
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaMemcpyAsync(c.n, dn, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaMemcpyAsync(c.g, dg, size_t(pairs) * sizeof(double), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    s.pair_sums(da, nullptr, dzh, dz, dz, nullptr, rows / hd, hd, cols, c.n, c.g);
     return true;
 }
 
