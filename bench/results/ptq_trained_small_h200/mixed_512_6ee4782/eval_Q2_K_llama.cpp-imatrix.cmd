@@ -1,0 +1,1 @@
+/tmp/headline/lowbit eval --model /tmp/ptq_trained/compare_512/trained-small-Q2_K-llama.cpp-imatrix.gguf --text /work/main/.gpu_pack/pt/ptq/val.txt --ctx 512 --chunks 32 --threads 16 --device cuda --no-progress --json --kld-base /tmp/ptq_trained/compare_512/base.kld > /tmp/ptq_trained/compare_512/eval_Q2_K_llama.cpp-imatrix.json

@@ -1,0 +1,1 @@
+/tmp/headline/lowbit eval --model /tmp/ptq_trained/compare_512/trained-small-Q4_K_M-llama.cpp.gguf --text /work/main/.gpu_pack/pt/ptq/val.txt --ctx 512 --chunks 32 --threads 16 --device cuda --no-progress --json --kld-base /tmp/ptq_trained/compare_512/base.kld > /tmp/ptq_trained/compare_512/eval_Q4_K_M_llama.cpp.json

@@ -1,0 +1,1 @@
+/tmp/headline/lowbit eval --model /tmp/ptq_trained/model-run/model.gguf --text /work/main/.gpu_pack/pt/ptq/val.txt --ctx 512 --chunks 32 --threads 16 --device cuda --no-progress --json --save-logits /tmp/ptq_trained/compare_512/base.kld > /tmp/ptq_trained/compare_512/eval_base.json

@@ -1,0 +1,1 @@
+/tmp/ptq_trained/llama/llama-quantize --allow-requantize /tmp/ptq_trained/compare_512/trained-small-Q4_K_M-rtn.gguf /tmp/ptq_trained/compare_512/f32_Q4_K_M_rtn.gguf F32 16

@@ -1,0 +1,1 @@
+/tmp/ptq_trained/llama/llama-perplexity -f /work/main/.gpu_pack/pt/ptq/val.txt -c 512 -b 512 --chunks 32 -t 16 -m /tmp/ptq_trained/compare_512/trained-small-Q2_K-turboboa.gguf > /tmp/ptq_trained/compare_512/perplexity_Q2_K_turboboa.txt 2>&1

@@ -1,0 +1,1 @@
+/tmp/ptq_trained/llama/llama-perplexity -f /work/main/.gpu_pack/pt/ptq/val.txt -c 512 -b 512 --chunks 32 -t 16 -m /tmp/ptq_trained/compare_512/trained-small-Q4_K_M-llama.cpp-imatrix.gguf > /tmp/ptq_trained/compare_512/perplexity_Q4_K_M_llama.cpp-imatrix.txt 2>&1

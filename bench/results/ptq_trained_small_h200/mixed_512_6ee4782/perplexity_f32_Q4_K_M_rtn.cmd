@@ -1,0 +1,1 @@
+/tmp/ptq_trained/llama/llama-perplexity -f /work/main/.gpu_pack/pt/ptq/val.txt -c 512 -b 512 --chunks 32 -t 16 -m /tmp/ptq_trained/compare_512/f32_Q4_K_M_rtn.gguf > /tmp/ptq_trained/compare_512/perplexity_f32_Q4_K_M_rtn.txt 2>&1

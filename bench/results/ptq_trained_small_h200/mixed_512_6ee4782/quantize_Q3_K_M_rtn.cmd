@@ -1,0 +1,1 @@
+/tmp/headline/lowbit quantize --model /tmp/ptq_trained/model-run/model.gguf --method rtn --mix Q3_K_M --calib-text /work/main/.gpu_pack/pt/ptq/calib_large.txt --calib-samples 512 --calib-len 512 --device cuda --out /tmp/ptq_trained/compare_512/trained-small-Q3_K_M-rtn.gguf --report /tmp/ptq_trained/compare_512/quantize_Q3_K_M_rtn.json --quiet

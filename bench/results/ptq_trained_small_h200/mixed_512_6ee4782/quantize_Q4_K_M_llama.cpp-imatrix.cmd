@@ -1,0 +1,1 @@
+/tmp/ptq_trained/llama/llama-quantize --allow-requantize --imatrix /tmp/ptq_trained/compare_512/imatrix.gguf /tmp/ptq_trained/model-run/model.gguf /tmp/ptq_trained/compare_512/trained-small-Q4_K_M-llama.cpp-imatrix.gguf Q4_K_M 16
