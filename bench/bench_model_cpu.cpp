@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
         best_total = std::min(best_total, t2 - t0 - attn);
     }
     const double model_gflops = (linear + attention + logits) / best_total * 1e-9;
-    std::printf("model %s: window of %lld tokens, %d threads\n", c.name.c_str(), (long long)T, thread_count());
+    std::printf("model %s: window of %lld tokens, %d threads, %s\n", c.name.c_str(), (long long)T, thread_count(),
+                blas_kernels().c_str());
     std::printf("%-22s %10s %10s %12s %10s\n", "stage", "GFLOP", "ms", "GFLOP/s", "vs sgemm");
     std::printf("%-22s %10.2f %10.2f %12.1f %10.2f\n", "baseline sgemm", 2.0 * T * c.ffn_size * d * 1e-9, best_gemm * 1e3,
                 gemm_gflops, 1.0);
@@ -118,7 +119,7 @@ int main(int argc, char** argv) {
     std::printf("=> %.1f tokens/s of evaluation (every window token through the model)\n", double(T) / best_total);
     if (!json_path.empty()) {
         const nlohmann::json j = {{"model", c.name},           {"n_ctx", T},
-                                  {"threads", thread_count()}, {"sgemm_gflops", gemm_gflops},
+                                  {"threads", thread_count()}, {"blas", blas_kernels()}, {"sgemm_gflops", gemm_gflops},
                                   {"window_ms", best_total * 1e3}, {"blocks_ms", best_blocks * 1e3},
                                   {"attention_ms", best_attn * 1e3}, {"logits_ms", best_logits * 1e3},
                                   {"model_gflops", model_gflops}, {"ratio_to_sgemm", model_gflops / gemm_gflops},

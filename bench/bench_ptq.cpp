@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/counter_rng.h"
+#include "core/gemm_cpu.h"
 #include "core/host_memory.h"
 #include "core/thread_pool.h"
 #include "io/npy.h"
@@ -186,11 +187,11 @@ int main(int argc, char** argv) {
         std::vector<int32_t> windows(size_t(samples * length));
         for (size_t i = 0; i < windows.size(); ++i) windows[i] = int32_t((i * 2654435761ull + 12345) % uint64_t(c.vocab_size));
 
-        std::printf("bench_ptq: %s, %lld of %lld blocks, %s %s%s%s, %s, calibration %lldx%lld (%s forward%s), GPU %s\n",
+        std::printf("bench_ptq: %s, %lld of %lld blocks, %s %s%s%s, %s, calibration %lldx%lld (%s forward%s), GPU %s, %s\n",
                     c.name.c_str(), (long long)c.n_layers, (long long)full_layers, method.c_str(),
                     o.grid.describe().c_str(), o.method == PtqMethod::turboboa ? " " : "", o.describe_features().c_str(),
                     search.c_str(), (long long)samples, (long long)length, calib_precision.c_str(),
-                    true_sequential ? ", true-sequential" : "", cuda_device_description().c_str());
+                    true_sequential ? ", true-sequential" : "", cuda_device_description().c_str(), blas_kernels().c_str());
         ptq_reset_peak_device_bytes();
         const auto t0 = std::chrono::steady_clock::now();
         PtqReport rep;
@@ -243,6 +244,7 @@ int main(int argc, char** argv) {
             j["bench"] = "bench_ptq";
             j["commit"] = commit;
             j["gpu"] = cuda_device_description();
+            j["blas"] = blas_kernels();
             j["shape"] = shape;
             j["model"] = c.name;
             j["blocks_run"] = c.n_layers;

@@ -1,12 +1,73 @@
 // gemm_cpu.cpp — gemm_f32 on OpenBLAS (cblas_sgemm, FP32 accumulation). The same build runs on the dev
 // machine, in CI and on the GPU host (static OpenBLAS there), so every CPU reference is one code path.
+//
+// OpenBLAS's kernels for this CPU. Debian 12's OpenBLAS (0.3.21, DYNAMIC_ARCH) picks its kernels from the CPU
+// model and does not know recent Intel ones: on the dev machine's Xeon (family 6, model 207, AVX-512) it falls
+// back to its generic Prescott (SSE3) kernels. bench_model_cpu's sgemm there: 66 GFLOP/s with them, 320 with its
+// SkylakeX (AVX-512) kernels, on 2 cores (bench/results/cpu_blas_kernels_devbox.md). OpenBLAS reads
+// OPENBLAS_CORETYPE only while it loads, before any of our code runs. So when it chose a generic core, the
+// variable is unset and the CPU (with the OS) supports AVX-512 F/BW/VL/DQ/CD (SkylakeX kernels) or AVX2 + FMA
+// (Haswell kernels), the process sets OPENBLAS_CORETYPE and re-executes itself once, with the same arguments
+// and environment (prefer_native_blas_kernels, run before main). A user's OPENBLAS_CORETYPE is left alone, as
+// is any non-generic choice; LOWBIT_NATIVE_BLAS=0 turns the re-execution off.
 #include "core/gemm_cpu.h"
 
 #include <cblas.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(__linux__) && defined(__GLIBC__)
+#include <unistd.h>
+#endif
+
 #include "core/error.h"
 
 namespace lowbit {
+
+namespace {
+
+// The OpenBLAS kernels this CPU supports best, among the two families that matter here; null: neither.
+const char* native_blas_core() {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return nullptr;
+}
+
+// OpenBLAS's generic x86-64 cores, older than both of native_blas_core's choices.
+bool generic_blas_core(const char* name) {
+    for (const char* g : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Sandybridge"})
+        if (std::strcmp(name, g) == 0) return true;
+    return false;
+}
+
+#if defined(__linux__) && defined(__GLIBC__)
+// glibc passes (argc, argv, envp) to the functions of .init_array; ours run after the shared libraries' (OpenBLAS's).
+__attribute__((constructor)) void prefer_native_blas_kernels(int argc, char** argv, char** envp) {
+    (void)argc, (void)envp;
+    if (std::getenv("OPENBLAS_CORETYPE")) return;
+    if (const char* off = std::getenv("LOWBIT_NATIVE_BLAS"); off && std::strcmp(off, "0") == 0) return;
+    const char* chosen = openblas_get_corename();
+    const char* native = native_blas_core();
+    if (!chosen || !native || !argv || !argv[0] || !generic_blas_core(chosen)) return;
+    if (setenv("OPENBLAS_CORETYPE", native, 0) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE");  // exec failed: go on with the generic kernels
+}
+#endif
+
+}  // namespace
+
+std::string blas_kernels() {
+    const char* core = openblas_get_corename();
+    return std::string("OpenBLAS ") + (core ? core : "?");
+}
 
 void gemm_f32(ConstMatF a, Trans trans_a, ConstMatF b, Trans trans_b, MatF c, float beta) {
     const bool ta = trans_a == Trans::yes, tb = trans_b == Trans::yes;

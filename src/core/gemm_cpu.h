@@ -2,6 +2,8 @@
 // FP32 accumulation) on row-major matrix views, and its symmetric case C = AᵀA (+ beta·C) (ssyrk: half the FLOPs).
 #pragma once
 
+#include <string>
+
 #include "core/matrix_view.h"
 
 namespace lowbit {
@@ -15,5 +17,9 @@ void gemm_f32(ConstMatF a, Trans trans_a, ConstMatF b, Trans trans_b, MatF c, fl
 // c (n×n) = aᵀ·a (a: k×n) + beta·c, both triangles written (the upper one by ssyrk, mirrored): exactly symmetric
 // where c was. Error(usage) on shapes that do not agree.
 void gram_f32(ConstMatF a, MatF c, float beta = 0.0f);
+
+// The BLAS and the kernels it runs on this machine, e.g. "OpenBLAS SkylakeX" (gemm_cpu.cpp: why lowbit may have
+// chosen them), for benchmark records.
+std::string blas_kernels();
 
 }  // namespace lowbit

@@ -2,6 +2,7 @@
 #include "ptq/calibration.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <tuple>
 
@@ -301,6 +302,7 @@ public:
         const BlockLinears q_linears = quantized_path_linears(wq, layer);
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_) {
             const BatchShape shape{std::min(batch_, samples_ - s0), L};
+            const auto t0 = std::chrono::steady_clock::now();
             if (o.cross) {
                 float* x_fp = xfp_.data() + s0 * L * d;  // Xfp advances here, or a copy of it runs the block
                 if (!o.advance_full_precision) {
@@ -312,17 +314,26 @@ public:
             tmp.assign(xq_.begin() + s0 * L * d, xq_.begin() + (s0 + shape.n_seq) * L * d);
             block_forward(c_, wq, q_linears, layer, tmp.data(), shape, sq, o.forward_stop());  // Xq does not advance
             if (acts_.format) quantize_linear_inputs(sq, shape.rows());
+            const auto t1 = std::chrono::steady_clock::now();
             acc.add(sq, o.cross ? &sfp : nullptr, shape);
+            phases_.forwards += seconds_between(t0, t1);
+            phases_.products += seconds_between(t1, std::chrono::steady_clock::now());
         }
-        return acc.finish(L);
+        const auto t2 = std::chrono::steady_clock::now();
+        BlockStatistics done = acc.finish(L);
+        phases_.finishing += seconds_between(t2, std::chrono::steady_clock::now());
+        phases_.transfers = phases_.finishing;  // no transfer on the CPU: only the finishing
+        return done;
     }
 
     void propagate(const BlockWeights& q, int64_t layer) override {
         BlockScratch sq;
         const int64_t d = c_.hidden_size, L = length_;
         const BlockLinears linears = quantized_path_linears(q, layer);
+        const auto t0 = std::chrono::steady_clock::now();
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_)
             block_forward(c_, q, linears, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L}, sq);
+        phases_.forwards += seconds_between(t0, std::chrono::steady_clock::now());
     }
 
     void save(std::vector<float>& xq, std::vector<float>& xfp) const override {
@@ -337,6 +348,7 @@ public:
     }
     std::string device() const override { return "cpu"; }
     QuantSpec activations() const override { return acts_; }
+    CalibrationPhases phases() const override { return phases_; }
 
 private:
     // The projections of the quantized path: with activation quantization `lowbit eval --acts`'s linears
@@ -353,8 +365,13 @@ private:
 
     LlamaConfig c_;
     int64_t batch_ = 1, samples_ = 0, length_ = 0;
+    static double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+        return std::chrono::duration<double>(b - a).count();
+    }
+
     QuantSpec acts_;
     std::vector<float> xq_, xfp_;
+    CalibrationPhases phases_;
 };
 
 }  // namespace

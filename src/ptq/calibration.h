@@ -119,7 +119,7 @@ BlockStatistics finish_block_statistics(const LlamaConfig& c, const BlockStatsOp
 struct CalibrationPhases {
     double forwards = 0;    // block forwards (both paths, statistics and propagation)
     double products = 0;    // the statistics' products (Hessians, covariances, block_v, F2)
-    double transfers = 0;   // statistics to the host and their finishing (scaling, RoPE averaging)
+    double transfers = 0;   // statistics to the host and their finishing (scaling, RoPE averaging); CPU: the finishing
     double finishing = 0;   // of `transfers`: the host's finishing alone (finish_block_statistics)
 };
 
