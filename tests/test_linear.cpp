@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -117,6 +120,28 @@ TEST(GemmCpu, GramIsTheSymmetricProduct) {
     EXPECT_EQ(empty, std::vector<float>(size_t(n * n), 0.0f));
     expect_error_with([&] { gram_f32(ConstMatF(a.data(), k, n, ld), MatF(got.data(), n - 1, n - 1)); }, ErrorKind::usage,
                       {"gram_f32"});
+}
+
+// This process runs on OpenBLAS's kernels for its CPU: where the CPU (and OS) has AVX2 + FMA, the chosen core is
+// not one of OpenBLAS's generic SSE ones — the library re-executed the process with OPENBLAS_CORETYPE if OpenBLAS
+// had fallen back to them (gemm_cpu.cpp) — unless the environment asked otherwise.
+TEST(GemmCpu, RunsOnTheKernelsOfThisCpu) {
+    const std::string kernels = blas_kernels();
+    std::printf("  %s\n", kernels.c_str());
+    ASSERT_EQ(kernels.rfind("OpenBLAS ", 0), 0u) << kernels;
+    const char* off = std::getenv("LOWBIT_NATIVE_BLAS");
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");  // the re-execution sets SkylakeX or Haswell only
+    const std::vector<std::string> generic = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Sandybridge"};
+#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) || (off && std::string(off) == "0") ||
+        (forced && std::find(generic.begin(), generic.end(), std::string(forced)) != generic.end()))
+        GTEST_SKIP() << "no AVX2 + FMA, LOWBIT_NATIVE_BLAS=0, or a generic OPENBLAS_CORETYPE asked for";
+    for (const std::string& g : generic) EXPECT_NE(kernels, "OpenBLAS " + g);
+#else
+    (void)off, (void)forced, (void)generic;
+    GTEST_SKIP() << "the re-execution is for x86-64 Linux with glibc";
+#endif
 }
 
 TEST(LinearSeam, AdahopWithoutQuantizationGivesDenseLogits) {

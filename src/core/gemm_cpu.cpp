@@ -48,11 +48,15 @@ bool generic_blas_core(const char* name) {
 }
 
 #if defined(__linux__) && defined(__GLIBC__)
-// glibc passes (argc, argv, envp) to the functions of .init_array; ours run after the shared libraries' (OpenBLAS's).
+extern "C" void gotoblas_init(void);  // OpenBLAS's own constructor (exported; it returns at once when it already ran)
+
+// glibc passes (argc, argv, envp) to the functions of .init_array. With a shared OpenBLAS its constructor has run
+// before ours; with a static one (the portable binaries) the order is not fixed, so ours runs it first.
 __attribute__((constructor)) void prefer_native_blas_kernels(int argc, char** argv, char** envp) {
     (void)argc, (void)envp;
     if (std::getenv("OPENBLAS_CORETYPE")) return;
     if (const char* off = std::getenv("LOWBIT_NATIVE_BLAS"); off && std::strcmp(off, "0") == 0) return;
+    gotoblas_init();
     const char* chosen = openblas_get_corename();
     const char* native = native_blas_core();
     if (!chosen || !native || !argv || !argv[0] || !generic_blas_core(chosen)) return;
