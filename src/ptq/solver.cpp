@@ -573,7 +573,8 @@ void refine_scales_per_channel(const LayerProblem& p, const SolverOptions& o, Qu
     });
 }
 
-// Two-sided layers: rows are refined head by head, coupled by H_out within a head of hd rows.
+// F3b: per-channel grids go to refine_scales_per_channel, one-sided layers with groups to refine_scales_one_sided;
+// two-sided layers with groups are refined here, head by head, coupled by H_out within a head of hd rows.
 void refine_scales(const LayerProblem& p, const SolverOptions& o, QuantizedWeight& q) {
     if (q.groups_per_row() == 1) return refine_scales_per_channel(p, o, q);
     if (!p.h_out) return refine_scales_one_sided(p, o, q);
