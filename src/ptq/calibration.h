@@ -140,9 +140,6 @@ public:
     // The activations as host vectors (checkpoints), and back (resume); xfp empty without F2.
     virtual void save(std::vector<float>& xq, std::vector<float>& xfp) const = 0;
     virtual void load(std::vector<float> xq, std::vector<float> xfp, int64_t samples, int64_t length) = 0;
-    // Statistics the caller is done with (their values are not read again): a device may keep their host memory
-    // for the next statistics(), whose pages are then already mapped. Default: they are freed.
-    virtual void recycle(BlockStatistics&& done) { (void)done; }
     virtual std::string device() const = 0;  // "cpu", "cuda"
     // The per-token quantization of the quantized path's linear inputs (W·A quantization, `--act-bits`);
     // none unless the paths were made with one.

@@ -513,14 +513,6 @@ QuantizedModel quantize_model(const ModelReader& reader, const std::vector<int32
                 if (write_block) put_weight(block_bin, q);
                 out.linears[name] = std::move(q);
             }
-            if (calibrated) {  // the pass's statistics, back to the paths for their host memory
-                st.d_attn = std::move(d_attn);
-                st.d_o = std::move(d_o);
-                st.d_ffn = std::move(d_ffn);
-                st.d_down = std::move(d_down);
-                st.d_v = std::move(d_v);
-                paths->recycle(std::move(st));
-            }
         }
         if (calibrated) {  // propagate the quantized path
             const Clock::time_point tc = Clock::now();

@@ -167,7 +167,7 @@ public:
                 for (int64_t i = 0; i < count / (n * n); ++i)
                     symmetrize_kernel<<<blocks_for(n * n, 256), 256, 0, st>>>(dptr + i * n * n, n);
             CUDA_CHECK(cudaGetLastError());
-            dst = spare_vector(size_t(count));
+            dst.resize(size_t(count));
             copy_device_to_host(dst.data(), dptr, size_t(count) * 4, st);
         };
         std::vector<float> ck, cq;
@@ -190,12 +190,6 @@ public:
         transfer_seconds_ += std::chrono::duration<double>(t_done - t_fetch).count();
         finish_seconds_ += std::chrono::duration<double>(t_done - t_finish).count();
         return done;
-    }
-
-    void recycle(BlockStatistics&& done) override {
-        for (std::vector<float>* v : {&done.h_attn, &done.h_o, &done.h_ffn, &done.h_down, &done.h_out_q, &done.h_out_k,
-                                      &done.h_v, &done.d_attn, &done.d_o, &done.d_ffn, &done.d_down, &done.d_v})
-            if (v->capacity() > 0 && spare_.size() < kSpareVectors) spare_.push_back(std::move(*v));
     }
 
     void propagate(const BlockWeights& q, int64_t layer) override {
@@ -441,25 +435,6 @@ private:
     DeviceBuffer<float> h_attn_, h_o_, h_ffn_, h_down_, c_k_, c_q_, h_v_, d_attn_, d_o_, d_ffn_, d_down_, d_v_;
     DeviceBuffer<float> diff_, probs_, ax_, ax_fp_, probs_fp_, m_, n_, g_sum_, r_sum_;
     ValueProducts value_products_ = ValueProducts::automatic;
-    // Host vectors of recycled statistics. A fresh vector's pages fault in at 1.6 GB/s on the GPU host against
-    // 15 GB/s for a copy into touched ones (bench/results/ptq_cuda_h200/copy_rates_h100.txt): the 8B block's 3 GB
-    // of statistics took 2.1 s to reach the host in fresh vectors.
-    static constexpr size_t kSpareVectors = 32;
-    std::vector<std::vector<float>> spare_;
-    // A vector of `count` floats: the smallest spare one that holds them (its pages already mapped), else a new one.
-    std::vector<float> spare_vector(size_t count) {
-        size_t best = spare_.size();
-        for (size_t i = 0; i < spare_.size(); ++i)
-            if (spare_[i].capacity() >= count && (best == spare_.size() || spare_[i].capacity() < spare_[best].capacity()))
-                best = i;
-        std::vector<float> v;
-        if (best < spare_.size()) {
-            v = std::move(spare_[best]);
-            spare_.erase(spare_.begin() + std::ptrdiff_t(best));
-        }
-        v.resize(count);
-        return v;
-    }
     PhaseClock clock_;
     double transfer_seconds_ = 0, finish_seconds_ = 0;
 };
