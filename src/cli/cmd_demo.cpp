@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/random_fill.h"
+#include "core/wall_clock.h"
 #include "formats/format_registry.h"
 #include "hadamard/hadamard.h"
 #include "io/npy.h"
@@ -109,7 +110,7 @@ void run_demo(const DemoArgs& a) {
     }
     report["scale_rules"] = rules;
     report["default_scale_rule"] = scale_rule_name(kDefaultScaleRule);
-    report["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report["seconds"] = seconds_since(t0);
     if (a.json) std::printf("%s\n", report.dump(2).c_str());
     else std::printf("\ndefault MX scale rule: %s (docs/formats.md says why)   [%.1f s]\n", scale_rule_name(kDefaultScaleRule),
                      report["seconds"].get<double>());

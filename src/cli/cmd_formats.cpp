@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "core/counter_rng.h"
 #include "core/error.h"
+#include "core/wall_clock.h"
 #include "formats/format_registry.h"
 #include "formats/gguf_mixes.h"
 #include "formats/gguf_types.h"
@@ -59,10 +60,6 @@ FormatOptions to_options(const FormatArgs& a) {
     parse_rounding(a.rounding.c_str(), &o.rounding);
     o.seed = a.seed;
     return o;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void run_list(bool json) {

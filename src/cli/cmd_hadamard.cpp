@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/wall_clock.h"
 #include "hadamard/hadamard.h"
 #include "io/npy.h"
 
@@ -27,10 +28,6 @@ struct HadamardArgs {
     bool json = false;
     std::string in, out;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void run_hadamard(const HadamardArgs& a) {
     const auto t_start = std::chrono::steady_clock::now();

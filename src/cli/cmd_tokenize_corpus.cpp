@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "core/wall_clock.h"
 #include "io/corpus.h"
 #include "io/model_registry.h"
 #include "io/token_shards.h"
@@ -228,7 +229,7 @@ void run_tokenize_corpus(const TokenizeCorpusArgs& a) {
     progress.finish();
     LOWBIT_CHECK(std::accumulate(file_docs.begin(), file_docs.end(), int64_t(0)) > 0, ErrorKind::input,
                  "no documents in {} (every file is empty)", fmt::format("{}", fmt::join(a.inputs, ", ")));
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs = seconds_since(t0);
 
     nlohmann::json per_file = nlohmann::json::array();  // what the set is made of, file by file
     for (size_t f = 0; f < files.size(); ++f)

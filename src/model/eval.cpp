@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "core/wall_clock.h"
 
 namespace lowbit {
 
@@ -359,7 +360,7 @@ PerplexityResult evaluate_perplexity(const std::vector<int32_t>& text_tokens, in
         if (progress) progress->update((c0 + nb) * n_ctx);
     }
     if (progress) progress->finish();
-    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    res.seconds = seconds_since(t0);
     res.tokens_per_second = res.seconds > 0 ? double(n_chunk * n_ctx) / res.seconds : 0;
     if (writer) writer->commit();
 

@@ -2,13 +2,13 @@
 #include "ptq/calibration.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <tuple>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/gemm_cpu.h"
+#include "core/wall_clock.h"
 #include "io/corpus.h"
 
 namespace lowbit {
@@ -302,7 +302,7 @@ public:
         const BlockLinears q_linears = quantized_path_linears(wq, layer);
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_) {
             const BatchShape shape{std::min(batch_, samples_ - s0), L};
-            const auto t0 = std::chrono::steady_clock::now();
+            const WallClock::time_point t0 = WallClock::now();
             if (o.cross) {
                 float* x_fp = xfp_.data() + s0 * L * d;  // Xfp advances here, or a copy of it runs the block
                 if (!o.advance_full_precision) {
@@ -314,14 +314,14 @@ public:
             tmp.assign(xq_.begin() + s0 * L * d, xq_.begin() + (s0 + shape.n_seq) * L * d);
             block_forward(c_, wq, q_linears, layer, tmp.data(), shape, sq, o.forward_stop());  // Xq does not advance
             if (acts_.format) quantize_linear_inputs(sq, shape.rows());
-            const auto t1 = std::chrono::steady_clock::now();
+            phases_.forwards += seconds_since(t0);
+            const WallClock::time_point t1 = WallClock::now();
             acc.add(sq, o.cross ? &sfp : nullptr, shape);
-            phases_.forwards += seconds_between(t0, t1);
-            phases_.products += seconds_between(t1, std::chrono::steady_clock::now());
+            phases_.products += seconds_since(t1);
         }
-        const auto t2 = std::chrono::steady_clock::now();
+        const WallClock::time_point t2 = WallClock::now();
         BlockStatistics done = acc.finish(L);
-        phases_.finishing += seconds_between(t2, std::chrono::steady_clock::now());
+        phases_.finishing += seconds_since(t2);
         phases_.transfers = phases_.finishing;  // no transfer on the CPU: only the finishing
         return done;
     }
@@ -330,10 +330,10 @@ public:
         BlockScratch sq;
         const int64_t d = c_.hidden_size, L = length_;
         const BlockLinears linears = quantized_path_linears(q, layer);
-        const auto t0 = std::chrono::steady_clock::now();
+        const WallClock::time_point t0 = WallClock::now();
         for (int64_t s0 = 0; s0 < samples_; s0 += batch_)
             block_forward(c_, q, linears, layer, xq_.data() + s0 * L * d, BatchShape{std::min(batch_, samples_ - s0), L}, sq);
-        phases_.forwards += seconds_between(t0, std::chrono::steady_clock::now());
+        phases_.forwards += seconds_since(t0);
     }
 
     void save(std::vector<float>& xq, std::vector<float>& xfp) const override {
@@ -365,10 +365,6 @@ private:
 
     LlamaConfig c_;
     int64_t batch_ = 1, samples_ = 0, length_ = 0;
-    static double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-        return std::chrono::duration<double>(b - a).count();
-    }
-
     QuantSpec acts_;
     std::vector<float> xq_, xfp_;
     CalibrationPhases phases_;

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "core/progress.h"
+#include "core/wall_clock.h"
 #include "io/npy.h"
 #include "model/linear.h"
 
@@ -69,8 +70,7 @@ uint64_t peak_rss_bytes() {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using Clock = WallClock;
 
 // --- checkpoints: state.bin (next block, activations) + block_N.bin (the block's codes and grids) ---
 

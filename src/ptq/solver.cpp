@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/gemm_cpu.h"
 #include "core/thread_pool.h"
+#include "core/wall_clock.h"
 
 extern "C" {
 void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info);
@@ -22,8 +23,7 @@ namespace lowbit {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using Clock = WallClock;
 
 // In place: lower Cholesky in LAPACK's column-major view = row-major upper U with A = UᵀU.
 bool cholesky_upper_rowmajor(std::vector<double>& a, int64_t n) {

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/wall_clock.h"
 #include "io/npy.h"
 #include "train/checkpoint.h"
 #include "train/run_metrics.h"
@@ -206,7 +207,7 @@ RunResult run_training(Trainer& trainer, const TokenShardSet& data, const RunOpt
             line_tokens = tokens;
         }
         if (progress) progress->update(step + 1 - r.first_step);
-        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        const double elapsed = seconds_since(start);
         const bool out_of_time = o.time_limit_s > 0 && elapsed >= o.time_limit_s && step + 1 < stop_at;
         if ((o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) || step + 1 == stop_at || out_of_time)
             save_checkpoint(o.run_dir, {trainer.state(), metrics.lines()}, o.keep_checkpoints);
@@ -218,7 +219,7 @@ RunResult run_training(Trainer& trainer, const TokenShardSet& data, const RunOpt
         }
     }
     if (progress) progress->finish();
-    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    r.seconds = seconds_since(start);
     r.steps_done = trainer.steps_done();
     return r;
 }
