@@ -2,12 +2,14 @@
 // cuBLAS in the same run, on the H200: for each shape C (M × N, BF16) = A (M × K) · Bᵀ (B: N × K, K-major)
 //   lowbit MXFP4   E2M1 codes + E8M0 scales; includes the E2M1 → E4M3 passes over both operands (scratch
 //                  reused): B's column scales folded per tile-block (the default), and unfolded (MxGemmFold::none)
-//                  INT8 stages (MxGemmFold::int8_stages) on four kinds of scales: the random 127 ± 4 of the
-//                  other rows (every stage outside the window: the per-block path), 127 + 0…3 (every stage
-//                  inside: the chained path), the same with one block in 65,536 six binades up (rare outliers: the
-//                  chunks they touch take the per-block path), and Gaussian data quantized by mx_quantize_cuda (what the
-//                  data decide; the count of stages outside the window is printed); and MxGemmFold::int8_stages_columns
-//                  (one base per column of B) on the in-window scales: its cost where both rules fit
+//                  INT8 stages (MxGemmFold::int8_stages) on several kinds of scales: the random 127 ± 4 of the
+//                  other rows (most chunks outside the window: the per-block path), 127 + 0…3 (every chunk in one
+//                  plane: the chained path), the same with one block in 65,536 six binades up (rare outliers: the
+//                  chunks they touch take two planes, or with MxGemmScratch::single_plane the per-block path), 127 +
+//                  0…7 on A or B (every chunk two-plane on that side; A also with one plane), and Gaussian data
+//                  quantized by mx_quantize_cuda (what the data decide; the counts of chunks outside and with two planes
+//                  are printed); and MxGemmFold::int8_stages_columns (one base per column of B) on the in-window
+//                  scales: its cost where both rules fit
 //   lowbit MXFP8   E4M3 codes + E8M0 scales (the same kernel without the expansion)
 //   cuBLAS BF16    cublasGemmEx, BF16 in, FP32 compute, BF16 out — the baseline of every ratio
 //   cuBLAS FP8     cublasLtMatmul, E4M3 in with per-tensor FP32 scales, BF16 out — the practical FP8 ceiling
@@ -61,9 +63,9 @@ double median_us(const std::function<void()>& f, int reps) {
 }
 
 // Test data on the device: random E2M1 bytes, E4M3 bytes without NaN codes, scales 127 ± 4, BF16 in [−1, 1).
-// scale_rare: 127 + 0…3 with one block in 65,536 six binades higher (a rare outlier: its (row or tile, chunk) leaves
-// the INT8 window, the rest stays inside).
-enum class Fill { e2m1, e4m3, scale, scale_window, scale_rare, bf16, gauss_bf16 };
+// scale_rare: 127 + 0…3 with one block in 65,536 six binades higher (a rare outlier: its (row or tile, chunk) takes
+// two INT8 planes, or the per-block path with one plane). scale_two: 127 + 0…7 (every chunk two-plane).
+enum class Fill { e2m1, e4m3, scale, scale_window, scale_rare, scale_two, bf16, gauss_bf16 };
 
 __global__ void fill_kernel(uint8_t* out, int64_t n, Fill what, uint64_t seed) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -73,6 +75,7 @@ __global__ void fill_kernel(uint8_t* out, int64_t n, Fill what, uint64_t seed) {
         else if (what == Fill::scale) out[i] = uint8_t(123 + r % 9);
         else if (what == Fill::scale_window) out[i] = uint8_t(127 + r % 4);
         else if (what == Fill::scale_rare) out[i] = uint8_t(127 + r % 4 + (((r >> 2) & 0xFFFFu) == 0 ? 6 : 0));
+        else if (what == Fill::scale_two) out[i] = uint8_t(127 + r % 8);
         else if (what == Fill::bf16) reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(float(int(r & 0xFFFF) - 32768) / 32768.0f);
         else {  // Box–Muller from two 24-bit uniforms
             const float u1 = (float(r) + 1.0f) / 16777216.0f, u2 = float(counter_random24(seed ^ 0x6A55u, uint64_t(i))) / 16777216.0f;
@@ -300,10 +303,13 @@ int main(int argc, char** argv) {
                  median_us([&] { mx_gemm_fp8_cuda(mx4a, mx4b, m, n, k, nullptr, c.data(), 0, &scratch, MxGemmFold::none); }, reps),
                  bf16_us, ""});
             const auto int8_us = [&](const MxGemmOperand& x, const MxGemmOperand& y, const char* what,
-                                     MxGemmFold fold = MxGemmFold::int8_stages) {
+                                     MxGemmFold fold = MxGemmFold::int8_stages, bool single_plane = false) {
+                scratch.single_plane = single_plane;
                 const double us = median_us([&] { mx_gemm_fp8_cuda(x, y, m, n, k, nullptr, c.data(), 0, &scratch, fold); }, reps);
-                std::printf("    (%s: %u of %lld operand tile-chunks (K = 256) outside the INT8 window)\n", what,
-                            mx_gemm_fp8_unfolded_blocks(scratch), (long long)(((m + 127) / 128 + (n + 127) / 128) * ((k + 1023) / 1024 * 4)));
+                scratch.single_plane = false;
+                std::printf("    (%s: of %lld operand tile-chunks (K = 256), %u outside the INT8 window, %u with two planes)\n",
+                            what, (long long)(((m + 127) / 128 + (n + 127) / 128) * ((k + 1023) / 1024 * 4)),
+                            mx_gemm_fp8_unfolded_blocks(scratch), mx_gemm_fp8_two_plane_units(scratch));
                 return us;
             };
             add({s.name, "lowbit MXFP4 INT8 (scales 127±4)", m, n, k, int8_us(mx4a, mx4b, "127±4"), bf16_us, ""});
@@ -314,6 +320,18 @@ int main(int argc, char** argv) {
                 DeviceBuffer<uint8_t> ra = filled(m * k / 32, Fill::scale_rare, 13), rb = filled(n * k / 32, Fill::scale_rare, 14);
                 add({s.name, "lowbit MXFP4 INT8 (127+0..3, 1 block in 65536 +6)", m, n, k,
                      int8_us({a4.data(), ra.data(), MxElement::e2m1}, {b4.data(), rb.data(), MxElement::e2m1}, "rare +6"), bf16_us, ""});
+                add({s.name, "lowbit MXFP4 INT8 one plane (rare +6)", m, n, k,
+                     int8_us({a4.data(), ra.data(), MxElement::e2m1}, {b4.data(), rb.data(), MxElement::e2m1}, "rare +6, one plane",
+                             MxGemmFold::int8_stages, true), bf16_us, ""});
+                // two planes: A's every chunk spans 0…7 binades, B's stays in one plane; then both (block by block)
+                DeviceBuffer<uint8_t> ta = filled(m * k / 32, Fill::scale_two, 15), tb = filled(n * k / 32, Fill::scale_two, 16);
+                add({s.name, "lowbit MXFP4 INT8 (A 127+0..7, B 0..3)", m, n, k,
+                     int8_us({a4.data(), ta.data(), MxElement::e2m1}, {b4.data(), wb.data(), MxElement::e2m1}, "A two planes"), bf16_us, ""});
+                add({s.name, "lowbit MXFP4 INT8 one plane (A 0..7)", m, n, k,
+                     int8_us({a4.data(), ta.data(), MxElement::e2m1}, {b4.data(), wb.data(), MxElement::e2m1}, "A 0..7, one plane",
+                             MxGemmFold::int8_stages, true), bf16_us, ""});
+                add({s.name, "lowbit MXFP4 INT8 (B 127+0..7, A 0..3)", m, n, k,
+                     int8_us({a4.data(), wa.data(), MxElement::e2m1}, {b4.data(), tb.data(), MxElement::e2m1}, "B two planes"), bf16_us, ""});
                 add({s.name, "lowbit MXFP4 INT8 column bases (127+0..3)", m, n, k,
                      int8_us({a4.data(), wa.data(), MxElement::e2m1}, {b4.data(), wb.data(), MxElement::e2m1}, "columns, 127+0..3",
                              MxGemmFold::int8_stages_columns), bf16_us, ""});

@@ -278,38 +278,52 @@ TEST(LpMatmul, RandomSignsAreDeterministicBySeedAndOnlyForTheIhtFamily) {
 }
 
 // The INT8-stage window rule (int8_window.h) on hand-set scales. 200 lines of K = 544: 2 tiles, 3 chunks (the last
-// one block deep). A chunk is inside when its live scales span at most 3 binades: per line for A, per 128-line tile
-// for B. Zero blocks do not count whatever their scale; a NaN scale is always outside.
+// one block deep). A chunk takes one plane when its live scales span at most 3 binades, two planes up to 7: per line
+// for A (a tile takes its worst line), per 128-line tile for B. Zero blocks do not count whatever their scale; a NaN
+// scale is always outside.
 TEST(Int8Window, ChunksOutsideTheWindowPerLineAndPerTile) {
     const int64_t lines = 200, k = 544, kb = k / 32;
     std::vector<uint8_t> codes(size_t(lines * k / 2), 0x11), scales(size_t(lines * kb), 127);  // every value 0.5 · 2^0
     const auto at = [&](int64_t line, int64_t block) -> uint8_t& { return scales[size_t(line * kb + block)]; };
-    at(5, 9) = 133;    // tile 0, chunk 1: line 5 spans 6 binades → A outside, B outside
-    at(130, 3) = 130;  // tile 1, chunk 0: 3 binades → inside both ways
+    at(5, 9) = 133;    // tile 0, chunk 1: line 5 spans 6 binades → two planes for A and B
+    at(130, 3) = 130;  // tile 1, chunk 0: 3 binades → one plane both ways
     at(140, 1) = 129;  // tile 1, chunk 0: with line 130's 130 and the others' 127, still 3 for the tile
-    at(7, 0) = 129;    // tile 0, chunk 0: 2 binades in line 7; with line 8 at 125 the tile spans 4
+    at(7, 0) = 129;    // tile 0, chunk 0: 2 binades in line 7; with line 8 at 125 the tile spans 4 (B: two planes)
     at(8, 2) = 125;
     at(150, 16) = 0xFF;  // tile 1, chunk 2 (the one-block chunk): NaN scale → outside both ways
     at(60, 16) = 200;    // tile 0, chunk 2: a zero block (its codes −0), its scale ignored: still inside
     for (int64_t i = 0; i < 16; ++i) codes[size_t(60 * k / 2 + 16 * 16 + i)] = 0x88;
+    at(190, 12) = 135;  // tile 1, chunk 1: line 190 spans 8 binades → outside both ways
     const Int8WindowCensus a = int8_window_census(codes.data(), scales.data(), lines, k, true);
     const Int8WindowCensus b = int8_window_census(codes.data(), scales.data(), lines, k, false);
     ASSERT_EQ(a.tiles, 2);
     ASSERT_EQ(a.chunks, 3);
-    const std::vector<uint8_t> want_a = {1, 0, 1, 1, 1, 0};  // [tile][chunk]
-    const std::vector<uint8_t> want_b = {0, 0, 1, 1, 1, 0};  // B's tile 0, chunk 0 spans 125…129
-    EXPECT_EQ(a.inside, want_a);
-    EXPECT_EQ(b.inside, want_b);
+    EXPECT_EQ(a.inside, (std::vector<uint8_t>{1, 1, 1, 1, 0, 0}));  // [tile][chunk]
+    EXPECT_EQ(a.two_planes, (std::vector<uint8_t>{0, 1, 0, 0, 0, 0}));
+    EXPECT_EQ(b.inside, (std::vector<uint8_t>{1, 1, 1, 1, 0, 0}));
+    EXPECT_EQ(b.two_planes, (std::vector<uint8_t>{1, 1, 0, 0, 0, 0}));  // B's tile 0, chunk 0 spans 125…129
     EXPECT_EQ(a.outside(), 2);
-    EXPECT_EQ(b.outside(), 3);
-    // A · Bᵀ with these as A and B: chunk 0 chains (A 2 of 2) × (B 1 of 2) = 2 of 4 pairs, chunk 1 (1 × 1) 1 of 4,
-    // chunk 2 (1 × 1) 1 of 4: 2 + 3 + 3 slow.
-    EXPECT_EQ(int8_window_slow_pairs(a, b), 8);
+    EXPECT_EQ(a.with_two_planes(), 1);
+    EXPECT_EQ(b.with_two_planes(), 2);
+    // A · Bᵀ with these as A and B: chunk 0 chains all 4 pairs (B's two-plane tile meets A's one-plane tiles); chunk 1
+    // has one tile inside per operand, both two-plane: 4 slow; chunk 2 chains (A 1 of 2) × (B 1 of 2): 3 slow.
+    EXPECT_EQ(int8_window_slow_pairs(a, b), 7);
     EXPECT_THROW(int8_window_census(codes.data(), scales.data(), lines, 40, true), Error);
-    // A wider window (what a wider design would chain): 4 binades take B's tile 0 chunk 0 (125…129) in, 6 take line
-    // 5's chunk in too; NaN stays outside at any width, and a width of 2 drops line 130's 3-binade chunk.
-    EXPECT_EQ(int8_window_census(codes.data(), scales.data(), lines, k, false, 4).inside, (std::vector<uint8_t>{1, 0, 1, 1, 1, 0}));
-    EXPECT_EQ(int8_window_census(codes.data(), scales.data(), lines, k, true, 6).inside, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0}));
-    EXPECT_EQ(int8_window_census(codes.data(), scales.data(), lines, k, true, 2).inside, (std::vector<uint8_t>{1, 0, 1, 0, 1, 0}));
+    // One plane alone (the kernel's single_plane): nothing spanning 4 binades or more is inside.
+    const Int8WindowCensus a1 = int8_window_census(codes.data(), scales.data(), lines, k, true, kInt8WindowBinades, false);
+    const Int8WindowCensus b1 = int8_window_census(codes.data(), scales.data(), lines, k, false, kInt8WindowBinades, false);
+    EXPECT_EQ(a1.inside, (std::vector<uint8_t>{1, 0, 1, 1, 0, 0}));
+    EXPECT_EQ(b1.inside, (std::vector<uint8_t>{0, 0, 1, 1, 0, 0}));
+    EXPECT_EQ(a1.with_two_planes() + b1.with_two_planes(), 0);
+    // chunk 0: (A 2 of 2) × (B 1 of 2) = 2 of 4 chained; chunk 1: none; chunk 2: 1 of 4.
+    EXPECT_EQ(int8_window_slow_pairs(a1, b1), 2 + 4 + 3);
+    // Other widths w (two planes reach 2w + 1): w = 2 drops line 130's 3-binade chunk to two planes and keeps line 5's
+    // 6 binades out (2 · 2 + 1 = 5); w = 4 takes line 190's 8 binades in with two planes; NaN stays outside at any width.
+    const Int8WindowCensus a2 = int8_window_census(codes.data(), scales.data(), lines, k, true, 2);
+    EXPECT_EQ(a2.inside, (std::vector<uint8_t>{1, 0, 1, 1, 0, 0}));
+    EXPECT_EQ(a2.two_planes, (std::vector<uint8_t>{0, 0, 0, 1, 0, 0}));
+    const Int8WindowCensus a4 = int8_window_census(codes.data(), scales.data(), lines, k, true, 4);
+    EXPECT_EQ(a4.inside, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0}));
+    EXPECT_EQ(a4.two_planes, (std::vector<uint8_t>{0, 1, 0, 0, 1, 0}));
     EXPECT_THROW(int8_window_census(codes.data(), scales.data(), lines, k, true, -1), Error);
 }

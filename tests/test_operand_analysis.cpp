@@ -133,8 +133,10 @@ TEST(OperandAnalysis, SlotErrorsAreLpMatmulsInTheSlotsOrientation) {
     ASSERT_TRUE(s.census_plain);
     EXPECT_EQ(s.census_plain->a_units, 1 * 1);
     EXPECT_EQ(s.census_plain->b_units, 1 * 1);
-    EXPECT_EQ(s.census_plain->b_tile_outside, 1);  // 50× is 5.6 binades over the tile's other lines
-    EXPECT_EQ(s.census_plain->b_line_outside, 0);  // each line alone is Gaussian
+    EXPECT_EQ(s.census_plain->b_tile_outside, 0);     // 50× is 5.6 binades over the tile's other lines:
+    EXPECT_EQ(s.census_plain->b_tile_two_planes, 1);  // inside with two planes
+    EXPECT_EQ(s.census_plain->b_line_outside, 0);     // each line alone is Gaussian
+    EXPECT_EQ(s.census_plain->b_line_two_planes, 0);
     EXPECT_EQ(s.census_plain->a_outside, 0);
 
     // Without quantization (and with FP32 OE slices) every strategy is the product up to FP32 rounding; BF16's
@@ -165,7 +167,7 @@ TEST(OperandAnalysis, SlotErrorsAreLpMatmulsInTheSlotsOrientation) {
 TEST(OperandAnalysis, APlantedChannelOutlierShowsWhereItMust) {
     LlamaModel m = analysis_model();
     const int64_t channel = 5;
-    m.weights.blocks[1].attn_norm[channel] *= 64.0f;  // channel 5 of layer 1's attention input: 6 binades up
+    m.weights.blocks[1].attn_norm[channel] *= 1024.0f;  // channel 5 of layer 1's attention input: 10 binades up
     const Batch batch = analysis_batch(m.config);
     const ModelOperandAnalysis r = analyze_model_operands(m, batch.view(), OperandAnalysisOptions{});
     for (Projection p : {Projection::q, Projection::k, Projection::v}) {

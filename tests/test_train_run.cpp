@@ -771,18 +771,19 @@ TEST(TrainExport, GgufCarriesTheShardsTokenizer) {
 // The census report sums each projection and slot over layers, and every slot and projection into "all".
 TEST(MxCensusReport, SumsOverLayersProjectionsAndSlots) {
     std::vector<MxCensusEntry> entries;
-    const auto entry = [&](int64_t layer, Projection p, Slot s, int64_t units, int64_t off, int64_t tiles, int64_t slow) {
+    const auto entry = [&](int64_t layer, Projection p, Slot s, int64_t units, int64_t off, int64_t tiles, int64_t slow,
+                           int64_t two) {
         MxCensusEntry e;
         e.layer = layer;
         e.projection = p;
         e.slot = s;
-        e.tally = {1, units, off, tiles, slow};
+        e.tally = {1, units, off, tiles, slow, two};
         entries.push_back(e);
     };
-    entry(0, Projection::q, Slot::fwd, 10, 3, 4, 1);
-    entry(1, Projection::q, Slot::fwd, 30, 1, 8, 1);
-    entry(0, Projection::down, Slot::wgrad, 60, 6, 20, 5);
-    entry(1, Projection::down, Slot::dgrad, 0, 0, 0, 0);  // nothing on the tensor cores: null fractions
+    entry(0, Projection::q, Slot::fwd, 10, 3, 4, 1, 2);
+    entry(1, Projection::q, Slot::fwd, 30, 1, 8, 1, 0);
+    entry(0, Projection::down, Slot::wgrad, 60, 6, 20, 5, 3);
+    entry(1, Projection::down, Slot::dgrad, 0, 0, 0, 0, 0);  // nothing on the tensor cores: null fractions
     const nlohmann::json r = mx_census_report(entries, 7);
     EXPECT_EQ(r.at("steps"), 7);
     const nlohmann::json& table = r.at("by_projection_and_slot");
@@ -802,6 +803,8 @@ TEST(MxCensusReport, SumsOverLayersProjectionsAndSlots) {
     EXPECT_EQ(r.at("total").at("units"), 100);
     EXPECT_EQ(r.at("total").at("off_window"), 10);
     EXPECT_EQ(r.at("total").at("slow_tile_chunks"), 7);
+    EXPECT_EQ(r.at("total").at("two_plane_tile_chunks"), 5);
+    EXPECT_DOUBLE_EQ(cell("q", "fwd").at("two_plane_fraction").get<double>(), 2.0 / 12.0);
     EXPECT_EQ(r.at("by_layer").size(), 4u);
     EXPECT_EQ(table.size(), size_t(kProjectionCount + 1) * 4);
 
@@ -815,6 +818,7 @@ TEST(MxCensusReport, SumsOverLayersProjectionsAndSlots) {
     std::free(text);
     EXPECT_NE(printed.find("4/40 (10.0%)"), std::string::npos) << printed;  // q fwd units
     EXPECT_NE(printed.find("7/32 (21.9%)"), std::string::npos) << printed;  // all tiles
+    EXPECT_NE(printed.find("5/32 (15.6%)"), std::string::npos) << printed;  // all tiles with two planes
     EXPECT_NE(printed.find("over 7 steps"), std::string::npos) << printed;
 }
 

@@ -13,8 +13,12 @@ int64_t Int8WindowCensus::outside() const {
     return int64_t(std::count(inside.begin(), inside.end(), uint8_t(0)));
 }
 
+int64_t Int8WindowCensus::with_two_planes() const {
+    return int64_t(std::count(two_planes.begin(), two_planes.end(), uint8_t(1)));
+}
+
 Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales, int64_t lines, int64_t k, bool per_line,
-                                    int binades) {
+                                    int binades, bool two_planes) {
     LOWBIT_CHECK(lines >= 0 && k >= 0 && k % kMxBlock == 0, ErrorKind::usage,
                  "int8_window_census: {} lines of K {}: K must be a multiple of 32", lines, k);
     LOWBIT_CHECK(binades >= 0 && binades <= 254, ErrorKind::usage, "int8_window_census: a window of {} binades", binades);
@@ -24,12 +28,17 @@ Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales,
     c.tiles = (lines + kInt8WindowTile - 1) / kInt8WindowTile;
     c.chunks = (k_blocks + kBlocksPerChunk - 1) / kBlocksPerChunk;
     c.inside.assign(size_t(c.tiles * c.chunks), 1);
+    c.two_planes.assign(c.inside.size(), 0);
     constexpr int kNone = -1, kNan = -2;  // lo/hi of a group with no live block; NaN never fits
-    const auto fits = [binades](int lo, int hi) { return hi == kNone || (lo != kNan && hi - lo <= binades); };
+    enum Planes : int { kOne = 0, kTwo = 1, kOut = 2 };  // ordered: a tile of lines takes the largest
+    const int two_plane_span = two_planes ? 2 * binades + 1 : binades;
+    const auto planes = [&](int lo, int hi) -> int {
+        if (hi == kNone || (lo != kNan && hi - lo <= binades)) return kOne;
+        return lo != kNan && hi - lo <= two_plane_span ? kTwo : kOut;
+    };
     for (int64_t t = 0; t < c.tiles; ++t)
         for (int64_t ch = 0; ch < c.chunks; ++ch) {
-            int tile_lo = kNone, tile_hi = kNone;
-            bool all_lines_fit = true;
+            int tile_lo = kNone, tile_hi = kNone, worst_line = kOne;
             for (int64_t line = t * kInt8WindowTile; line < std::min(lines, (t + 1) * kInt8WindowTile); ++line) {
                 int lo = kNone, hi = kNone;
                 for (int64_t kb = ch * kBlocksPerChunk; kb < std::min(k_blocks, (ch + 1) * kBlocksPerChunk); ++kb) {
@@ -41,13 +50,15 @@ Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales,
                     lo = lo == kNone ? v : (lo == kNan || v == kNan ? kNan : std::min(lo, v));
                     hi = std::max(hi, s == kE8m0Nan ? 255 : s);
                 }
-                all_lines_fit = all_lines_fit && fits(lo, hi);
+                worst_line = std::max(worst_line, planes(lo, hi));
                 if (hi != kNone) {
                     tile_lo = tile_lo == kNone ? lo : (tile_lo == kNan || lo == kNan ? kNan : std::min(tile_lo, lo));
                     tile_hi = std::max(tile_hi, hi);
                 }
             }
-            c.inside[size_t(t * c.chunks + ch)] = uint8_t(per_line ? all_lines_fit : fits(tile_lo, tile_hi));
+            const int p = per_line ? worst_line : planes(tile_lo, tile_hi);
+            c.inside[size_t(t * c.chunks + ch)] = uint8_t(p != kOut);
+            c.two_planes[size_t(t * c.chunks + ch)] = uint8_t(p == kTwo);
         }
     return c;
 }
@@ -55,11 +66,11 @@ Int8WindowCensus int8_window_census(const uint8_t* codes, const uint8_t* scales,
 int64_t int8_window_slow_pairs(const Int8WindowCensus& a, const Int8WindowCensus& b) {
     LOWBIT_CHECK(a.chunks == b.chunks, ErrorKind::usage, "int8_window_slow_pairs: {} and {} chunks", a.chunks, b.chunks);
     int64_t slow = 0;
-    for (int64_t ch = 0; ch < a.chunks; ++ch) {
-        int64_t ok_a = 0, ok_b = 0;
-        for (int64_t i = 0; i < a.tiles; ++i) ok_a += a.inside[size_t(i * a.chunks + ch)];
-        for (int64_t j = 0; j < b.tiles; ++j) ok_b += b.inside[size_t(j * b.chunks + ch)];
-        slow += a.tiles * b.tiles - ok_a * ok_b;
+    for (int64_t ch = 0; ch < a.chunks; ++ch) {  // chained: both inside, not both with two planes
+        int64_t ok_a = 0, ok_b = 0, two_a = 0, two_b = 0;
+        for (int64_t i = 0; i < a.tiles; ++i) ok_a += a.inside[size_t(i * a.chunks + ch)], two_a += a.two_planes[size_t(i * a.chunks + ch)];
+        for (int64_t j = 0; j < b.tiles; ++j) ok_b += b.inside[size_t(j * b.chunks + ch)], two_b += b.two_planes[size_t(j * b.chunks + ch)];
+        slow += a.tiles * b.tiles - (ok_a * ok_b - two_a * two_b);
     }
     return slow;
 }

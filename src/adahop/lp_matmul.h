@@ -102,7 +102,9 @@ struct MxCensusTally {
     int64_t units = 0;         // their window units (MxGemmWindowGeometry; INT8 stages: (operand, tile, chunk) triples)
     int64_t off_window = 0;    // of those, outside the window
     int64_t tile_chunks = 0;       // their (128 × 128 output tile, 256-deep chunk) pairs (INT8 stages only)
-    int64_t slow_tile_chunks = 0;  // of those, computed block by block (the A or B tile's chunk outside the window)
+    int64_t slow_tile_chunks = 0;  // of those, computed block by block (the A or B tile's chunk outside the window,
+                                   // or both with two planes)
+    int64_t two_plane_tile_chunks = 0;  // of those, chained with two planes (one of the two tiles' chunk has two)
 };
 
 PreparedOperand lp_prepare(const float* t, int64_t rows, int64_t cols, Side side, Strategy s, const LpMatmulOptions& opts);

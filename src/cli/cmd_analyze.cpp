@@ -182,7 +182,8 @@ nlohmann::json window_census(const NpyArray& x) {
             if (k % 32 != 0 || lines == 0) break;
             const PreparedOperand p = lp_prepare(x.data.data(), x.rows(), x.cols(), side, st, LpMatmulOptions{});
             const Int8WindowCensus c = int8_window_census(p.codes.data(), p.scales.data(), lines, k, side == Side::left);
-            j[st == Strategy::plain ? "plain" : "iht"] = {{"outside", c.outside()}, {"tile_chunks", c.tiles * c.chunks}};
+            j[st == Strategy::plain ? "plain" : "iht"] = {
+                {"outside", c.outside()}, {"two_planes", c.with_two_planes()}, {"tile_chunks", c.tiles * c.chunks}};
         }
         out[side == Side::left ? "as_a" : "as_b"] = j.is_null() ? nlohmann::json() : j;
     }
@@ -219,9 +220,10 @@ void run_detect(const std::string& path, bool json, double tau, double kappa) {
             std::printf("  %s: K not a multiple of 32", label);
             continue;
         }
-        std::printf("  %s: plain %lld/%lld, IHT %lld/%lld", label, (long long)j["plain"]["outside"].get<int64_t>(),
-                    (long long)j["plain"]["tile_chunks"].get<int64_t>(), (long long)j["iht"]["outside"].get<int64_t>(),
-                    (long long)j["iht"]["tile_chunks"].get<int64_t>());
+        std::printf("  %s: plain %lld/%lld (two planes %lld), IHT %lld/%lld (two planes %lld)", label,
+                    (long long)j["plain"]["outside"].get<int64_t>(), (long long)j["plain"]["tile_chunks"].get<int64_t>(),
+                    (long long)j["plain"]["two_planes"].get<int64_t>(), (long long)j["iht"]["outside"].get<int64_t>(),
+                    (long long)j["iht"]["tile_chunks"].get<int64_t>(), (long long)j["iht"]["two_planes"].get<int64_t>());
     }
     std::printf("\n");
 }
@@ -246,6 +248,8 @@ nlohmann::json census_json(const std::optional<WindowCensus>& c) {
     return {{"a_outside", c->a_outside},           {"a_units", c->a_units},
             {"b_tile_outside", c->b_tile_outside}, {"b_line_outside", c->b_line_outside},
             {"b_units", c->b_units},               {"pairs", c->pairs},
+            {"a_two_planes", c->a_two_planes},     {"b_tile_two_planes", c->b_tile_two_planes},
+            {"b_line_two_planes", c->b_line_two_planes},
             {"slow_pairs_tile", c->slow_pairs_tile}, {"slow_pairs_line", c->slow_pairs_line}};
 }
 
@@ -380,10 +384,11 @@ void print_model_report(const ModelArgs& a, const std::string& path, const Llama
                      &ProjectionSummary::gain, o, false);
 
     if (std::any_of(sum.begin(), sum.end(), [](const ProjectionSummary& s) { return s.census; })) {
-        std::printf("\nINT8 tensor-core window of %d binades%s (adahop/int8_window.h): (128x128 output tile, 256-deep chunk) pairs\n"
-                    "computed block by block, summed over blocks, with B's bases per 128-line tile (int8_stages) / per line\n"
-                    "(int8_stages_columns):\n",
-                    o.window_binades, o.window_binades == kInt8WindowBinades ? ", the kernel's" : " (the kernel's is 3)");
+        std::printf("\nINT8 tensor-core window of %d binades, %d in two planes%s (adahop/int8_window.h): (128x128 output tile,\n"
+                    "256-deep chunk) pairs computed block by block, summed over blocks, with B's bases per 128-line tile\n"
+                    "(int8_stages) / per line (int8_stages_columns):\n",
+                    o.window_binades, 2 * o.window_binades + 1,
+                    o.window_binades == kInt8WindowBinades ? ", the kernel's" : " (the kernel's: 3 and 7)");
         std::printf("%-6s %-6s %24s %24s\n", "proj", "slot", "plain: tile / line", "IHT: tile / line");
         for (Projection p : kProjections) {
             const ProjectionSummary& s = sum[size_t(p)];

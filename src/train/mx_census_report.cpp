@@ -22,7 +22,9 @@ nlohmann::json tally_json(const MxCensusTally& t) {
             {"off_window_fraction", fraction(t.off_window, t.units)},
             {"tile_chunks", t.tile_chunks},
             {"slow_tile_chunks", t.slow_tile_chunks},
-            {"slow_fraction", fraction(t.slow_tile_chunks, t.tile_chunks)}};
+            {"slow_fraction", fraction(t.slow_tile_chunks, t.tile_chunks)},
+            {"two_plane_tile_chunks", t.two_plane_tile_chunks},
+            {"two_plane_fraction", fraction(t.two_plane_tile_chunks, t.tile_chunks)}};
 }
 
 void add(MxCensusTally& into, const MxCensusTally& t) {
@@ -31,6 +33,7 @@ void add(MxCensusTally& into, const MxCensusTally& t) {
     into.off_window += t.off_window;
     into.tile_chunks += t.tile_chunks;
     into.slow_tile_chunks += t.slow_tile_chunks;
+    into.two_plane_tile_chunks += t.two_plane_tile_chunks;
 }
 
 }  // namespace
@@ -87,6 +90,8 @@ void print_mx_census(const nlohmann::json& report, std::FILE* out) {
                  (long long)report.at("steps").get<int64_t>());
     print_table("(operand, 128-line tile, 256-deep chunk) triples outside the INT8 window / all", "off_window", "units");
     print_table("(128 x 128 output tile, 256-deep chunk) pairs on the per-block path / all", "slow_tile_chunks",
+                "tile_chunks");
+    print_table("(128 x 128 output tile, 256-deep chunk) pairs chained with two INT8 planes / all", "two_plane_tile_chunks",
                 "tile_chunks");
 }
 

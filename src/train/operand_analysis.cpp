@@ -26,9 +26,12 @@ WindowCensus window_census_of(const PreparedOperand& a, const PreparedOperand& b
     const Int8WindowCensus cb_line = int8_window_census(b.codes.data(), b.scales.data(), n, k, true, binades);
     WindowCensus w;
     w.a_outside = ca.outside();
+    w.a_two_planes = ca.with_two_planes();
     w.a_units = ca.tiles * ca.chunks;
     w.b_tile_outside = cb_tile.outside();
     w.b_line_outside = cb_line.outside();
+    w.b_tile_two_planes = cb_tile.with_two_planes();
+    w.b_line_two_planes = cb_line.with_two_planes();
     w.b_units = cb_tile.tiles * cb_tile.chunks;
     w.pairs = ca.tiles * cb_tile.tiles * ca.chunks;
     w.slow_pairs_tile = int8_window_slow_pairs(ca, cb_tile);
@@ -82,6 +85,9 @@ WindowCensus& WindowCensus::operator+=(const WindowCensus& c) {
     a_units += c.a_units;
     b_tile_outside += c.b_tile_outside;
     b_line_outside += c.b_line_outside;
+    a_two_planes += c.a_two_planes;
+    b_tile_two_planes += c.b_tile_two_planes;
+    b_line_two_planes += c.b_line_two_planes;
     b_units += c.b_units;
     pairs += c.pairs;
     slow_pairs_tile += c.slow_pairs_tile;

@@ -65,7 +65,8 @@ struct OperandAnalysisOptions {
     StrategyTable table = strategy_table_lv1();
     std::vector<Strategy> strategies = {Strategy::plain, Strategy::iht, Strategy::iht_oe_left, Strategy::iht_oe_right,
                                         Strategy::full};
-    // The census's window width in binades: the kernel's 3, or wider to ask what a wider-window design would chain.
+    // The census's window width in binades: the kernel's 3 (two planes: 7), or wider to ask what a wider-window
+    // design would chain.
     int window_binades = kInt8WindowBinades;
     // Leave the first `skip_positions` positions of every window out of the analysed operands (the rows of X and dY;
     // the forward and backward still see them): is a slot's error carried by the first tokens, where pretrained
@@ -79,6 +80,7 @@ struct OperandAnalysisOptions {
 struct WindowCensus {
     int64_t a_outside = 0, a_units = 0;                            // A's (row tile, chunk) units
     int64_t b_tile_outside = 0, b_line_outside = 0, b_units = 0;  // B's (column tile, chunk) units, per-tile / per-line bases
+    int64_t a_two_planes = 0, b_tile_two_planes = 0, b_line_two_planes = 0;  // units inside with two planes
     int64_t pairs = 0;                                             // (output tile, chunk) pairs of the product
     int64_t slow_pairs_tile = 0, slow_pairs_line = 0;              // of those, block by block under each fold of B
     WindowCensus& operator+=(const WindowCensus& c);              // sums (over blocks or batches)

@@ -315,10 +315,13 @@ unsigned direct_unfolded_count(const PreparedOperandCuda& a, const PreparedOpera
 // The census of the tensor-core products (LpMatmulCuda::set_mx_census) on MXFP4 operands whose block scales spread
 // in known places. M 200, K 544, N 300: A 2 tiles of 128 rows, B 3 tiles of 128 columns, K 3 chunks of 256 (the last
 // 32 deep, the rest padding), so (2 + 3) · 3 = 15 (operand, tile, chunk) triples and 2 · 3 · 3 = 18 (output tile,
-// chunk) pairs per product. A chunk whose live scales (per row of A, per tile of B) span more than 3 binades is
-// outside the INT8 window; by hand 4 triples are: chunks 0 and 1 of A's tile 0 and of B's tile 1. So in chunks 0
-// and 1 only the output tiles (1, 0) and (1, 2) chain, and chunk 2 chains everywhere: 4 + 4 pairs slow. Each site adds exactly what the direct calls count (mx_gemm_fp8_unfolded_blocks), and
-// nothing is counted while the census is off, away from every site, or for products not on the tensor cores.
+// chunk) pairs per product. A chunk whose live scales (per row of A, per tile of B) span 4 … 7 binades takes two INT8
+// planes, more is outside: by hand chunks 0 and 1 of A's tile 0 and chunk 1 of B's tile 1 take two planes, chunk 0
+// of B's tile 1 is outside. Chunk 0: the pairs with B's tile 1 go block by block (2), A's tile 0 chains the other two
+// with two planes; chunk 1: (0, 1) has two planes on both sides, block by block (1); (0, 0), (0, 2) and (1, 1) chain
+// with two planes (3); chunk 2 chains everywhere with one. Each site adds exactly what the direct calls count
+// (mx_gemm_fp8_unfolded_blocks), and nothing is counted while the census is off, away from every site, or for
+// products not on the tensor cores.
 TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
     REQUIRE_GPU();
     if (!cuda_tma_usable()) GTEST_SKIP() << "the tensor-core MX GEMM is the sm_90a kernel's";
@@ -326,14 +329,14 @@ TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
     const std::vector<float> level_a = level_operand(m, k, Side::left), level_b = level_operand(k, n, Side::right);
     std::vector<float> a = level_a, b = level_b;
     // (line, block, binades)
-    shift_block(a, k, Side::left, 5, 9, 6);      // A tile 0, chunk 1: 6 binades → outside
-    shift_block(a, k, Side::left, 100, 2, -5);   // A tile 0, chunk 0: 5 binades → outside
-    shift_block(a, k, Side::left, 130, 3, 3);    // A tile 1, chunk 0: 3 binades, the window's edge → inside
-    shift_block(a, k, Side::left, 150, 12, -3);  // A tile 1, chunk 1: 3 binades → inside
+    shift_block(a, k, Side::left, 5, 9, 6);      // A tile 0, chunk 1: 6 binades → two planes
+    shift_block(a, k, Side::left, 100, 2, -5);   // A tile 0, chunk 0: 5 binades → two planes
+    shift_block(a, k, Side::left, 130, 3, 3);    // A tile 1, chunk 0: 3 binades, one plane's edge → one plane
+    shift_block(a, k, Side::left, 150, 12, -3);  // A tile 1, chunk 1: 3 binades → one plane
     shift_block(b, n, Side::right, 140, 5, 15);  // B tile 1, chunk 0: 15 binades → outside (unfolded for b_columns)
-    shift_block(b, n, Side::right, 200, 12, 4);  // B tile 1, chunk 1: 4 binades → outside
-    shift_block(b, n, Side::right, 10, 0, 2);    // B tile 0, chunk 0: 2 binades → inside
-    const int64_t off_by_hand = 4, triples_by_hand = (2 + 3) * 3, pairs_by_hand = 2 * 3 * 3, slow_by_hand = 8;
+    shift_block(b, n, Side::right, 200, 12, 4);  // B tile 1, chunk 1: 4 binades → two planes
+    shift_block(b, n, Side::right, 10, 0, 2);    // B tile 0, chunk 0: 2 binades → one plane
+    const int64_t off_by_hand = 1, triples_by_hand = (2 + 3) * 3, pairs_by_hand = 2 * 3 * 3, slow_by_hand = 3, two_by_hand = 5;
     const auto da = to_device(a), db = to_device(b), dla = to_device(level_a), dlb = to_device(level_b);
     LpMatmulCuda gpu;
     gpu.set_tensor_core_mx(true, MxGemmFold::int8_stages);
@@ -379,11 +382,13 @@ TEST(AdahopCuda, MxCensusTalliesTensorCoreProductsPerSite) {
     EXPECT_EQ(tallies[0].units, 2 * triples_by_hand);
     EXPECT_EQ(tallies[0].tile_chunks, 2 * pairs_by_hand);
     EXPECT_EQ(tallies[0].slow_tile_chunks, 2 * slow_by_hand);
+    EXPECT_EQ(tallies[0].two_plane_tile_chunks, 2 * two_by_hand);
     EXPECT_EQ(tallies[1].calls, 1);
     EXPECT_EQ(tallies[1].off_window, 0);
     EXPECT_EQ(tallies[1].units, triples_by_hand);
     EXPECT_EQ(tallies[1].tile_chunks, pairs_by_hand);
     EXPECT_EQ(tallies[1].slow_tile_chunks, 0);
+    EXPECT_EQ(tallies[1].two_plane_tile_chunks, 0);
 
     // B folded per (128-column tile, MX block): 3 · 17 pairs, one of them (tile 1, block 5) unfolded; no output tile
     // is decided by the window. Switching the census on again zeroes it.

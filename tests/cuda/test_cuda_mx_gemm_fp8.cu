@@ -33,7 +33,7 @@ namespace {
 // (neighbouring blocks 100 binades apart), with every 7th block all-zero codes and every 11th block scale
 // byte 0 (2^−127). For the INT8 stages: `int8_rows` gives each row a base 127 ± 20 and each block base + 0…3
 // (every row-stage inside the window, rows far apart), `int8_flat` 127 + 0…3 everywhere (every tile-stage inside).
-enum class Spread { narrow, window, wide, int8_rows, int8_flat };
+enum class Spread { narrow, window, wide, int8_rows, int8_flat, int8_rows_two, int8_flat_two };
 
 struct HostOperand {
     MxElement element = MxElement::e2m1;
@@ -80,6 +80,8 @@ HostOperand random_operand(int64_t rows, int64_t k, MxElement e, Spread spread, 
                     : spread == Spread::window    ? 127 + int(r % 15) - 7
                     : spread == Spread::int8_rows ? 127 + row_base + int(r % 4)
                     : spread == Spread::int8_flat ? 127 + int(r % 4)
+                    : spread == Spread::int8_rows_two ? 127 + row_base + int(r % 8)
+                    : spread == Spread::int8_flat_two ? 127 + int(r % 8)
                                                   : 127 + ((r & 1u) ? 50 : -50) + int((r >> 1) % 3) - 1;
             if (spread == Spread::wide && flat % 11 == 5) s = 0;
             op.scales[size_t(flat)] = uint8_t(s);
@@ -378,6 +380,17 @@ TEST(MxGemmFp8, Int8StagesMatchExactProduct) {
     }
 }
 
+// Block 1 of `chunk` in `line` set `binades` above every other block of the chunk in that line: with 4 … 7 the
+// chunk takes two planes (under either fold of B, for the spreads int8_rows and int8_flat, whose chunks span ≤ 3),
+// with 8 or more it is outside.
+void push_block(HostOperand& op, int64_t line, int64_t chunk, int binades) {
+    const int64_t kb0 = chunk * 8;
+    int highest = 0;
+    for (int64_t kb = kb0; kb < kb0 + 8 && kb < op.blocks(); ++kb)
+        if (kb != kb0 + 1) highest = std::max<int>(highest, op.scales[size_t(line * op.blocks() + kb)]);
+    op.scales[size_t(line * op.blocks() + kb0 + 1)] = uint8_t(highest + binades);
+}
+
 // The path is decided per (output tile, chunk): chunks outside the window at the start and the end of K, next to each
 // other, between chained runs of every step length (1, 2, 4 + 1, …), and past the first 64-chunk word of bits
 // (K = 17408: 68 chunks, two words per tile), in A's tile 0 (7 chunks) and tile 1 (1) and in B's tile 1 (2), so
@@ -388,17 +401,10 @@ TEST(MxGemmFp8, Int8StagesDecidePerChunk) {
     const int64_t m = 200, n = 260, k = 17408;
     HostOperand a = random_operand(m, k, MxElement::e2m1, Spread::int8_rows, 111);
     HostOperand b = random_operand(n, k, MxElement::e2m1, Spread::int8_flat, 112);
-    // Block 1 of `chunk` in `line` 4 binades above every other block of the chunk in that line: outside.
-    const auto push_out = [](HostOperand& op, int64_t line, int64_t chunk) {
-        const int64_t kb0 = chunk * 8;
-        int highest = 0;
-        for (int64_t kb = kb0; kb < kb0 + 8; ++kb)
-            if (kb != kb0 + 1) highest = std::max<int>(highest, op.scales[size_t(line * op.blocks() + kb)]);
-        op.scales[size_t(line * op.blocks() + kb0 + 1)] = uint8_t(highest + 4);
-    };
-    for (const int64_t c : {0, 3, 4, 9, 63, 64, 67}) push_out(a, 5, c);
-    push_out(a, 150, 10);
-    for (const int64_t c : {5, 66}) push_out(b, 131, c);
+    // Block 1 of `chunk` in `line` 8 binades above every other block of the chunk in that line: outside.
+    for (const int64_t c : {0, 3, 4, 9, 63, 64, 67}) push_block(a, 5, c, 8);
+    push_block(a, 150, 10, 8);
+    for (const int64_t c : {5, 66}) push_block(b, 131, c, 8);
     const Reference exact = cpu_reference(a, b);
     for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns}) {
         MxGemmScratch scratch;
@@ -410,6 +416,53 @@ TEST(MxGemmFp8, Int8StagesDecidePerChunk) {
     const MxGemmWindowGeometry g = mx_gemm_fp8_window_geometry(m, n, k, MxElement::e2m1, MxElement::e2m1, MxGemmFold::int8_stages);
     EXPECT_EQ(g.chunks, 68);
     EXPECT_EQ(g.chunk_words, 2);
+}
+
+// Two planes (the header's "Two planes"): a chunk spanning 4 … 7 binades chains with a high plane on the side that
+// needs it, and goes block by block where both sides do. Uniform cases (K = 2048): A's rows spread over 8 binades
+// each (every A tile-chunk two-plane) against one-plane B, the mirror, and both two-plane. Then a mix over K = 17408
+// (68 chunks, two words of bits): runs of two-plane chunks in A's tile 0 (up to and across the word boundary), a
+// chunk outside and a two-plane one in its tile 1, two-plane chunks of B's tile 1 that meet A's (block by block
+// there) or not, and B's tile 2 with a chunk outside and a two-plane one, so the producer's extra stages and the
+// consumers' steps must agree in every output tile. Each against the exact product, under both folds of B, with
+// the counts of the CPU census (adahop/int8_window.h); single_plane computes the same products within the same bound.
+TEST(MxGemmFp8, Int8StagesTwoPlanes) {
+    REQUIRE_GPU();
+    if (!cuda_tma_usable()) GTEST_SKIP() << "the INT8 stages are the sm_90a kernel's";
+    const int64_t m = 200, n = 260;
+    const auto check = [&](const HostOperand& a, const HostOperand& b, const std::string& what) {
+        const Reference exact = cpu_reference(a, b);
+        for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns})
+            for (const bool single_plane : {false, true}) {
+                const bool per_line = fold == MxGemmFold::int8_stages_columns;
+                const std::string name = what + (per_line ? ", column bases" : ", tile bases") + (single_plane ? ", one plane" : "");
+                const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, a.k, true, kInt8WindowBinades, !single_plane);
+                const Int8WindowCensus cb = int8_window_census(b.codes.data(), b.scales.data(), n, b.k, per_line, kInt8WindowBinades, !single_plane);
+                MxGemmScratch scratch;
+                scratch.single_plane = single_plane;
+                EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, fold), exact, a.k, Bound{}, name.c_str()));
+                EXPECT_EQ(int64_t(mx_gemm_fp8_unfolded_blocks(scratch)), ca.outside() + cb.outside()) << name;
+                EXPECT_EQ(int64_t(mx_gemm_fp8_two_plane_units(scratch)), ca.with_two_planes() + cb.with_two_planes()) << name;
+                if (!single_plane && what == "A two-plane") EXPECT_EQ(ca.with_two_planes(), 2 * 8) << name;  // every A unit
+            }
+    };
+    check(random_operand(m, 2048, MxElement::e2m1, Spread::int8_rows_two, 151), random_operand(n, 2048, MxElement::e2m1, Spread::int8_flat, 152),
+          "A two-plane");
+    check(random_operand(m, 2048, MxElement::e2m1, Spread::int8_flat, 153), random_operand(n, 2048, MxElement::e2m1, Spread::int8_flat_two, 154),
+          "B two-plane");
+    check(random_operand(m, 2048, MxElement::e2m1, Spread::int8_flat_two, 155),
+          random_operand(n, 2048, MxElement::e2m1, Spread::int8_flat_two, 156), "both two-plane");
+
+    const int64_t k = 17408;
+    HostOperand a = random_operand(m, k, MxElement::e2m1, Spread::int8_rows, 157);
+    HostOperand b = random_operand(n, k, MxElement::e2m1, Spread::int8_flat, 158);
+    for (const int64_t c : {0, 1, 2, 3, 8, 9, 10, 11, 12, 40, 63, 64, 67}) push_block(a, 5, c, 4 + int(c % 4));
+    push_block(a, 150, 9, 8);
+    push_block(a, 150, 20, 5);
+    for (const int64_t c : {2, 9, 30, 64}) push_block(b, 131, c, 6);
+    push_block(b, 259, 3, 9);
+    push_block(b, 259, 66, 7);
+    check(a, b, "mixed");
 }
 
 // B whose lines sit 40 binades apart (int8_rows) but span ≤ 3 each: with one base per 128-line tile every B unit is
@@ -435,16 +488,22 @@ TEST(MxGemmFp8, Int8WindowCountsMatchTheCpuReference) {
     REQUIRE_GPU();
     if (!cuda_tma_usable()) GTEST_SKIP() << "the INT8 stages are the sm_90a kernel's";
     const int64_t m = 300, n = 200, k = 1312;  // 3 + 2 tiles, 6 chunks (the last 32 deep)
-    for (const Spread spread : {Spread::narrow, Spread::wide, Spread::int8_rows, Spread::int8_flat, Spread::window}) {
+    for (const Spread spread : {Spread::narrow, Spread::wide, Spread::int8_rows, Spread::int8_flat, Spread::window,
+                                Spread::int8_rows_two, Spread::int8_flat_two}) {
         const HostOperand a = random_operand(m, k, MxElement::e2m1, spread, 131), b = random_operand(n, k, MxElement::e2m1, spread, 132);
-        for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns}) {
-            const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, k, true);
-            const Int8WindowCensus cb = int8_window_census(b.codes.data(), b.scales.data(), n, k, fold == MxGemmFold::int8_stages_columns);
-            MxGemmScratch scratch;
-            run_gemm(a, b, false, &scratch, fold);
-            EXPECT_EQ(int64_t(mx_gemm_fp8_unfolded_blocks(scratch)), ca.outside() + cb.outside())
-                << "spread " << int(spread) << (fold == MxGemmFold::int8_stages ? ", tile bases" : ", column bases");
-        }
+        for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns})
+            for (const bool single_plane : {false, true}) {
+                const bool per_line = fold == MxGemmFold::int8_stages_columns;
+                const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, k, true, kInt8WindowBinades, !single_plane);
+                const Int8WindowCensus cb = int8_window_census(b.codes.data(), b.scales.data(), n, k, per_line, kInt8WindowBinades, !single_plane);
+                MxGemmScratch scratch;
+                scratch.single_plane = single_plane;
+                run_gemm(a, b, false, &scratch, fold);
+                SCOPED_TRACE("spread " + std::to_string(int(spread)) + (per_line ? ", column bases" : ", tile bases") +
+                             (single_plane ? ", one plane" : ", two planes"));
+                EXPECT_EQ(int64_t(mx_gemm_fp8_unfolded_blocks(scratch)), ca.outside() + cb.outside());
+                EXPECT_EQ(int64_t(mx_gemm_fp8_two_plane_units(scratch)), ca.with_two_planes() + cb.with_two_planes());
+            }
     }
 }
 
@@ -466,12 +525,18 @@ TEST(MxGemmFp8, Int8StagesCountTheStagesOutsideTheWindow) {
     EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 0u);
     const int64_t row = 1000, block = 9;  // tile 7, the third stage
     int highest = 0;
-    for (int64_t kb = 0; kb < 16; ++kb)  // 4 binades above every neighbour: outside, whatever the chunk length
+    for (int64_t kb = 0; kb < 16; ++kb)  // 8 binades above every neighbour: outside, whatever the chunk length
         if (kb != block) highest = std::max<int>(highest, a.scales[size_t(row * a.blocks() + kb)]);
-    a.scales[size_t(row * a.blocks() + block)] = uint8_t(highest + 4);
+    a.scales[size_t(row * a.blocks() + block)] = uint8_t(highest + 8);
     EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages), emulated_reference(emulation, a, b), k, bound,
                              "int8 stages, one row-stage outside"));
     EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 1u);
+    EXPECT_EQ(mx_gemm_fp8_two_plane_units(scratch), 0u);
+    a.scales[size_t(row * a.blocks() + block)] = uint8_t(highest + 4);  // 4 binades: two planes instead
+    EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages), emulated_reference(emulation, a, b), k, bound,
+                             "int8 stages, one row-stage with two planes"));
+    EXPECT_EQ(mx_gemm_fp8_unfolded_blocks(scratch), 0u);
+    EXPECT_EQ(mx_gemm_fp8_two_plane_units(scratch), 1u);
 }
 
 TEST(MxGemmFp8, Mxfp8MatchesExactProductWithinAccumulatorBound) {

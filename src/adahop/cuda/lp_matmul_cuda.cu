@@ -141,30 +141,40 @@ int k_axis(Side s) { return s == Side::left ? 1 : 0; }
 
 // One product's census into its call site's device tally, in stream order (the census never waits for the device):
 // tally[0] += its units outside the window (mx_gemm_fp8's per-call counter), tally[1] += its (output tile, chunk)
-// pairs on the per-block path: per chunk c, all row_tiles × column_tiles but those whose A tile and B tile both have
-// bit c set (INT8 stages, MxGemmWindowGeometry; otherwise chunks = 0). One thread per chunk counts its bits.
-// Napkin math: chunks × (row_tiles + column_tiles) bits, a few thousand, read once: ~µs.
+// pairs on the per-block path, tally[2] += those chained with two planes. Per chunk c, a pair chains when its A tile
+// and B tile both have chunk_ok bit c and not both two_planes bit c (INT8 stages, MxGemmWindowGeometry; otherwise
+// chunks = 0). One thread per chunk counts its bits. Napkin math: chunks × (row_tiles + column_tiles) × 2 bits, a
+// few thousand, read once: ~µs.
 constexpr int kCensusThreads = 256;
+constexpr int kCensusCounts = 3;  // per site: units outside, pairs block by block, pairs with two planes
 
 __global__ void __launch_bounds__(kCensusThreads)
-    add_census_kernel(const unsigned* off_window, const unsigned long long* a_chunk_ok, int row_tiles,
-                      const unsigned long long* b_chunk_ok, int column_tiles, int chunks, int words,
-                      unsigned long long* tally) {
-    __shared__ unsigned long long slow;
-    if (threadIdx.x == 0) slow = 0;
+    add_census_kernel(const unsigned* off_window, const unsigned long long* a_chunk_ok, const unsigned long long* a_two_planes,
+                      int row_tiles, const unsigned long long* b_chunk_ok, const unsigned long long* b_two_planes,
+                      int column_tiles, int chunks, int words, unsigned long long* tally) {
+    __shared__ unsigned long long slow, two;
+    if (threadIdx.x == 0) slow = two = 0;
     __syncthreads();
     for (int c = int(threadIdx.x); c < chunks; c += kCensusThreads) {
         const int w = c / 64;
         const unsigned long long bit = 1ull << (c % 64);
-        unsigned long long ok_a = 0, ok_b = 0;
-        for (int i = 0; i < row_tiles; ++i) ok_a += (a_chunk_ok[int64_t(i) * words + w] & bit) != 0;
-        for (int j = 0; j < column_tiles; ++j) ok_b += (b_chunk_ok[int64_t(j) * words + w] & bit) != 0;
-        atomicAdd(&slow, (unsigned long long)row_tiles * (unsigned long long)column_tiles - ok_a * ok_b);
+        unsigned long long ok_a = 0, ok_b = 0, two_a = 0, two_b = 0;  // two ⊂ ok
+        for (int i = 0; i < row_tiles; ++i) {
+            ok_a += (a_chunk_ok[int64_t(i) * words + w] & bit) != 0;
+            two_a += (a_two_planes[int64_t(i) * words + w] & bit) != 0;
+        }
+        for (int j = 0; j < column_tiles; ++j) {
+            ok_b += (b_chunk_ok[int64_t(j) * words + w] & bit) != 0;
+            two_b += (b_two_planes[int64_t(j) * words + w] & bit) != 0;
+        }
+        atomicAdd(&slow, (unsigned long long)row_tiles * (unsigned long long)column_tiles - (ok_a * ok_b - two_a * two_b));
+        atomicAdd(&two, two_a * (ok_b - two_b) + (ok_a - two_a) * two_b);
     }
     __syncthreads();
     if (threadIdx.x != 0) return;
     tally[0] += *off_window;
     tally[1] += slow;
+    tally[2] += two;
 }
 
 }  // namespace
@@ -187,7 +197,7 @@ struct LpMatmulCuda::State {
     bool tensor_core_mx = false;
     MxGemmFold mx_fold = MxGemmFold::b_columns;
     // The census (set_mx_census): per site, calls, units and (output tile, chunk) pairs on the host; on the device
-    // census_counts[2·site] the units outside the window, [2·site + 1] the pairs on the per-block path.
+    // census_counts[3·site …] the units outside the window, the pairs on the per-block path, the pairs with two planes.
     std::vector<MxCensusTally> census;
     DeviceBuffer<unsigned long long> census_counts;
     int census_site = -1;
@@ -200,9 +210,10 @@ struct LpMatmulCuda::State {
         tally.units += g.units;
         tally.tile_chunks += g.row_tiles * g.column_tiles * g.chunks;
         if (g.units == 0) return;  // the call counted nothing: the counter is not this call's
-        add_census_kernel<<<1, kCensusThreads, 0, stream>>>(mx.unfolded.data(), mx.a_chunk_ok.data(), int(g.row_tiles),
-                                                            mx.b_chunk_ok.data(), int(g.column_tiles), int(g.chunks),
-                                                            int(g.chunk_words), census_counts.data() + 2 * census_site);
+        add_census_kernel<<<1, kCensusThreads, 0, stream>>>(mx.unfolded.data(), mx.a_chunk_ok.data(), mx.a_two_planes.data(),
+                                                            int(g.row_tiles), mx.b_chunk_ok.data(), mx.b_two_planes.data(),
+                                                            int(g.column_tiles), int(g.chunks), int(g.chunk_words),
+                                                            census_counts.data() + kCensusCounts * census_site);
         CUDA_CHECK(cudaGetLastError());
     }
 
@@ -239,7 +250,7 @@ void LpMatmulCuda::set_mx_census(int sites) {
         st_->census_counts.release();
         return;
     }
-    st_->census_counts.fit(2 * size_t(sites));
+    st_->census_counts.fit(kCensusCounts * size_t(sites));
     CUDA_CHECK(cudaMemsetAsync(st_->census_counts.data(), 0, st_->census_counts.bytes(), st_->stream));
 }
 
@@ -253,13 +264,14 @@ void LpMatmulCuda::set_mx_census_site(int site) {
 std::vector<MxCensusTally> LpMatmulCuda::mx_census() const {
     std::vector<MxCensusTally> tallies = st_->census;
     if (tallies.empty()) return tallies;
-    std::vector<unsigned long long> counts(2 * tallies.size());
+    std::vector<unsigned long long> counts(kCensusCounts * tallies.size());
     CUDA_CHECK(cudaMemcpyAsync(counts.data(), st_->census_counts.data(), st_->census_counts.bytes(), cudaMemcpyDeviceToHost,
                                st_->stream));
     CUDA_CHECK(cudaStreamSynchronize(st_->stream));
     for (size_t i = 0; i < tallies.size(); ++i) {
-        tallies[i].off_window = int64_t(counts[2 * i]);
-        tallies[i].slow_tile_chunks = int64_t(counts[2 * i + 1]);
+        tallies[i].off_window = int64_t(counts[kCensusCounts * i]);
+        tallies[i].slow_tile_chunks = int64_t(counts[kCensusCounts * i + 1]);
+        tallies[i].two_plane_tile_chunks = int64_t(counts[kCensusCounts * i + 2]);
     }
     return tallies;
 }

@@ -170,20 +170,35 @@ __global__ void __launch_bounds__(kFoldThreads)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// INT8 stages (the header's "INT8 stages"): E2M1 codes → int8 2 · value · 2^(s − base), per chunk of 8 blocks,
-// with the base per line (A) or per 128-line tile (B); lines / tiles outside the 3-binade window stay unshifted.
-// The effective exponent of every (line, block) — base where shifted, the block's own scale otherwise — is
-// written straight into the kernel's staged chunks ([tile][stage][line][4 blocks], 127 past the operand), and
-// per (tile, chunk) one bit: the chunk is shifted in every line of the tile (chunk c of tile t is bit c % 64 of word
-// t · words + c / 64, words = ⌈chunks / 64⌉; the words start all ones and a chunk outside clears its bit).
+// INT8 stages (the header's "INT8 stages" and "Two planes"): E2M1 codes → int8 2 · value · 2^(s − base), per chunk
+// of 8 blocks, with the base per line (A; B with column bases) or per 128-line tile (B). Per (tile, chunk) the CTA
+// decides the planes: one (every line, or the tile, spans ≤ 3 binades), two (some span 4 … 7: the blocks 4 … 7 up
+// keep 2 · value · 2^(s − base − 4) in the main values, effective exponent base + 4, and a copy in the high plane),
+// or outside (> 7 binades or a NaN scale: lines stored unshifted, except per-line ones that fit one plane). The
+// effective exponent of every (line, block) is written straight into the kernel's staged chunks ([tile][stage][line]
+// [4 blocks], 127 past the operand); two-plane tile-chunks also write the high plane and the bases as staged chunks.
+// Per (tile, chunk) two bits (chunk c of tile t is bit c % 64 of word t · words + c / 64, words = ⌈chunks / 64⌉):
+// chunk_ok starts all ones and a chunk outside clears its bit; two_planes starts all zeros and a two-plane chunk
+// sets its bit. counts[0] += tile-chunks outside, counts[1] += tile-chunks with two planes.
 
-constexpr int kInt8Window = 3;          // 12 · 2^3 = 96 ≤ 127
+constexpr int kInt8Window = 3;                           // 12 · 2^3 = 96 ≤ 127
+constexpr int kInt8HighShift = kInt8Window + 1;          // the high plane's blocks lie 4 … 7 binades over the base
+constexpr int kInt8TwoPlaneWindow = 2 * kInt8Window + 1;
 constexpr int kInt8ChunkStages = 2;     // stages chained per promotion (a chunk: 8 blocks, K = 256)
 constexpr int kPackStagesPerCta = 2;    // 8 blocks: eight consecutive threads read one line's 8 × 16 code bytes
 static_assert(kPackStagesPerCta % kInt8ChunkStages == 0, "a pack CTA holds whole chunks");
 constexpr int kPackThreads = 256;
 // 64-bit words of chunk bits per 128-line tile.
 __host__ __device__ constexpr int int8_chunk_words(int k_stages) { return (k_stages / kInt8ChunkStages + 63) / 64; }
+
+// How a line's or a tile's chunk is packed; ordered, so a tile of per-line chunks takes the largest of its lines'.
+enum Int8Planes : int { kPlanesOne = 0, kPlanesTwo = 1, kPlanesOut = 2 };
+
+// lo / hi: the smallest and largest live scale (hi < 0: nothing live; lo < 0: a NaN scale).
+__device__ __forceinline__ int int8_planes(int lo, int hi, bool two_planes) {
+    if (hi < 0 || (lo >= 0 && hi - lo <= kInt8Window)) return kPlanesOne;
+    return two_planes && lo >= 0 && hi - lo <= kInt8TwoPlaneWindow ? kPlanesTwo : kPlanesOut;
+}
 
 __device__ __forceinline__ uint32_t int8_of_e2m1(uint32_t code, int shift) {
     constexpr uint32_t kTwice = 0xC8643210u;  // 2 · |E2M1| of codes 0–7, one nibble each: 0 1 2 3 4 6 8 12
@@ -196,19 +211,21 @@ __device__ __forceinline__ uint32_t int8_of_e2m1(uint32_t code, int shift) {
 template <bool kPerLine>
 __global__ void __launch_bounds__(kPackThreads)
     pack_int8_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int lines, int k_blocks,
-                     int k_stages, uint8_t* __restrict__ out, uint8_t* __restrict__ chunks, unsigned long long* chunk_ok,
-                     int words_per_tile, unsigned* outside) {
+                     int k_stages, bool two_planes_allowed, uint8_t* __restrict__ out, uint8_t* __restrict__ high,
+                     uint8_t* __restrict__ chunks, uint8_t* __restrict__ base_chunks, unsigned long long* chunk_ok,
+                     unsigned long long* two_planes, int words_per_tile, unsigned* counts) {
     constexpr int kChunks = kPackStagesPerCta / kInt8ChunkStages, kChunkLanes = 4 * kInt8ChunkStages;
-    __shared__ int smin[kChunks], smax[kChunks], sbad[kChunks];
+    __shared__ int smin[kChunks], smax[kChunks], sworst[kChunks];
     const int t = int(threadIdx.x), lane = t % 32;
     if (t < kChunks) {
         smin[t] = 1 << 30;
         smax[t] = -1;
-        sbad[t] = 0;
+        sworst[t] = kPlanesOne;
     }
     __syncthreads();
     constexpr int kBlocks = 4 * kPackStagesPerCta, kUnits = kFoldTileRows * kBlocks / kPackThreads;
     const int tile = int(blockIdx.x), row0 = tile * kFoldTileRows, ks0 = int(blockIdx.y) * kPackStagesPerCta;
+    const int chunk = lane % kBlocks / kChunkLanes;  // of this CTA, for every unit of the thread (u % kBlocks = lane % 8)
     uint4 code[kUnits];
     int scale[kUnits];
     bool live[kUnits];  // the block holds a non-zero value or a NaN scale: it decides the window
@@ -234,29 +251,24 @@ __global__ void __launch_bounds__(kPackThreads)
                 lo[r] = min(lo[r], __shfl_xor_sync(0xFFFFFFFFu, lo[r], x));
                 hi[r] = max(hi[r], __shfl_xor_sync(0xFFFFFFFFu, hi[r], x));
             }
+            if (lane % kChunkLanes == 0) atomicMax(&sworst[chunk], int8_planes(lo[r], hi[r], two_planes_allowed));
         } else if (live[r]) {
-            atomicMin(&smin[lane % kBlocks / kChunkLanes], lo[r]);
-            atomicMax(&smax[lane % kBlocks / kChunkLanes], hi[r]);
+            atomicMin(&smin[chunk], lo[r]);
+            atomicMax(&smax[chunk], hi[r]);
         }
     }
     __syncthreads();
-    int base[kUnits];
-    bool shifted[kUnits];
-#pragma unroll
-    for (int r = 0; r < kUnits; ++r) {
-        const int chunk = lane % kBlocks / kChunkLanes;  // u % kBlocks = lane % 8
-        const int l = kPerLine ? lo[r] : smin[chunk], h = kPerLine ? hi[r] : smax[chunk];
-        shifted[r] = h < 0 || (l >= 0 && h - l <= kInt8Window);  // h < 0: nothing live, any base will do
-        base[r] = h < 0 ? 127 : l;
-        if (kPerLine && !shifted[r] && lane % kChunkLanes == 0 && ks0 + chunk * kInt8ChunkStages < k_stages) sbad[chunk] = 1;
-    }
-    __syncthreads();
+    const int tile_planes = kPerLine ? sworst[chunk] : int8_planes(smin[chunk], smax[chunk], two_planes_allowed);
     if (t < kChunks && ks0 + t * kInt8ChunkStages < k_stages) {
-        const bool bad = kPerLine ? sbad[t] != 0 : !(smax[t] < 0 || (smin[t] >= 0 && smax[t] - smin[t] <= kInt8Window));
-        if (bad) {
-            const int chunk = (ks0 + t * kInt8ChunkStages) / kInt8ChunkStages;
-            atomicAnd(&chunk_ok[int64_t(tile) * words_per_tile + chunk / 64], ~(1ull << (chunk % 64)));
-            atomicAdd(outside, 1u);
+        const int planes = kPerLine ? sworst[t] : int8_planes(smin[t], smax[t], two_planes_allowed);
+        const int c = (ks0 + t * kInt8ChunkStages) / kInt8ChunkStages;
+        const int64_t word = int64_t(tile) * words_per_tile + c / 64;
+        if (planes == kPlanesOut) {
+            atomicAnd(&chunk_ok[word], ~(1ull << (c % 64)));
+            atomicAdd(&counts[0], 1u);
+        } else if (planes == kPlanesTwo) {
+            atomicOr(&two_planes[word], 1ull << (c % 64));
+            atomicAdd(&counts[1], 1u);
         }
     }
 #pragma unroll
@@ -264,10 +276,26 @@ __global__ void __launch_bounds__(kPackThreads)
         const int u = t + kPackThreads * r, line = u / kBlocks, row = row0 + line, kb = ks0 * 4 + u % kBlocks;
         const int stage = ks0 + (u % kBlocks) / 4;
         if (stage >= k_stages) continue;
-        const int eff = scale[r] < 0 ? 127 : (shifted[r] ? base[r] : scale[r]);
-        chunks[((int64_t(tile) * k_stages + stage) * kFoldTileRows + line) * 4 + (u % 4)] = uint8_t(eff);
-        if (scale[r] < 0) continue;
-        const int shift = shifted[r] && live[r] ? scale[r] - base[r] : 0;
+        const int64_t at = ((int64_t(tile) * k_stages + stage) * kFoldTileRows + line) * 4 + (u % 4);
+        const int l = kPerLine ? lo[r] : smin[chunk], h = kPerLine ? hi[r] : smax[chunk];
+        const int base = h < 0 ? 127 : l;  // nothing live: any base will do
+        const int planes = kPerLine ? int8_planes(l, h, two_planes_allowed) : tile_planes;
+        if (tile_planes == kPlanesTwo) base_chunks[at] = uint8_t(base);
+        if (scale[r] < 0) {  // past the operand: factor 1 for TMA's zero fill
+            chunks[at] = 127;
+            continue;
+        }
+        // shift and effective exponent: one plane → s − base over base; two planes (in a two-plane tile) → the same,
+        // less 4 over base + 4 for the blocks 4 … 7 up; otherwise unshifted over the block's own scale
+        int shift = 0, eff = scale[r];
+        bool up = false;
+        if (planes == kPlanesOne || (planes == kPlanesTwo && tile_planes == kPlanesTwo)) {
+            shift = live[r] ? scale[r] - base : 0;
+            up = shift >= kInt8HighShift;
+            shift -= up ? kInt8HighShift : 0;
+            eff = base + (up ? kInt8HighShift : 0);
+        }
+        chunks[at] = uint8_t(eff);
         const uint32_t in[4] = {code[r].x, code[r].y, code[r].z, code[r].w};
         uint32_t word[8];
 #pragma unroll
@@ -276,9 +304,15 @@ __global__ void __launch_bounds__(kPackThreads)
             word[w] = int8_of_e2m1(packed & 0xFu, shift) | int8_of_e2m1((packed >> 4) & 0xFu, shift) << 8 |
                       int8_of_e2m1((packed >> 8) & 0xFu, shift) << 16 | int8_of_e2m1((packed >> 12) & 0xFu, shift) << 24;
         }
-        uint4* dst = reinterpret_cast<uint4*>(out + (int64_t(row) * k_blocks + kb) * kMxBlock);
+        const int64_t value_at = (int64_t(row) * k_blocks + kb) * kMxBlock;
+        uint4* dst = reinterpret_cast<uint4*>(out + value_at);
         dst[0] = make_uint4(word[0], word[1], word[2], word[3]);
         dst[1] = make_uint4(word[4], word[5], word[6], word[7]);
+        if (tile_planes == kPlanesTwo) {  // the high plane: this block's values where it lies 4 … 7 up, else zeros
+            uint4* hdst = reinterpret_cast<uint4*>(high + value_at);
+            hdst[0] = up ? make_uint4(word[0], word[1], word[2], word[3]) : make_uint4(0, 0, 0, 0);
+            hdst[1] = up ? make_uint4(word[4], word[5], word[6], word[7]) : make_uint4(0, 0, 0, 0);
+        }
     }
 }
 
@@ -525,8 +559,18 @@ __device__ __forceinline__ void issue_int8_chunk(int32_t (&part)[64], const MxGe
     wgmma_commit();
 }
 
-// C += float(chunk sum) · 2^(base_A(row) − 127) · 2^(base_B − 127) / 4: every block of a shifted chunk carries its
-// base as effective exponent, so the first stage's block 0 gives the chunk's (the 1/4 undoes the int8 encoding's 2 · 2).
+// A chunk's int32 sum as FP32: one plane, |S| < 2^22, exactly; two planes, S + 15 · H (exact in int32, |·| < 2^26:
+// the header's "Two planes") rounded once to nearest.
+template <bool kTwoPlanes>
+__device__ __forceinline__ float chunk_sum(int32_t q) {
+    if constexpr (kTwoPlanes) return __int2float_rn(q);
+    else return exact_float(q);
+}
+
+// C += chunk sum · 2^(base_A(row) − 127) · 2^(base_B − 127) / 4: every block of a shifted chunk carries its base as
+// effective exponent (in a two-plane chunk, the stage of the high plane carries the bases), so the first stage's
+// block 0 gives the chunk's (the 1/4 undoes the int8 encoding's 2 · 2). kTwoPlanes: part holds S + 15 · H.
+template <bool kTwoPlanes>
 __device__ __forceinline__ void promote_int8_chunk(float (&acc)[64], int32_t (&part)[64], const MxGemmStage& st, int row_local) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) fence_operand(part[i]);
@@ -534,10 +578,10 @@ __device__ __forceinline__ void promote_int8_chunk(float (&acc)[64], int32_t (&p
     const float f0 = decode_e8m0(st.a_scale[row_local][0]) * fb * 0.25f, f1 = decode_e8m0(st.a_scale[row_local + 8][0]) * fb * 0.25f;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-        acc[4 * j + 0] = __fmaf_rn(exact_float(part[4 * j + 0]), f0, acc[4 * j + 0]);
-        acc[4 * j + 1] = __fmaf_rn(exact_float(part[4 * j + 1]), f0, acc[4 * j + 1]);
-        acc[4 * j + 2] = __fmaf_rn(exact_float(part[4 * j + 2]), f1, acc[4 * j + 2]);
-        acc[4 * j + 3] = __fmaf_rn(exact_float(part[4 * j + 3]), f1, acc[4 * j + 3]);
+        acc[4 * j + 0] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 0]), f0, acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 1]), f0, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 2]), f1, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 3]), f1, acc[4 * j + 3]);
     }
 }
 
@@ -549,6 +593,9 @@ __device__ __forceinline__ void issue_int8_block(int32_t (&part)[64], const MxGe
                            sw128_kmajor_descriptor(st.b + kb * kMxBlock));
     wgmma_commit();
 }
+// Block kb's sum (or, with column bases, a chunk's: kb = 0 of its first stage) times per-row × per-column factors;
+// kTwoPlanes as for promote_int8_chunk.
+template <bool kTwoPlanes>
 __device__ __forceinline__ void promote_int8_block(float (&acc)[64], int32_t (&part)[64], const MxGemmStage& st, int kb, int row_local,
                                                    int col_local) {
 #pragma unroll
@@ -557,10 +604,10 @@ __device__ __forceinline__ void promote_int8_block(float (&acc)[64], int32_t (&p
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const float fb0 = decode_e8m0(st.b_scale[8 * j + col_local][kb]), fb1 = decode_e8m0(st.b_scale[8 * j + col_local + 1][kb]);
-        acc[4 * j + 0] = __fmaf_rn(exact_float(part[4 * j + 0]), fa0 * fb0, acc[4 * j + 0]);
-        acc[4 * j + 1] = __fmaf_rn(exact_float(part[4 * j + 1]), fa0 * fb1, acc[4 * j + 1]);
-        acc[4 * j + 2] = __fmaf_rn(exact_float(part[4 * j + 2]), fa1 * fb0, acc[4 * j + 2]);
-        acc[4 * j + 3] = __fmaf_rn(exact_float(part[4 * j + 3]), fa1 * fb1, acc[4 * j + 3]);
+        acc[4 * j + 0] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 0]), fa0 * fb0, acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 1]), fa0 * fb1, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 2]), fa1 * fb0, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 3]), fa1 * fb1, acc[4 * j + 3]);
     }
 }
 
@@ -617,20 +664,71 @@ __device__ __forceinline__ void int8_chained_step(float (&acc)[64], MxGemmShared
     for (int c = 0; c < kChunks; ++c) {
         if (c + 1 < kChunks) wgmma_wait<1>();
         else wgmma_wait<0>();
-        if constexpr (kColumnBases) promote_int8_block(acc, c % 2 ? part1 : part0, *chunk[c][0], 0, row_local, col_local);
-        else promote_int8_chunk(acc, c % 2 ? part1 : part0, *chunk[c][0], row_local);
+        int32_t(&part)[64] = c % 2 ? part1 : part0;
+        if constexpr (kColumnBases) promote_int8_block<false>(acc, part, *chunk[c][0], 0, row_local, col_local);
+        else promote_int8_chunk<false>(acc, part, *chunk[c][0], row_local);
 #pragma unroll
         for (int i = 0; i < kInt8ChunkStages; ++i) release_stage(&sh.empty[(use + c * kInt8ChunkStages + i) % kStages], lane);
-        if (c + 2 < kChunks) issue_int8_chunk(c % 2 ? part1 : part0, ready(c + 2), consumer);
+        if (c + 2 < kChunks) issue_int8_chunk(part, ready(c + 2), consumer);
     }
+}
+
+// One two-plane chunk (the header's "Two planes") from pipeline use `use` on: its two main stages, then the two
+// stages the producer loaded with one operand's high plane (and that operand's bases as staged exponents), chained
+// into the two partials, waited for together and promoted once from the high stages' exponents.
+template <bool kColumnBases>
+__device__ __forceinline__ void int8_two_plane_step(float (&acc)[64], MxGemmShared& sh, uint32_t use, int consumer, int row_local,
+                                                    int col_local, int lane) {
+    int32_t main_part[64], high_part[64];
+    const MxGemmStage* planes[2][kInt8ChunkStages];
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int i = 0; i < kInt8ChunkStages; ++i) {
+            const uint32_t u = use + p * kInt8ChunkStages + i;
+            mbarrier_wait(&sh.full[u % kStages], (u / kStages) & 1u);
+            planes[p][i] = &sh.stage[u % kStages];
+        }
+    issue_int8_chunk(main_part, planes[0], consumer);
+    issue_int8_chunk(high_part, planes[1], consumer);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+        fence_operand(main_part[i]);
+        fence_operand(high_part[i]);
+        main_part[i] += 15 * high_part[i];  // the chunk's true sum in main-plane units, exact
+    }
+    if constexpr (kColumnBases) promote_int8_block<true>(acc, main_part, *planes[1][0], 0, row_local, col_local);
+    else promote_int8_chunk<true>(acc, main_part, *planes[1][0], row_local);
+#pragma unroll
+    for (int i = 0; i < 2 * kInt8ChunkStages; ++i) release_stage(&sh.empty[(use + i) % kStages], lane);
+}
+
+// The INT8 stages' per-(128-line tile, chunk) decisions and the two-plane operands' extras (MxGemmWindowGeometry).
+struct Int8ChunkPlan {
+    const unsigned long long *a_ok = nullptr, *b_ok = nullptr, *a_two = nullptr, *b_two = nullptr;
+    const uint8_t *a_base = nullptr, *b_base = nullptr;  // the bases as staged exponents, two-plane tile-chunks only
+    int words = 0;
+};
+
+// What output tile (ti, tj) does with the 64 chunks of bit word w: chained with one plane each, chained with two
+// planes on A's side (bit set in a_high) or on B's, and (the rest) block by block.
+struct Int8ChunkWord {
+    unsigned long long chained, a_high, b_high;
+};
+__device__ __forceinline__ Int8ChunkWord int8_chunk_word(const Int8ChunkPlan& p, int ti, int tj, int w) {
+    // < 2^31: tiles · words ≥ 2^31 would need M · K ≥ 2^52, petabytes of codes
+    const int ia = ti * p.words + w, ib = tj * p.words + w;
+    const unsigned long long ok = p.a_ok[ia] & p.b_ok[ib], two_a = p.a_two[ia], two_b = p.b_two[ib];
+    return {ok & ~(two_a | two_b), ok & two_a & ~two_b, ok & two_b & ~two_a};
 }
 
 template <bool kInt8, bool kColumnBases>
 __global__ void __launch_bounds__(kThreads, 1)
     mx_gemm_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                         const __grid_constant__ CUtensorMap a_high_map, const __grid_constant__ CUtensorMap b_high_map,
                          const uint8_t* __restrict__ a_chunks, const uint8_t* __restrict__ b_chunks,
-                         const int32_t* __restrict__ b_tile_ref, const unsigned long long* __restrict__ a_chunk_ok,
-                         const unsigned long long* __restrict__ b_chunk_ok, int m, int n, int k_stages, float* c_f32,
+                         const int32_t* __restrict__ b_tile_ref, Int8ChunkPlan plan, int m, int n, int k_stages, float* c_f32,
                          __nv_bfloat16* c_bf16, float beta) {
     extern __shared__ uint8_t shared_raw[];
     const uint32_t misalignment = smem_address(shared_raw) & 1023u;
@@ -652,8 +750,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         registers_decrease<56>();
         // Producer: one thread. Per (tile, stage) pair of this CTA, in order: wait for the slot, then five
         // asynchronous copies completing on its `full` barrier — the A and B code tiles (TMA) and the staged
-        // scale chunks of A's and B's 128 lines (and, folded, B's 4 tile references) as bulk copies. It never
-        // waits for a load itself, so the ring stays as full as the consumers allow.
+        // scale chunks of A's and B's 128 lines (and, folded, B's 4 tile references) as bulk copies. It waits for
+        // no load but the INT8 stages' chunk bits (one word of 64 chunks per tile and operand), so the ring stays as
+        // full as the consumers allow. A two-plane chunk gets two more stages: the high plane of its two-plane
+        // operand with that operand's bases, and the other operand's main tile and exponents again.
         if (threadIdx.x != 0) return;
         const uint32_t tx = kStageTxBytes + 2 * kScaleChunkBytes + (b_tile_ref ? uint32_t(sizeof(int32_t) * kBlocksPerStage) : 0u);
         uint32_t use = 0;
@@ -661,19 +761,36 @@ __global__ void __launch_bounds__(kThreads, 1)
             int m0, n0;
             grid.origin(t, &m0, &n0);
             const int64_t a_chunk = int64_t(m0 / kTileM) * k_stages, b_chunk = int64_t(n0 / kTileN) * k_stages;
-            for (int ks = 0; ks < k_stages; ++ks, ++use) {
+            auto load = [&](int ks, const CUtensorMap* am, const CUtensorMap* bm, const uint8_t* a_exp, const uint8_t* b_exp) {
                 const int slot = int(use % kStages);
                 const uint32_t round = use / kStages;
                 if (round > 0) mbarrier_wait(&sh.empty[slot], (round - 1) & 1u);
                 MxGemmStage& st = sh.stage[slot];
                 mbarrier_arrive_expect_tx(&sh.full[slot], tx);
-                tma_load_2d(st.a, &a_map, ks * kStageK, m0, &sh.full[slot]);
-                tma_load_2d(st.b, &b_map, ks * kStageK, n0, &sh.full[slot]);
-                bulk_load(st.a_scale, a_chunks + (a_chunk + ks) * kScaleChunkBytes, kScaleChunkBytes, &sh.full[slot]);
-                bulk_load(st.b_scale, b_chunks + (b_chunk + ks) * kScaleChunkBytes, kScaleChunkBytes, &sh.full[slot]);
+                tma_load_2d(st.a, am, ks * kStageK, m0, &sh.full[slot]);
+                tma_load_2d(st.b, bm, ks * kStageK, n0, &sh.full[slot]);
+                bulk_load(st.a_scale, a_exp + (a_chunk + ks) * kScaleChunkBytes, kScaleChunkBytes, &sh.full[slot]);
+                bulk_load(st.b_scale, b_exp + (b_chunk + ks) * kScaleChunkBytes, kScaleChunkBytes, &sh.full[slot]);
                 if (b_tile_ref)
                     bulk_load(st.tile_ref, b_tile_ref + (b_chunk + ks) * kBlocksPerStage, sizeof(int32_t) * kBlocksPerStage,
                               &sh.full[slot]);
+                ++use;
+            };
+            if constexpr (kInt8) {
+                Int8ChunkWord word{};
+                for (int c = 0; c < k_stages / kInt8ChunkStages; ++c) {
+                    if (c % 64 == 0) word = int8_chunk_word(plan, m0 / kTileM, n0 / kTileN, c / 64);
+                    const unsigned long long bit = 1ull << (c % 64);
+                    for (int i = 0; i < kInt8ChunkStages; ++i) load(c * kInt8ChunkStages + i, &a_map, &b_map, a_chunks, b_chunks);
+                    if ((word.a_high | word.b_high) & bit) {
+                        const bool a_high = (word.a_high & bit) != 0;
+                        for (int i = 0; i < kInt8ChunkStages; ++i)
+                            load(c * kInt8ChunkStages + i, a_high ? &a_high_map : &a_map, a_high ? &b_map : &b_high_map,
+                                 a_high ? plan.a_base : a_chunks, a_high ? b_chunks : plan.b_base);
+                    }
+                }
+            } else {
+                for (int ks = 0; ks < k_stages; ++ks) load(ks, &a_map, &b_map, a_chunks, b_chunks);
             }
         }
         return;
@@ -689,8 +806,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // FP8: per use of a stage its 4 blocks (a partial last stage of K multiplies TMA's zero fill with factor 1,
     // so no branch holds a wgmma and ptxas keeps them asynchronous): each block's wgmma is issued before the
     // previous block is promoted. INT8 stages (k_stages whole chunks, the padding zero fill): per chunk, where the
-    // row tile and the column tile are both shifted (their chunk bits set), the chunk is chained into one partial
-    // (int8_chained_step, runs of such chunks in steps of 4, 2, 1); any other chunk goes block by block.
+    // row tile and the column tile both have one plane, the chunk is chained into one partial (int8_chained_step,
+    // runs of such chunks in steps of 4, 2, 1); where one of them has two, into two (int8_two_plane_step, 4
+    // stages); any other chunk goes block by block.
     uint32_t use = 0;
     for (int t = int(blockIdx.x); t < grid.count(); t += int(gridDim.x)) {
         float acc[64];
@@ -703,14 +821,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             return sh.stage[u % kStages];
         };
         if constexpr (kInt8) {
-            const int chunks = k_stages / kInt8ChunkStages, words = int8_chunk_words(k_stages);
-            const unsigned long long* a_bits = a_chunk_ok + int64_t(m0 / kTileM) * words;
-            const unsigned long long* b_bits = b_chunk_ok + int64_t(n0 / kTileN) * words;
+            const int chunks = k_stages / kInt8ChunkStages;
             for (int c = 0; c < chunks;) {
+                const Int8ChunkWord word = int8_chunk_word(plan, m0 / kTileM, n0 / kTileN, c / 64);
                 // bit i: chunk c + i chained, up to the end of c's word (the bits shifted in past it are zeros)
-                const unsigned long long ok = (a_bits[c / 64] & b_bits[c / 64]) >> (c % 64);
-                if (ok & 1u) {
-                    int run = ~ok != 0 ? __ffsll(static_cast<long long>(~ok)) - 1 : 64;
+                const unsigned long long chained = word.chained >> (c % 64);
+                const bool two_planes = (((word.a_high | word.b_high) >> (c % 64)) & 1u) != 0;
+                if (chained & 1u) {
+                    int run = ~chained != 0 ? __ffsll(static_cast<long long>(~chained)) - 1 : 64;
                     if (run > chunks - c) run = chunks - c;
                     c += run;
                     for (; run >= 4; run -= 4, use += 4 * kInt8ChunkStages) int8_chained_step<4, kColumnBases>(acc, sh, use, consumer, row_local, col_local, lane);
@@ -723,13 +841,17 @@ __global__ void __launch_bounds__(kThreads, 1)
                         int8_chained_step<1, kColumnBases>(acc, sh, use, consumer, row_local, col_local, lane);
                         use += kInt8ChunkStages;
                     }
+                } else if (two_planes) {
+                    int8_two_plane_step<kColumnBases>(acc, sh, use, consumer, row_local, col_local, lane);
+                    use += 2 * kInt8ChunkStages;
+                    ++c;
                 } else {  // chunk c block by block
                     for (int i = 0; i < kInt8ChunkStages; ++i, ++use) {
                         const MxGemmStage& st = stage_at(use);
                         int32_t part0[64], part1[64];
                         stage_block_by_block(
                             part0, part1, [&](int32_t(&p)[64], int kb) { issue_int8_block(p, st, consumer, kb); },
-                            [&](int32_t(&p)[64], int kb) { promote_int8_block(acc, p, st, kb, row_local, col_local); });
+                            [&](int32_t(&p)[64], int kb) { promote_int8_block<false>(acc, p, st, kb, row_local, col_local); });
                         release_stage(&sh.empty[use % kStages], lane);
                     }
                     ++c;
@@ -861,31 +983,36 @@ const uint8_t* folded_b_codes(const MxGemmOperand& b, int64_t n, int64_t k, MxGe
 }
 
 // Both MXFP4 operands packed for the INT8 path: int8 bytes in a_e4m3 / b_e4m3, effective exponents in the scale
-// chunks, the per-(tile, chunk) bits; k_stages a multiple of kInt8ChunkStages (the padding is TMA's zero fill).
+// chunks, the per-(tile, chunk) bits, and (two planes) the high planes with their bases; k_stages a multiple of
+// kInt8ChunkStages (the padding is TMA's zero fill). s.unfolded: [0] tile-chunks outside, [1] with two planes.
 void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, int k_stages,
                         bool b_per_line, MxGemmScratch& s, cudaStream_t stream) {
     const int k_blocks = int(k / kMxBlock);
-    unsigned* outside = s.unfolded.grow(1);
-    CUDA_CHECK(cudaMemsetAsync(outside, 0, sizeof(unsigned), stream));
+    unsigned* counts = s.unfolded.grow(2);
+    CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * sizeof(unsigned), stream));
     const int words = int8_chunk_words(k_stages);
-    auto pack = [&](const MxGemmOperand& op, int64_t lines, DeviceBuffer<uint8_t>& values, DeviceBuffer<uint8_t>& chunks,
-                    DeviceBuffer<unsigned long long>& ok, bool per_line) {
+    const bool two_planes = !s.single_plane;
+    auto pack = [&](const MxGemmOperand& op, int64_t lines, DeviceBuffer<uint8_t>& values, DeviceBuffer<uint8_t>& high,
+                    DeviceBuffer<uint8_t>& chunks, DeviceBuffer<uint8_t>& base_chunks, DeviceBuffer<unsigned long long>& ok,
+                    DeviceBuffer<unsigned long long>& two, bool per_line) {
         const int tiles = int((lines + kTileM - 1) / kTileM);
+        const size_t chunk_bytes = size_t(tiles) * size_t(k_stages) * kScaleChunkBytes, bit_words = size_t(tiles) * size_t(words);
         uint8_t* out = values.grow(size_t(lines * k));
-        uint8_t* ch = chunks.grow(size_t(tiles) * size_t(k_stages) * kScaleChunkBytes);
-        unsigned long long* bits = ok.grow(size_t(tiles) * size_t(words));
-        CUDA_CHECK(cudaMemsetAsync(bits, 0xFF, sizeof(unsigned long long) * size_t(tiles) * size_t(words), stream));
+        uint8_t* ch = chunks.grow(chunk_bytes);
+        uint8_t* hi = two_planes ? high.grow(size_t(lines * k)) : nullptr;
+        uint8_t* bases = two_planes ? base_chunks.grow(chunk_bytes) : nullptr;
+        unsigned long long* ok_bits = ok.grow(bit_words);
+        unsigned long long* two_bits = two.grow(bit_words);
+        CUDA_CHECK(cudaMemsetAsync(ok_bits, 0xFF, sizeof(unsigned long long) * bit_words, stream));
+        CUDA_CHECK(cudaMemsetAsync(two_bits, 0, sizeof(unsigned long long) * bit_words, stream));
         const dim3 grid(unsigned(tiles), unsigned((k_stages + kPackStagesPerCta - 1) / kPackStagesPerCta));
-        if (per_line)
-            pack_int8_kernel<true><<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, out, ch,
-                                                                      bits, words, outside);
-        else
-            pack_int8_kernel<false><<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, out, ch,
-                                                                       bits, words, outside);
+        const auto kernel = per_line ? &pack_int8_kernel<true> : &pack_int8_kernel<false>;
+        kernel<<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, two_planes, out, hi, ch, bases,
+                                                  ok_bits, two_bits, words, counts);
         CUDA_CHECK(cudaGetLastError());
     };
-    pack(a, m, s.a_e4m3, s.a_scale_chunks, s.a_chunk_ok, true);
-    pack(b, n, s.b_e4m3, s.b_scale_chunks, s.b_chunk_ok, b_per_line);
+    pack(a, m, s.a_e4m3, s.a_high, s.a_scale_chunks, s.a_base_chunks, s.a_chunk_ok, s.a_two_planes, true);
+    pack(b, n, s.b_e4m3, s.b_high, s.b_scale_chunks, s.b_base_chunks, s.b_chunk_ok, s.b_two_planes, b_per_line);
 }
 
 // Which schedule the wgmma kernel runs for these element types under `fold` (the INT8 stages need MXFP4 on both
@@ -933,6 +1060,7 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
             mx_expand_e2m1_to_e4m3_cuda(b.codes, n, k, const_cast<uint8_t*>(b8), stream);
         }
         if (!folded && s.unfolded.size() > 0) CUDA_CHECK(cudaMemsetAsync(s.unfolded.data(), 0, sizeof(unsigned), stream));
+        if (s.unfolded.size() > 1) CUDA_CHECK(cudaMemsetAsync(s.unfolded.data() + 1, 0, sizeof(unsigned), stream));  // no planes
         auto stage_scales = [&](const uint8_t* scales, int64_t lines, DeviceBuffer<uint8_t>& buf) -> const uint8_t* {
             const int64_t words = (lines + kTileM - 1) / kTileM * k_stages * kTileM;
             uint8_t* out = buf.grow(size_t(words) * 4);
@@ -953,15 +1081,30 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
     const int ctas = grid.count() < cuda_multiprocessor_count() ? grid.count() : cuda_multiprocessor_count();
     const int32_t* tile_ref = folded ? s.b_tile_ref.data() : nullptr;
     if (int8) {
+        Int8ChunkPlan plan;
+        plan.a_ok = s.a_chunk_ok.data();
+        plan.b_ok = s.b_chunk_ok.data();
+        plan.a_two = s.a_two_planes.data();
+        plan.b_two = s.b_two_planes.data();
+        plan.words = int8_chunk_words(k_stages);
+        CUtensorMap a_high_map = a_map, b_high_map = b_map;  // single plane: never loaded
+        if (!s.single_plane) {
+            plan.a_base = s.a_base_chunks.data();
+            plan.b_base = s.b_base_chunks.data();
+            a_high_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, s.a_high.data(), uint64_t(k), uint64_t(m), uint64_t(k),
+                                            kStageK, kTileM, CU_TENSOR_MAP_SWIZZLE_128B);
+            b_high_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, s.b_high.data(), uint64_t(k), uint64_t(n), uint64_t(k),
+                                            kStageK, kTileN, CU_TENSOR_MAP_SWIZZLE_128B);
+        }
         const auto kernel = schedule.column_bases ? &mx_gemm_wgmma_kernel<true, true> : &mx_gemm_wgmma_kernel<true, false>;
         cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kSharedBytes);
-        kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, nullptr, s.a_chunk_ok.data(),
-                                                         s.b_chunk_ok.data(), int(m), int(n), k_stages, c_f32, c_bf16, beta);
+        kernel<<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_high_map, b_high_map, a_chunks, b_chunks, nullptr, plan,
+                                                         int(m), int(n), k_stages, c_f32, c_bf16, beta);
     } else {
         cuda_allow_dynamic_shared_memory(reinterpret_cast<const void*>(&mx_gemm_wgmma_kernel<false, false>), kSharedBytes);
-        mx_gemm_wgmma_kernel<false, false><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_chunks, b_chunks, tile_ref,
-                                                                                     nullptr, nullptr, int(m), int(n), k_stages,
-                                                                                     c_f32, c_bf16, beta);
+        mx_gemm_wgmma_kernel<false, false><<<ctas, kThreads, kSharedBytes, stream>>>(a_map, b_map, a_map, b_map, a_chunks, b_chunks,
+                                                                                     tile_ref, Int8ChunkPlan{}, int(m), int(n),
+                                                                                     k_stages, c_f32, c_bf16, beta);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -1041,11 +1184,16 @@ MxGemmWindowGeometry mx_gemm_fp8_window_geometry(int64_t m, int64_t n, int64_t k
     return g;
 }
 
-unsigned mx_gemm_fp8_unfolded_blocks(const MxGemmScratch& scratch) {
-    if (scratch.unfolded.size() == 0) return 0;
+namespace {
+unsigned scratch_count(const MxGemmScratch& scratch, size_t index) {
+    if (scratch.unfolded.size() <= index) return 0;
     unsigned count = 0;
-    CUDA_CHECK(cudaMemcpy(&count, scratch.unfolded.data(), sizeof(unsigned), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&count, scratch.unfolded.data() + index, sizeof(unsigned), cudaMemcpyDeviceToHost));
     return count;
 }
+}  // namespace
+
+unsigned mx_gemm_fp8_unfolded_blocks(const MxGemmScratch& scratch) { return scratch_count(scratch, 0); }
+unsigned mx_gemm_fp8_two_plane_units(const MxGemmScratch& scratch) { return scratch_count(scratch, 1); }
 
 }  // namespace lowbit

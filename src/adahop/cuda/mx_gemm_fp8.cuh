@@ -66,6 +66,21 @@
 // 4 FP32 ops per element and block, ~0.25× BF16 where a whole GEMM goes that way) and chains its other chunks;
 // the decision is per (output tile, chunk) from one bit per (operand tile, chunk), so one outlying block costs
 // its chunk, not its tile's whole K (the first INT8 design decided per tile). K is padded to whole chunks (zero fill).
+//
+// Two planes (int8_stages, both folds). A line (or B's tile) whose chunk spans 4 ≤ d ≤ 7 binades over its base
+// (smallest live scale) keeps every block in the main int8 values as 2 · E2M1 · 2^e, e = s − base − 4h, with
+// h = 1 for the blocks 4 … 7 binades up (effective exponent base + 4h: the per-block path reads it as any other
+// block), and copies the h = 1 blocks into a high plane (zeros elsewhere). The true chunk value in units of
+// 2^base / 2 is main + 15 · high, so with one two-plane operand the chunk is two chained int32 sums, S = Σ main · B
+// and H = Σ high · B (each |·| < 2^22), promoted once as (float(S) + 15 · float(H)) · factors: float(S) and
+// float(H) are exact, 15 · float(H) + float(S) rounds once (an FFMA), then the promotion's FFMA: two roundings of
+// exact chunk sums, inside the FP32-summation-order bound. A tile takes two planes when any of its lines does
+// (its other lines' high planes are zeros). The producer loads a two-plane chunk's high plane as two more stages
+// (the high tile, the other operand's main tile again, the bases as staged exponents), only for output tiles whose
+// other operand's chunk has one plane; where both have two, the chunk goes block by block. On SmolLM2-135M's
+// operands (IHT, B per line) a 7-binade window leaves 0.2 % (fwd), 6.9 % (dgrad) and 0.8 % (wgrad) of the (output
+// tile, chunk) pairs outside, against 17–74 % for 3 (bench/results/analyze_model_smollm2_cpu_devbox.md; that census
+// also chains pairs where both operands need two planes). The CPU rule is adahop/int8_window.h.
 // Schedule: runs of chained chunks in steps of 4 chunks (then 2, then 1) with two int32 partials alternating, each chunk's wgmmas issued
 // before the previous chunk is promoted; every wgmma group a step opens is waited for inside it (a group left
 // running across the loop's back edge makes ptxas serialize all wgmmas, C7514). Measured (bench/results/
@@ -130,9 +145,18 @@ struct MxGemmScratch {
     DeviceBuffer<uint8_t> a_e4m3, b_e4m3;
     DeviceBuffer<uint8_t> a_scale_chunks, b_scale_chunks;  // the scales rearranged per (128-line tile, stage)
     DeviceBuffer<int32_t> b_tile_ref;  // folded B: reference exponent per (128-column tile, MX block)
-    DeviceBuffer<unsigned> unfolded;   // folded B: tile-blocks left unfolded by the last call (int8_stages: tile-chunks)
-    // int8_stages: per 128-line tile, one bit per chunk (set: the chunk inside the window); MxGemmWindowGeometry
-    DeviceBuffer<unsigned long long> a_chunk_ok, b_chunk_ok;
+    // folded B: [0] tile-blocks left unfolded by the last call; int8_stages: [0] tile-chunks outside the window,
+    // [1] tile-chunks inside with two planes
+    DeviceBuffer<unsigned> unfolded;
+    // int8_stages: per 128-line tile, one bit per chunk (set: the chunk inside the window, with one or two planes;
+    // two_planes: with two); MxGemmWindowGeometry
+    DeviceBuffer<unsigned long long> a_chunk_ok, b_chunk_ok, a_two_planes, b_two_planes;
+    // int8_stages: the high planes ([lines][K] int8, written in two-plane tile-chunks only) and their chunks of
+    // staged exponents (every block of a line carries its base)
+    DeviceBuffer<uint8_t> a_high, b_high, a_base_chunks, b_base_chunks;
+    // Measurement only: the INT8 stages with one plane (the 3-binade window alone; chunks spanning 4–7 binades go
+    // block by block, as before the two planes). bench_mx_gemm compares both in one run.
+    bool single_plane = false;
 };
 
 // How MXFP4 × MXFP4 products are scheduled (int8_stages is the fastest where the scales fit its window; the
@@ -167,6 +191,9 @@ void mx_gemm_fp8_cuda(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m,
 // lives in scratch.unfolded[0], reset by every call that counts (MxGemmWindowGeometry::units > 0), so a caller may
 // also read it on the device, in stream order after the call (LpMatmulCuda's census does).
 unsigned mx_gemm_fp8_unfolded_blocks(const MxGemmScratch& scratch);
+// int8_stages: the (operand, 128-line tile, chunk) triples the last call packed with two planes (scratch.unfolded[1];
+// 0 after other folds). Waits for the device.
+unsigned mx_gemm_fp8_two_plane_units(const MxGemmScratch& scratch);
 
 // What a call mx_gemm_fp8_cuda(a, b, m, n, k, …, fold) with these element types checks against its window: the
 // denominators of what it counts. Host only.
@@ -177,10 +204,11 @@ struct MxGemmWindowGeometry {
     // an empty product and the CUDA-core kernel (cuda_tma_usable() false; both leave the counter as it was).
     int64_t units = 0;
     // INT8 stages only (else 0): A's 128-row tiles, B's 128-column tiles and the 256-deep chunks of K. The call sets
-    // the first row_tiles · chunk_words words of scratch.a_chunk_ok (column_tiles · chunk_words of b_chunk_ok): chunk
-    // c of tile t is bit c % 64 of word t · chunk_words + c / 64, set when the chunk lies inside the window. Output
-    // tile (i, j) chains chunk c into one promotion when A's tile i and B's tile j both have bit c set; it takes
-    // the per-block path for that chunk otherwise.
+    // the first row_tiles · chunk_words words of scratch.a_chunk_ok and a_two_planes (column_tiles · chunk_words of
+    // b_chunk_ok and b_two_planes): chunk c of tile t is bit c % 64 of word t · chunk_words + c / 64, set in
+    // *_chunk_ok when the chunk lies inside the window and in *_two_planes when it needs two planes. Output tile
+    // (i, j) chains chunk c when A's tile i and B's tile j both have its chunk_ok bit and not both its two_planes
+    // bit; it takes the per-block path for that chunk otherwise.
     int64_t row_tiles = 0, column_tiles = 0, chunks = 0, chunk_words = 0;
 };
 MxGemmWindowGeometry mx_gemm_fp8_window_geometry(int64_t m, int64_t n, int64_t k, MxElement a, MxElement b, MxGemmFold fold);
