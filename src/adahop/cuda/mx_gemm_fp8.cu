@@ -559,17 +559,17 @@ __device__ __forceinline__ void issue_int8_chunk(int32_t (&part)[64], const MxGe
     wgmma_commit();
 }
 
-// A chunk's int32 sum as FP32: one plane, |S| < 2^22, exactly; two planes, S + 15 · H (exact in int32, |·| < 2^26:
-// the header's "Two planes") rounded once to nearest.
+// A chunk's sum as FP32: one plane, the int32 sum S (|S| < 2^22) converted exactly; two planes, the FP32 bits that
+// int8_two_plane_step left in place (15 · float(H) + float(S), rounded once).
 template <bool kTwoPlanes>
 __device__ __forceinline__ float chunk_sum(int32_t q) {
-    if constexpr (kTwoPlanes) return __int2float_rn(q);
+    if constexpr (kTwoPlanes) return __int_as_float(q);
     else return exact_float(q);
 }
 
 // C += chunk sum · 2^(base_A(row) − 127) · 2^(base_B − 127) / 4: every block of a shifted chunk carries its base as
 // effective exponent (in a two-plane chunk, the stage of the high plane carries the bases), so the first stage's
-// block 0 gives the chunk's (the 1/4 undoes the int8 encoding's 2 · 2). kTwoPlanes: part holds S + 15 · H.
+// block 0 gives the chunk's (the 1/4 undoes the int8 encoding's 2 · 2). kTwoPlanes: part holds FP32 bits (chunk_sum).
 template <bool kTwoPlanes>
 __device__ __forceinline__ void promote_int8_chunk(float (&acc)[64], int32_t (&part)[64], const MxGemmStage& st, int row_local) {
 #pragma unroll
@@ -693,10 +693,10 @@ __device__ __forceinline__ void int8_two_plane_step(float (&acc)[64], MxGemmShar
     issue_int8_chunk(high_part, planes[1], consumer);
     wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < 64; ++i) {  // the chunk's sum in main-plane units, S + 15 · H, as FP32 bits in place
         fence_operand(main_part[i]);
         fence_operand(high_part[i]);
-        main_part[i] += 15 * high_part[i];  // the chunk's true sum in main-plane units, exact
+        main_part[i] = __float_as_int(__fmaf_rn(exact_float(high_part[i]), 15.0f, exact_float(main_part[i])));
     }
     if constexpr (kColumnBases) promote_int8_block<true>(acc, main_part, *planes[1][0], 0, row_local, col_local);
     else promote_int8_chunk<true>(acc, main_part, *planes[1][0], row_local);
