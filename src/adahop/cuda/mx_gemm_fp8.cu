@@ -212,8 +212,8 @@ template <bool kPerLine>
 __global__ void __launch_bounds__(kPackThreads)
     pack_int8_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int lines, int k_blocks,
                      int k_stages, bool two_planes_allowed, uint8_t* __restrict__ out, uint8_t* __restrict__ high,
-                     uint8_t* __restrict__ chunks, uint8_t* __restrict__ base_chunks, unsigned long long* chunk_ok,
-                     unsigned long long* two_planes, int words_per_tile, unsigned* counts) {
+                     uint8_t* __restrict__ chunks, uint8_t* __restrict__ base_chunks, float* __restrict__ column_factors,
+                     unsigned long long* chunk_ok, unsigned long long* two_planes, int words_per_tile, unsigned* counts) {
     constexpr int kChunks = kPackStagesPerCta / kInt8ChunkStages, kChunkLanes = 4 * kInt8ChunkStages;
     __shared__ int smin[kChunks], smax[kChunks], sworst[kChunks];
     const int t = int(threadIdx.x), lane = t % 32;
@@ -281,6 +281,9 @@ __global__ void __launch_bounds__(kPackThreads)
         const int base = h < 0 ? 127 : l;  // nothing live: any base will do
         const int planes = kPerLine ? int8_planes(l, h, two_planes_allowed) : tile_planes;
         if (tile_planes == kPlanesTwo) base_chunks[at] = uint8_t(base);
+        if (kPerLine && column_factors && u % kBlocks == 0)  // the line's chunk factor 2^(base − 127) (NaN: never read)
+            column_factors[(int64_t(tile) * (k_stages / kInt8ChunkStages) + ks0 / kInt8ChunkStages) * kFoldTileRows + line] =
+                base >= 0 && base < 255 ? pow2f(base - 127) : 1.0f;
         if (scale[r] < 0) {  // past the operand: factor 1 for TMA's zero fill
             chunks[at] = 127;
             continue;
@@ -335,6 +338,7 @@ struct alignas(1024) MxGemmStage {          // 1024: the 128-byte swizzle patter
     uint8_t a_scale[kTileM][kBlocksPerStage];  // E8M0 bytes of each row's 4 blocks (staged_scales_kernel's chunks)
     uint8_t b_scale[kTileN][kBlocksPerStage];
     int32_t tile_ref[kBlocksPerStage];         // folded B: the tile-blocks' reference exponents (kUnfolded: per column)
+    float b_factor[kTileN];                    // INT8 stages with column bases: 2^(base − 127) of each line's chunk
 };
 static_assert(sizeof(MxGemmStage) == 34 * 1024, "stage: A and B tiles 16 KB each, the scale chunks 512 B each, padding");
 static_assert(kFoldTileRows == kTileN, "B is folded per GEMM column tile");
@@ -611,6 +615,26 @@ __device__ __forceinline__ void promote_int8_block(float (&acc)[64], int32_t (&p
     }
 }
 
+// Column bases (MxGemmFold::int8_stages_columns): a chained chunk's sum times per-row × per-column factors, the row's
+// decoded from its base byte, the columns' read as FP32 (st.b_factor, written by the pack pass: no byte load and
+// decode per column; two scalar loads per column pair, as an 8-byte load made ptxas spill); kTwoPlanes as for
+// promote_int8_chunk.
+template <bool kTwoPlanes>
+__device__ __forceinline__ void promote_int8_columns(float (&acc)[64], int32_t (&part)[64], const MxGemmStage& st, int row_local,
+                                                     int col_local) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) fence_operand(part[i]);
+    const float fa0 = decode_e8m0(st.a_scale[row_local][0]) * 0.25f, fa1 = decode_e8m0(st.a_scale[row_local + 8][0]) * 0.25f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const float fb0 = st.b_factor[8 * j + col_local], fb1 = st.b_factor[8 * j + col_local + 1];
+        acc[4 * j + 0] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 0]), fa0 * fb0, acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 1]), fa0 * fb1, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 2]), fa1 * fb0, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 3]), fa1 * fb1, acc[4 * j + 3]);
+    }
+}
+
 // Every lane of the warp is done with the stage (its wgmmas waited on, its scales read): one arrival per warp.
 __device__ __forceinline__ void release_stage(uint64_t* empty, int lane) {
     __syncwarp();
@@ -639,8 +663,9 @@ __device__ __forceinline__ void stage_block_by_block(Part (&part0)[64], Part (&p
 // previous chunk is promoted, and every group opened here is also waited for here (a group still running at the
 // loop's back edge makes ptxas serialize every wgmma of the kernel).
 // kColumnBases (MxGemmFold::int8_stages_columns): B's lines carry their own bases, so a chunk is promoted with
-// per-row × per-column factors (promote_int8_block on the chunk's first block, whose effective exponents are the
-// bases) instead of the per-row factor times one tile factor.
+// per-row × per-column factors (promote_int8_columns: the row's from the chunk's first block, whose effective
+// exponents are the bases, the columns' from the pack pass's FP32 factors) instead of the per-row factor times one
+// tile factor.
 template <int kChunks, bool kColumnBases>
 __device__ __forceinline__ void int8_chained_step(float (&acc)[64], MxGemmShared& sh, uint32_t use, int consumer, int row_local,
                                                   int col_local, int lane) {
@@ -665,7 +690,7 @@ __device__ __forceinline__ void int8_chained_step(float (&acc)[64], MxGemmShared
         if (c + 1 < kChunks) wgmma_wait<1>();
         else wgmma_wait<0>();
         int32_t(&part)[64] = c % 2 ? part1 : part0;
-        if constexpr (kColumnBases) promote_int8_block<false>(acc, part, *chunk[c][0], 0, row_local, col_local);
+        if constexpr (kColumnBases) promote_int8_columns<false>(acc, part, *chunk[c][0], row_local, col_local);
         else promote_int8_chunk<false>(acc, part, *chunk[c][0], row_local);
 #pragma unroll
         for (int i = 0; i < kInt8ChunkStages; ++i) release_stage(&sh.empty[(use + c * kInt8ChunkStages + i) % kStages], lane);
@@ -698,7 +723,7 @@ __device__ __forceinline__ void int8_two_plane_step(float (&acc)[64], MxGemmShar
         fence_operand(high_part[i]);
         main_part[i] = __float_as_int(__fmaf_rn(exact_float(high_part[i]), 15.0f, exact_float(main_part[i])));
     }
-    if constexpr (kColumnBases) promote_int8_block<true>(acc, main_part, *planes[1][0], 0, row_local, col_local);
+    if constexpr (kColumnBases) promote_int8_columns<true>(acc, main_part, *planes[1][0], row_local, col_local);
     else promote_int8_chunk<true>(acc, main_part, *planes[1][0], row_local);
 #pragma unroll
     for (int i = 0; i < 2 * kInt8ChunkStages; ++i) release_stage(&sh.empty[(use + i) % kStages], lane);
@@ -708,6 +733,7 @@ __device__ __forceinline__ void int8_two_plane_step(float (&acc)[64], MxGemmShar
 struct Int8ChunkPlan {
     const unsigned long long *a_ok = nullptr, *b_ok = nullptr, *a_two = nullptr, *b_two = nullptr;
     const uint8_t *a_base = nullptr, *b_base = nullptr;  // the bases as staged exponents, two-plane tile-chunks only
+    const float* b_factors = nullptr;  // column bases: [B tile][chunk][128 lines] 2^(base − 127), copied with each stage
     int words = 0;
 };
 
@@ -755,7 +781,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // full as the consumers allow. A two-plane chunk gets two more stages: the high plane of its two-plane
         // operand with that operand's bases, and the other operand's main tile and exponents again.
         if (threadIdx.x != 0) return;
-        const uint32_t tx = kStageTxBytes + 2 * kScaleChunkBytes + (b_tile_ref ? uint32_t(sizeof(int32_t) * kBlocksPerStage) : 0u);
+        constexpr uint32_t kFactorBytes = uint32_t(sizeof(float)) * kTileN;
+        const uint32_t tx = kStageTxBytes + 2 * kScaleChunkBytes + (b_tile_ref ? uint32_t(sizeof(int32_t) * kBlocksPerStage) : 0u) +
+                            (plan.b_factors ? kFactorBytes : 0u);
         uint32_t use = 0;
         for (int t = int(blockIdx.x); t < grid.count(); t += int(gridDim.x)) {
             int m0, n0;
@@ -773,6 +801,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 bulk_load(st.b_scale, b_exp + (b_chunk + ks) * kScaleChunkBytes, kScaleChunkBytes, &sh.full[slot]);
                 if (b_tile_ref)
                     bulk_load(st.tile_ref, b_tile_ref + (b_chunk + ks) * kBlocksPerStage, sizeof(int32_t) * kBlocksPerStage,
+                              &sh.full[slot]);
+                if (plan.b_factors)  // chunk ks / 2 of B's tile n0 / 128
+                    bulk_load(st.b_factor, plan.b_factors + (b_chunk / kInt8ChunkStages + ks / kInt8ChunkStages) * kTileN, kFactorBytes,
                               &sh.full[slot]);
                 ++use;
             };
@@ -983,7 +1014,8 @@ const uint8_t* folded_b_codes(const MxGemmOperand& b, int64_t n, int64_t k, MxGe
 }
 
 // Both MXFP4 operands packed for the INT8 path: int8 bytes in a_e4m3 / b_e4m3, effective exponents in the scale
-// chunks, the per-(tile, chunk) bits, and (two planes) the high planes with their bases; k_stages a multiple of
+// chunks, the per-(tile, chunk) bits, (two planes) the high planes with their bases, and (B per line) B's chunk
+// factors as FP32; k_stages a multiple of
 // kInt8ChunkStages (the padding is TMA's zero fill). s.unfolded: [0] tile-chunks outside, [1] with two planes.
 void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int64_t n, int64_t k, int k_stages,
                         bool b_per_line, MxGemmScratch& s, cudaStream_t stream) {
@@ -994,7 +1026,7 @@ void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t 
     const bool two_planes = !s.single_plane;
     auto pack = [&](const MxGemmOperand& op, int64_t lines, DeviceBuffer<uint8_t>& values, DeviceBuffer<uint8_t>& high,
                     DeviceBuffer<uint8_t>& chunks, DeviceBuffer<uint8_t>& base_chunks, DeviceBuffer<unsigned long long>& ok,
-                    DeviceBuffer<unsigned long long>& two, bool per_line) {
+                    DeviceBuffer<unsigned long long>& two, bool per_line, float* column_factors) {
         const int tiles = int((lines + kTileM - 1) / kTileM);
         const size_t chunk_bytes = size_t(tiles) * size_t(k_stages) * kScaleChunkBytes, bit_words = size_t(tiles) * size_t(words);
         uint8_t* out = values.grow(size_t(lines * k));
@@ -1008,11 +1040,13 @@ void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t 
         const dim3 grid(unsigned(tiles), unsigned((k_stages + kPackStagesPerCta - 1) / kPackStagesPerCta));
         const auto kernel = per_line ? &pack_int8_kernel<true> : &pack_int8_kernel<false>;
         kernel<<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, two_planes, out, hi, ch, bases,
-                                                  ok_bits, two_bits, words, counts);
+                                                  column_factors, ok_bits, two_bits, words, counts);
         CUDA_CHECK(cudaGetLastError());
     };
-    pack(a, m, s.a_e4m3, s.a_high, s.a_scale_chunks, s.a_base_chunks, s.a_chunk_ok, s.a_two_planes, true);
-    pack(b, n, s.b_e4m3, s.b_high, s.b_scale_chunks, s.b_base_chunks, s.b_chunk_ok, s.b_two_planes, b_per_line);
+    pack(a, m, s.a_e4m3, s.a_high, s.a_scale_chunks, s.a_base_chunks, s.a_chunk_ok, s.a_two_planes, true, nullptr);
+    const size_t factors = size_t((n + kTileN - 1) / kTileN) * size_t(k_stages / kInt8ChunkStages) * kTileN;
+    pack(b, n, s.b_e4m3, s.b_high, s.b_scale_chunks, s.b_base_chunks, s.b_chunk_ok, s.b_two_planes, b_per_line,
+         b_per_line ? s.b_column_factors.grow(factors) : nullptr);
 }
 
 // Which schedule the wgmma kernel runs for these element types under `fold` (the INT8 stages need MXFP4 on both
@@ -1087,6 +1121,7 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
         plan.a_two = s.a_two_planes.data();
         plan.b_two = s.b_two_planes.data();
         plan.words = int8_chunk_words(k_stages);
+        if (schedule.column_bases) plan.b_factors = s.b_column_factors.data();
         CUtensorMap a_high_map = a_map, b_high_map = b_map;  // single plane: never loaded
         if (!s.single_plane) {
             plan.a_base = s.a_base_chunks.data();

@@ -154,6 +154,7 @@ struct MxGemmScratch {
     // int8_stages: the high planes ([lines][K] int8, written in two-plane tile-chunks only) and their chunks of
     // staged exponents (every block of a line carries its base)
     DeviceBuffer<uint8_t> a_high, b_high, a_base_chunks, b_base_chunks;
+    DeviceBuffer<float> b_column_factors;  // int8_stages_columns: 2^(base − 127) per (B tile, chunk, line)
     // Measurement only: the INT8 stages with one plane (the 3-binade window alone; chunks spanning 4–7 binades go
     // block by block, as before the two planes). bench_mx_gemm compares both in one run.
     bool single_plane = false;
