@@ -380,15 +380,15 @@ TEST(MxGemmFp8, Int8StagesMatchExactProduct) {
     }
 }
 
-// Block 1 of `chunk` in `line` set `binades` above every other block of the chunk in that line: with 4 … 7 the
-// chunk takes two planes (under either fold of B, for the spreads int8_rows and int8_flat, whose chunks span ≤ 3),
-// with 8 or more it is outside.
-void push_block(HostOperand& op, int64_t line, int64_t chunk, int binades) {
+// Block `block` (of 8) of `chunk` in `line` set `binades` above every other block of the chunk in that line: with
+// 4 … 7 the chunk takes two planes (under either fold of B, for the spreads int8_rows and int8_flat, whose chunks span
+// ≤ 3), with 8 or more it is outside.
+void push_block(HostOperand& op, int64_t line, int64_t chunk, int binades, int64_t block = 1) {
     const int64_t kb0 = chunk * 8;
     int highest = 0;
     for (int64_t kb = kb0; kb < kb0 + 8 && kb < op.blocks(); ++kb)
-        if (kb != kb0 + 1) highest = std::max<int>(highest, op.scales[size_t(line * op.blocks() + kb)]);
-    op.scales[size_t(line * op.blocks() + kb0 + 1)] = uint8_t(highest + binades);
+        if (kb != kb0 + block) highest = std::max<int>(highest, op.scales[size_t(line * op.blocks() + kb)]);
+    op.scales[size_t(line * op.blocks() + kb0 + block)] = uint8_t(highest + binades);
 }
 
 // The path is decided per (output tile, chunk): chunks outside the window at the start and the end of K, next to each
@@ -423,8 +423,8 @@ TEST(MxGemmFp8, Int8StagesDecidePerChunk) {
 // each (every A tile-chunk two-plane) against one-plane B, the mirror, and both two-plane. Then a mix over K = 17408
 // (68 chunks, two words of bits): runs of two-plane chunks in A's tile 0 (up to and across the word boundary), a
 // chunk outside and a two-plane one in its tile 1, two-plane chunks of B's tile 1 that meet A's (block by block
-// there) or not, and B's tile 2 with a chunk outside and a two-plane one, so the producer's extra stages and the
-// consumers' steps must agree in every output tile. Each against the exact product, under both folds of B, with
+// there) or not, B's tile 2 with a chunk outside and a two-plane one, and high planes of 1, 2, 3 and 8 blocks, so
+// the producer's extra stages, the compacted high planes and the consumers' steps must agree in every output tile. Each against the exact product, under both folds of B, with
 // the counts of the CPU census (adahop/int8_window.h); single_plane computes the same products within the same bound.
 TEST(MxGemmFp8, Int8StagesTwoPlanes) {
     REQUIRE_GPU();
@@ -456,13 +456,28 @@ TEST(MxGemmFp8, Int8StagesTwoPlanes) {
     const int64_t k = 17408;
     HostOperand a = random_operand(m, k, MxElement::e2m1, Spread::int8_rows, 157);
     HostOperand b = random_operand(n, k, MxElement::e2m1, Spread::int8_flat, 158);
-    for (const int64_t c : {0, 1, 2, 3, 8, 9, 10, 11, 12, 40, 63, 64, 67}) push_block(a, 5, c, 4 + int(c % 4));
+    // 4 binades over a line's highest keep its chunk within 7 over its smallest (two planes); 8 or more: outside
+    for (const int64_t c : {0, 1, 2, 3, 8, 9, 10, 11, 12, 40, 63, 64, 67}) push_block(a, 5, c, 4);
     push_block(a, 150, 9, 8);
-    push_block(a, 150, 20, 5);
-    for (const int64_t c : {2, 9, 30, 64}) push_block(b, 131, c, 6);
+    push_block(a, 150, 20, 4);
+    for (const int64_t c : {2, 9, 30, 64}) push_block(b, 131, c, 4);
     push_block(b, 259, 3, 9);
-    push_block(b, 259, 66, 7);
+    push_block(b, 259, 66, 4);
+    // high planes of several blocks, compacted: A's tile 0 chunk 8 holds blocks 1, 3 and 6 up, B's tile 1 chunk 30
+    // blocks 1 and 7, B's tile 0 chunk 50 all eight
+    push_block(a, 60, 8, 4, 6);
+    push_block(a, 100, 8, 4, 3);
+    push_block(b, 200, 30, 4, 7);
+    for (int64_t blk = 0; blk < 8; ++blk) push_block(b, 10 + blk, 50, 4, blk);
     check(a, b, "mixed");
+    MxGemmScratch scratch;
+    run_gemm(a, b, false, &scratch, MxGemmFold::int8_stages_columns);
+    const std::vector<uint8_t> a_blocks = to_host(scratch.a_high_blocks), b_blocks = to_host(scratch.b_high_blocks);
+    const int64_t chunks = k / 256;
+    EXPECT_EQ(int(a_blocks[size_t(0 * chunks + 8)]), (1 << 1) | (1 << 3) | (1 << 6));
+    EXPECT_EQ(int(a_blocks[size_t(0 * chunks + 40)]), 1 << 1);
+    EXPECT_EQ(int(b_blocks[size_t(1 * chunks + 30)]), (1 << 1) | (1 << 7));
+    EXPECT_EQ(int(b_blocks[size_t(0 * chunks + 50)]), 0xFF);
 }
 
 // B whose lines sit 40 binades apart (int8_rows) but span ≤ 3 each: with one base per 128-line tile every B unit is

@@ -213,14 +213,18 @@ __global__ void __launch_bounds__(kPackThreads)
     pack_int8_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int lines, int k_blocks,
                      int k_stages, bool two_planes_allowed, uint8_t* __restrict__ out, uint8_t* __restrict__ high,
                      uint8_t* __restrict__ chunks, uint8_t* __restrict__ base_chunks, float* __restrict__ column_factors,
-                     unsigned long long* chunk_ok, unsigned long long* two_planes, int words_per_tile, unsigned* counts) {
+                     uint8_t* __restrict__ high_blocks, unsigned long long* chunk_ok, unsigned long long* two_planes,
+                     int words_per_tile, unsigned* counts) {
     constexpr int kChunks = kPackStagesPerCta / kInt8ChunkStages, kChunkLanes = 4 * kInt8ChunkStages;
+    static_assert(kChunks == 1, "the lanes' block index (lane % 8) is the chunk's: one chunk per CTA");
     __shared__ int smin[kChunks], smax[kChunks], sworst[kChunks];
+    __shared__ unsigned smask[kChunks];
     const int t = int(threadIdx.x), lane = t % 32;
     if (t < kChunks) {
         smin[t] = 1 << 30;
         smax[t] = -1;
         sworst[t] = kPlanesOne;
+        smask[t] = 0;
     }
     __syncthreads();
     constexpr int kBlocks = 4 * kPackStagesPerCta, kUnits = kFoldTileRows * kBlocks / kPackThreads;
@@ -271,50 +275,67 @@ __global__ void __launch_bounds__(kPackThreads)
             atomicAdd(&counts[1], 1u);
         }
     }
+    // Per unit: its base, and its shift and effective exponent (one plane → s − base over base; two planes, in a
+    // two-plane tile → the same less 4 over base + 4 for the blocks 4 … 7 up; otherwise unshifted over its own scale).
+    struct Encoding {
+        int base, shift, eff;
+        bool up;  // the block goes to the high plane
+    };
+    const auto encode = [&](int r) {
+        const int l = kPerLine ? lo[r] : smin[chunk], h = kPerLine ? hi[r] : smax[chunk];
+        Encoding e{h < 0 ? 127 : l, 0, scale[r], false};  // nothing live: any base will do
+        const int planes = kPerLine ? int8_planes(l, h, two_planes_allowed) : tile_planes;
+        if (scale[r] >= 0 && (planes == kPlanesOne || (planes == kPlanesTwo && tile_planes == kPlanesTwo))) {
+            e.shift = live[r] ? scale[r] - e.base : 0;
+            e.up = e.shift >= kInt8HighShift;
+            e.shift -= e.up ? kInt8HighShift : 0;
+            e.eff = e.base + (e.up ? kInt8HighShift : 0);
+        }
+        return e;
+    };
+    // A two-plane tile-chunk's high plane holds only its blocks with a value 4 … 7 up in some line (bit b of
+    // high_blocks), compacted to the chunk's first popcount slots, so the GEMM multiplies only those.
+    if (tile_planes == kPlanesTwo) {
+#pragma unroll
+        for (int r = 0; r < kUnits; ++r)
+            if (encode(r).up) atomicOr(&smask[chunk], 1u << (lane % kBlocks));
+    }
+    __syncthreads();
+    if (tile_planes == kPlanesTwo && t < kChunks && ks0 + t * kInt8ChunkStages < k_stages)
+        high_blocks[int64_t(tile) * (k_stages / kInt8ChunkStages) + (ks0 + t * kInt8ChunkStages) / kInt8ChunkStages] = uint8_t(smask[t]);
 #pragma unroll
     for (int r = 0; r < kUnits; ++r) {
         const int u = t + kPackThreads * r, line = u / kBlocks, row = row0 + line, kb = ks0 * 4 + u % kBlocks;
         const int stage = ks0 + (u % kBlocks) / 4;
         if (stage >= k_stages) continue;
         const int64_t at = ((int64_t(tile) * k_stages + stage) * kFoldTileRows + line) * 4 + (u % 4);
-        const int l = kPerLine ? lo[r] : smin[chunk], h = kPerLine ? hi[r] : smax[chunk];
-        const int base = h < 0 ? 127 : l;  // nothing live: any base will do
-        const int planes = kPerLine ? int8_planes(l, h, two_planes_allowed) : tile_planes;
-        if (tile_planes == kPlanesTwo) base_chunks[at] = uint8_t(base);
+        const Encoding e = encode(r);
+        if (tile_planes == kPlanesTwo) base_chunks[at] = uint8_t(e.base);
         if (kPerLine && column_factors && u % kBlocks == 0)  // the line's chunk factor 2^(base − 127) (NaN: never read)
             column_factors[(int64_t(tile) * (k_stages / kInt8ChunkStages) + ks0 / kInt8ChunkStages) * kFoldTileRows + line] =
-                base >= 0 && base < 255 ? pow2f(base - 127) : 1.0f;
+                e.base >= 0 && e.base < 255 ? pow2f(e.base - 127) : 1.0f;
         if (scale[r] < 0) {  // past the operand: factor 1 for TMA's zero fill
             chunks[at] = 127;
             continue;
         }
-        // shift and effective exponent: one plane → s − base over base; two planes (in a two-plane tile) → the same,
-        // less 4 over base + 4 for the blocks 4 … 7 up; otherwise unshifted over the block's own scale
-        int shift = 0, eff = scale[r];
-        bool up = false;
-        if (planes == kPlanesOne || (planes == kPlanesTwo && tile_planes == kPlanesTwo)) {
-            shift = live[r] ? scale[r] - base : 0;
-            up = shift >= kInt8HighShift;
-            shift -= up ? kInt8HighShift : 0;
-            eff = base + (up ? kInt8HighShift : 0);
-        }
-        chunks[at] = uint8_t(eff);
+        chunks[at] = uint8_t(e.eff);
         const uint32_t in[4] = {code[r].x, code[r].y, code[r].z, code[r].w};
         uint32_t word[8];
 #pragma unroll
         for (int w = 0; w < 8; ++w) {
             const uint32_t packed = in[w / 2] >> (16 * (w % 2));
-            word[w] = int8_of_e2m1(packed & 0xFu, shift) | int8_of_e2m1((packed >> 4) & 0xFu, shift) << 8 |
-                      int8_of_e2m1((packed >> 8) & 0xFu, shift) << 16 | int8_of_e2m1((packed >> 12) & 0xFu, shift) << 24;
+            word[w] = int8_of_e2m1(packed & 0xFu, e.shift) | int8_of_e2m1((packed >> 4) & 0xFu, e.shift) << 8 |
+                      int8_of_e2m1((packed >> 8) & 0xFu, e.shift) << 16 | int8_of_e2m1((packed >> 12) & 0xFu, e.shift) << 24;
         }
-        const int64_t value_at = (int64_t(row) * k_blocks + kb) * kMxBlock;
-        uint4* dst = reinterpret_cast<uint4*>(out + value_at);
+        uint4* dst = reinterpret_cast<uint4*>(out + (int64_t(row) * k_blocks + kb) * kMxBlock);
         dst[0] = make_uint4(word[0], word[1], word[2], word[3]);
         dst[1] = make_uint4(word[4], word[5], word[6], word[7]);
-        if (tile_planes == kPlanesTwo) {  // the high plane: this block's values where it lies 4 … 7 up, else zeros
-            uint4* hdst = reinterpret_cast<uint4*>(high + value_at);
-            hdst[0] = up ? make_uint4(word[0], word[1], word[2], word[3]) : make_uint4(0, 0, 0, 0);
-            hdst[1] = up ? make_uint4(word[4], word[5], word[6], word[7]) : make_uint4(0, 0, 0, 0);
+        const unsigned mask = smask[chunk], b = unsigned(lane % kBlocks);
+        if (tile_planes == kPlanesTwo && ((mask >> b) & 1u)) {  // slot p of the compacted high plane: this block, or zeros
+            const int p = __popc(mask & ((1u << b) - 1u));
+            uint4* hdst = reinterpret_cast<uint4*>(high + (int64_t(row) * k_blocks + ks0 * 4 + p) * kMxBlock);
+            hdst[0] = e.up ? make_uint4(word[0], word[1], word[2], word[3]) : make_uint4(0, 0, 0, 0);
+            hdst[1] = e.up ? make_uint4(word[4], word[5], word[6], word[7]) : make_uint4(0, 0, 0, 0);
         }
     }
 }
@@ -698,12 +719,49 @@ __device__ __forceinline__ void int8_chained_step(float (&acc)[64], MxGemmShared
     }
 }
 
+// The wgmmas of one two-plane chunk, all waited for here: the main plane's 8 blocks chained into `main`, and the high
+// plane's kHigh compacted blocks into `high`, block i of the high plane (stage i / 4 of `high_st`, the two-plane
+// operand) against the block of the i-th set bit of `blocks` in the other operand's main plane. kHigh is fixed per
+// code path, so ptxas keeps the wgmmas asynchronous (a wgmma under a condition would serialize them).
+template <int kHigh>
+__device__ __forceinline__ void issue_two_planes(int32_t (&main)[64], int32_t (&high)[64], const MxGemmStage* const (&main_st)[kInt8ChunkStages],
+                                                 const MxGemmStage* const (&high_st)[kInt8ChunkStages], bool a_high, unsigned blocks,
+                                                 int consumer) {
+    wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < kInt8ChunkStages; ++i)
+#pragma unroll
+        for (int kb = 0; kb < kBlocksPerStage; ++kb) {
+            const uint64_t a = sw128_kmajor_descriptor(main_st[i]->a + consumer * 64 * kStageK + kb * kMxBlock);
+            const uint64_t b = sw128_kmajor_descriptor(main_st[i]->b + kb * kMxBlock);
+            if (i == 0 && kb == 0) wgmma_m64n128k32_s8<0>(main, a, b);
+            else wgmma_m64n128k32_s8<1>(main, a, b);
+        }
+#pragma unroll
+    for (int i = 0; i < kHigh; ++i) {
+        const int block = __ffs(int(blocks)) - 1;  // the i-th set bit
+        blocks &= blocks - 1u;
+        const MxGemmStage& h = *high_st[i / kBlocksPerStage];
+        static_assert(kInt8ChunkStages == 2, "a block of the chunk lies in its first or its second stage");
+        const MxGemmStage& o = block < kBlocksPerStage ? *main_st[0] : *main_st[1];  // a select: no indexed local array
+        const int hk = (i % kBlocksPerStage) * kMxBlock, ok = (block % kBlocksPerStage) * kMxBlock;
+        const uint64_t a = sw128_kmajor_descriptor(a_high ? h.a + consumer * 64 * kStageK + hk : o.a + consumer * 64 * kStageK + ok);
+        const uint64_t b = sw128_kmajor_descriptor(a_high ? o.b + ok : h.b + hk);
+        if (i == 0) wgmma_m64n128k32_s8<0>(high, a, b);
+        else wgmma_m64n128k32_s8<1>(high, a, b);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
 // One two-plane chunk (the header's "Two planes") from pipeline use `use` on: its two main stages, then the two
-// stages the producer loaded with one operand's high plane (and that operand's bases as staged exponents), chained
-// into the two partials, waited for together and promoted once from the high stages' exponents.
+// stages the producer loaded with one operand's high plane (and that operand's bases as staged exponents). The high
+// plane's blocks (`high_blocks`, bit b: block b has a value 4 … 7 up in some line of the tile) are compacted to its
+// first slots; only those are multiplied, against the same blocks of the other operand. Promoted once from the high
+// stages' exponents.
 template <bool kColumnBases>
-__device__ __forceinline__ void int8_two_plane_step(float (&acc)[64], MxGemmShared& sh, uint32_t use, int consumer, int row_local,
-                                                    int col_local, int lane) {
+__device__ __forceinline__ void int8_two_plane_step(float (&acc)[64], MxGemmShared& sh, uint32_t use, bool a_high, unsigned high_blocks,
+                                                    int consumer, int row_local, int col_local, int lane) {
     int32_t main_part[64], high_part[64];
     const MxGemmStage* planes[2][kInt8ChunkStages];
 #pragma unroll
@@ -714,9 +772,16 @@ __device__ __forceinline__ void int8_two_plane_step(float (&acc)[64], MxGemmShar
             mbarrier_wait(&sh.full[u % kStages], (u / kStages) & 1u);
             planes[p][i] = &sh.stage[u % kStages];
         }
-    issue_int8_chunk(main_part, planes[0], consumer);
-    issue_int8_chunk(high_part, planes[1], consumer);
-    wgmma_wait<0>();
+    switch (__popc(high_blocks)) {  // ≥ 1: a two-plane chunk has a block 4 … 7 up
+        case 1: issue_two_planes<1>(main_part, high_part, planes[0], planes[1], a_high, high_blocks, consumer); break;
+        case 2: issue_two_planes<2>(main_part, high_part, planes[0], planes[1], a_high, high_blocks, consumer); break;
+        case 3: issue_two_planes<3>(main_part, high_part, planes[0], planes[1], a_high, high_blocks, consumer); break;
+        case 4: issue_two_planes<4>(main_part, high_part, planes[0], planes[1], a_high, high_blocks, consumer); break;
+        case 5: issue_two_planes<5>(main_part, high_part, planes[0], planes[1], a_high, high_blocks, consumer); break;
+        case 6: issue_two_planes<6>(main_part, high_part, planes[0], planes[1], a_high, high_blocks, consumer); break;
+        case 7: issue_two_planes<7>(main_part, high_part, planes[0], planes[1], a_high, high_blocks, consumer); break;
+        default: issue_two_planes<8>(main_part, high_part, planes[0], planes[1], a_high, high_blocks, consumer); break;
+    }
 #pragma unroll
     for (int i = 0; i < 64; ++i) {  // the chunk's sum in main-plane units, S + 15 · H, as FP32 bits in place
         fence_operand(main_part[i]);
@@ -734,6 +799,7 @@ struct Int8ChunkPlan {
     const unsigned long long *a_ok = nullptr, *b_ok = nullptr, *a_two = nullptr, *b_two = nullptr;
     const uint8_t *a_base = nullptr, *b_base = nullptr;  // the bases as staged exponents, two-plane tile-chunks only
     const float* b_factors = nullptr;  // column bases: [B tile][chunk][128 lines] 2^(base − 127), copied with each stage
+    const uint8_t *a_high_blocks = nullptr, *b_high_blocks = nullptr;  // [tile][chunk]: the high plane's blocks (bit b)
     int words = 0;
 };
 
@@ -873,7 +939,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                         use += kInt8ChunkStages;
                     }
                 } else if (two_planes) {
-                    int8_two_plane_step<kColumnBases>(acc, sh, use, consumer, row_local, col_local, lane);
+                    const bool a_high = ((word.a_high >> (c % 64)) & 1u) != 0;
+                    const int64_t at = int64_t(a_high ? m0 / kTileM : n0 / kTileN) * chunks + c;
+                    const unsigned blocks = (a_high ? plan.a_high_blocks : plan.b_high_blocks)[at];
+                    int8_two_plane_step<kColumnBases>(acc, sh, use, a_high, blocks, consumer, row_local, col_local, lane);
                     use += 2 * kInt8ChunkStages;
                     ++c;
                 } else {  // chunk c block by block
@@ -1026,13 +1095,15 @@ void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t 
     const bool two_planes = !s.single_plane;
     auto pack = [&](const MxGemmOperand& op, int64_t lines, DeviceBuffer<uint8_t>& values, DeviceBuffer<uint8_t>& high,
                     DeviceBuffer<uint8_t>& chunks, DeviceBuffer<uint8_t>& base_chunks, DeviceBuffer<unsigned long long>& ok,
-                    DeviceBuffer<unsigned long long>& two, bool per_line, float* column_factors) {
+                    DeviceBuffer<unsigned long long>& two, DeviceBuffer<uint8_t>& high_blocks, bool per_line,
+                    float* column_factors) {
         const int tiles = int((lines + kTileM - 1) / kTileM);
         const size_t chunk_bytes = size_t(tiles) * size_t(k_stages) * kScaleChunkBytes, bit_words = size_t(tiles) * size_t(words);
         uint8_t* out = values.grow(size_t(lines * k));
         uint8_t* ch = chunks.grow(chunk_bytes);
         uint8_t* hi = two_planes ? high.grow(size_t(lines * k)) : nullptr;
         uint8_t* bases = two_planes ? base_chunks.grow(chunk_bytes) : nullptr;
+        uint8_t* blocks = two_planes ? high_blocks.grow(size_t(tiles) * size_t(k_stages / kInt8ChunkStages)) : nullptr;
         unsigned long long* ok_bits = ok.grow(bit_words);
         unsigned long long* two_bits = two.grow(bit_words);
         CUDA_CHECK(cudaMemsetAsync(ok_bits, 0xFF, sizeof(unsigned long long) * bit_words, stream));
@@ -1040,12 +1111,12 @@ void pack_int8_operands(const MxGemmOperand& a, const MxGemmOperand& b, int64_t 
         const dim3 grid(unsigned(tiles), unsigned((k_stages + kPackStagesPerCta - 1) / kPackStagesPerCta));
         const auto kernel = per_line ? &pack_int8_kernel<true> : &pack_int8_kernel<false>;
         kernel<<<grid, kPackThreads, 0, stream>>>(op.codes, op.scales, int(lines), k_blocks, k_stages, two_planes, out, hi, ch, bases,
-                                                  column_factors, ok_bits, two_bits, words, counts);
+                                                  column_factors, blocks, ok_bits, two_bits, words, counts);
         CUDA_CHECK(cudaGetLastError());
     };
-    pack(a, m, s.a_e4m3, s.a_high, s.a_scale_chunks, s.a_base_chunks, s.a_chunk_ok, s.a_two_planes, true, nullptr);
+    pack(a, m, s.a_e4m3, s.a_high, s.a_scale_chunks, s.a_base_chunks, s.a_chunk_ok, s.a_two_planes, s.a_high_blocks, true, nullptr);
     const size_t factors = size_t((n + kTileN - 1) / kTileN) * size_t(k_stages / kInt8ChunkStages) * kTileN;
-    pack(b, n, s.b_e4m3, s.b_high, s.b_scale_chunks, s.b_base_chunks, s.b_chunk_ok, s.b_two_planes, b_per_line,
+    pack(b, n, s.b_e4m3, s.b_high, s.b_scale_chunks, s.b_base_chunks, s.b_chunk_ok, s.b_two_planes, s.b_high_blocks, b_per_line,
          b_per_line ? s.b_column_factors.grow(factors) : nullptr);
 }
 
@@ -1126,6 +1197,8 @@ void launch_wgmma(const MxGemmOperand& a, const MxGemmOperand& b, int64_t m, int
         if (!s.single_plane) {
             plan.a_base = s.a_base_chunks.data();
             plan.b_base = s.b_base_chunks.data();
+            plan.a_high_blocks = s.a_high_blocks.data();
+            plan.b_high_blocks = s.b_high_blocks.data();
             a_high_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, s.a_high.data(), uint64_t(k), uint64_t(m), uint64_t(k),
                                             kStageK, kTileM, CU_TENSOR_MAP_SWIZZLE_128B);
             b_high_map = cuda_tensor_map_2d(CU_TENSOR_MAP_DATA_TYPE_UINT8, s.b_high.data(), uint64_t(k), uint64_t(n), uint64_t(k),

@@ -155,6 +155,9 @@ struct MxGemmScratch {
     // staged exponents (every block of a line carries its base)
     DeviceBuffer<uint8_t> a_high, b_high, a_base_chunks, b_base_chunks;
     DeviceBuffer<float> b_column_factors;  // int8_stages_columns: 2^(base − 127) per (B tile, chunk, line)
+    // two-plane tile-chunks: bit b set where the chunk's block b holds a value 4–7 binades up in some line; the high
+    // plane holds those blocks compacted to the chunk's first slots
+    DeviceBuffer<uint8_t> a_high_blocks, b_high_blocks;
     // Measurement only: the INT8 stages with one plane (the 3-binade window alone; chunks spanning 4–7 binades go
     // block by block, as before the two planes). bench_mx_gemm compares both in one run.
     bool single_plane = false;
