@@ -75,9 +75,12 @@
 // and H = Σ high · B (each |·| < 2^22), promoted once as (float(S) + 15 · float(H)) · factors: float(S) and
 // float(H) are exact, 15 · float(H) + float(S) rounds once (an FFMA), then the promotion's FFMA: two roundings of
 // exact chunk sums, inside the FP32-summation-order bound. A tile takes two planes when any of its lines does
-// (its other lines' high planes are zeros). The producer loads a two-plane chunk's high plane as two more stages
-// (the high tile, the other operand's main tile again, the bases as staged exponents), only for output tiles whose
-// other operand's chunk has one plane; where both have two, the chunk goes block by block. On SmolLM2-135M's
+// (its other lines' high planes are zeros). The high plane holds only the MX blocks that are 4 … 7 up in some line
+// of the tile, compacted to the chunk's first slots (a mask per tile-chunk says which), so H costs as many wgmmas as
+// such blocks, against the same blocks of the other operand's main plane. The producer loads a two-plane chunk's
+// high plane as two more stages (the high tile, the other operand's main tile again, the bases as staged
+// exponents), only for output tiles whose other operand's chunk has one plane; where both have two, the chunk goes
+// block by block. On SmolLM2-135M's
 // operands (IHT, B per line) a 7-binade window leaves 0.2 % (fwd), 6.9 % (dgrad) and 0.8 % (wgrad) of the (output
 // tile, chunk) pairs outside, against 17–74 % for 3 (bench/results/analyze_model_smollm2_cpu_devbox.md; that census
 // also chains pairs where both operands need two planes). The CPU rule is adahop/int8_window.h.
