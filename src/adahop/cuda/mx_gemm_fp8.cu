@@ -618,9 +618,7 @@ __device__ __forceinline__ void issue_int8_block(int32_t (&part)[64], const MxGe
                            sw128_kmajor_descriptor(st.b + kb * kMxBlock));
     wgmma_commit();
 }
-// Block kb's sum (or, with column bases, a chunk's: kb = 0 of its first stage) times per-row × per-column factors;
-// kTwoPlanes as for promote_int8_chunk.
-template <bool kTwoPlanes>
+// Block kb's exact sum times per-row × per-column factors from the effective exponents.
 __device__ __forceinline__ void promote_int8_block(float (&acc)[64], int32_t (&part)[64], const MxGemmStage& st, int kb, int row_local,
                                                    int col_local) {
 #pragma unroll
@@ -629,10 +627,10 @@ __device__ __forceinline__ void promote_int8_block(float (&acc)[64], int32_t (&p
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const float fb0 = decode_e8m0(st.b_scale[8 * j + col_local][kb]), fb1 = decode_e8m0(st.b_scale[8 * j + col_local + 1][kb]);
-        acc[4 * j + 0] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 0]), fa0 * fb0, acc[4 * j + 0]);
-        acc[4 * j + 1] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 1]), fa0 * fb1, acc[4 * j + 1]);
-        acc[4 * j + 2] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 2]), fa1 * fb0, acc[4 * j + 2]);
-        acc[4 * j + 3] = __fmaf_rn(chunk_sum<kTwoPlanes>(part[4 * j + 3]), fa1 * fb1, acc[4 * j + 3]);
+        acc[4 * j + 0] = __fmaf_rn(exact_float(part[4 * j + 0]), fa0 * fb0, acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(exact_float(part[4 * j + 1]), fa0 * fb1, acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(exact_float(part[4 * j + 2]), fa1 * fb0, acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(exact_float(part[4 * j + 3]), fa1 * fb1, acc[4 * j + 3]);
     }
 }
 
@@ -951,7 +949,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         int32_t part0[64], part1[64];
                         stage_block_by_block(
                             part0, part1, [&](int32_t(&p)[64], int kb) { issue_int8_block(p, st, consumer, kb); },
-                            [&](int32_t(&p)[64], int kb) { promote_int8_block<false>(acc, p, st, kb, row_local, col_local); });
+                            [&](int32_t(&p)[64], int kb) { promote_int8_block(acc, p, st, kb, row_local, col_local); });
                         release_stage(&sh.empty[use % kStages], lane);
                     }
                     ++c;

@@ -98,8 +98,9 @@
 // stage's `empty` barrier and issues five asynchronous copies completing on its `full` barrier — two TMA
 // tensor copies (A 128 × 128 bytes, B 128 × 128 bytes, 128-byte swizzle, zero fill past M, N and K) and three
 // bulk copies of the stage's scale bytes (A's and B's 128 lines × 4 blocks, 512 B each, rearranged into
-// such chunks by a small pass before the kernel; folded B's 4 tile references). It never waits on a load
-// itself: v2's producer loaded the scale bytes into registers and converted them, one global-load latency per
+// such chunks by a small pass before the kernel; folded B's 4 tile references; with INT8 column bases B's 128
+// FP32 chunk factors). It waits on no load per stage (the INT8 stages read one word of chunk bits per 64 chunks
+// and tile): v2's producer loaded the scale bytes into registers and converted them, one global-load latency per
 // stage on the critical path, which bounded v2 at 0.23× BF16 (a replica of the data path without that,
 // dev/kernel_lab/tma_stream_lab.cu, streams the 8192³ tiles in 0.67 ms). Warpgroups 1 and 2 are the
 // consumers, 64 rows each: per MX block one wgmma.m64n128k32.f32.e4m3.e4m3 from shared memory (K-major
