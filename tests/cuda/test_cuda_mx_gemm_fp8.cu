@@ -391,6 +391,21 @@ void push_block(HostOperand& op, int64_t line, int64_t chunk, int binades, int64
     op.scales[size_t(line * op.blocks() + kb0 + block)] = uint8_t(highest + binades);
 }
 
+// One INT8-stage product a · bᵀ with a fresh scratch (two planes unless single_plane), its window counts checked
+// against the CPU census (adahop/int8_window.h: A per line, B per line or per tile by the fold); returns the product.
+std::vector<float> int8_product_checking_counts(const HostOperand& a, const HostOperand& b, MxGemmFold fold, bool single_plane,
+                                                const std::string& what) {
+    const bool per_line = fold == MxGemmFold::int8_stages_columns;
+    const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), a.rows, a.k, true, kInt8WindowBinades, !single_plane);
+    const Int8WindowCensus cb = int8_window_census(b.codes.data(), b.scales.data(), b.rows, b.k, per_line, kInt8WindowBinades, !single_plane);
+    MxGemmScratch scratch;
+    scratch.single_plane = single_plane;
+    std::vector<float> c = run_gemm(a, b, false, &scratch, fold);
+    EXPECT_EQ(int64_t(mx_gemm_fp8_unfolded_blocks(scratch)), ca.outside() + cb.outside()) << what;
+    EXPECT_EQ(int64_t(mx_gemm_fp8_two_plane_units(scratch)), ca.with_two_planes() + cb.with_two_planes()) << what;
+    return c;
+}
+
 // The path is decided per (output tile, chunk): chunks outside the window at the start and the end of K, next to each
 // other, between chained runs of every step length (1, 2, 4 + 1, …), and past the first 64-chunk word of bits
 // (K = 17408: 68 chunks, two words per tile), in A's tile 0 (7 chunks) and tile 1 (1) and in B's tile 1 (2), so
@@ -434,20 +449,14 @@ TEST(MxGemmFp8, Int8StagesTwoPlanes) {
         const Reference exact = cpu_reference(a, b);
         for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns})
             for (const bool single_plane : {false, true}) {
-                const bool per_line = fold == MxGemmFold::int8_stages_columns;
-                const std::string name = what + (per_line ? ", column bases" : ", tile bases") + (single_plane ? ", one plane" : "");
-                const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, a.k, true, kInt8WindowBinades, !single_plane);
-                const Int8WindowCensus cb = int8_window_census(b.codes.data(), b.scales.data(), n, b.k, per_line, kInt8WindowBinades, !single_plane);
-                MxGemmScratch scratch;
-                scratch.single_plane = single_plane;
-                EXPECT_TRUE(within_bound(run_gemm(a, b, false, &scratch, fold), exact, a.k, Bound{}, name.c_str()));
-                EXPECT_EQ(int64_t(mx_gemm_fp8_unfolded_blocks(scratch)), ca.outside() + cb.outside()) << name;
-                EXPECT_EQ(int64_t(mx_gemm_fp8_two_plane_units(scratch)), ca.with_two_planes() + cb.with_two_planes()) << name;
-                if (!single_plane && what == "A two-plane") EXPECT_EQ(ca.with_two_planes(), 2 * 8) << name;  // every A unit
+                const std::string name = what + (fold == MxGemmFold::int8_stages_columns ? ", column bases" : ", tile bases") +
+                                         (single_plane ? ", one plane" : "");
+                EXPECT_TRUE(within_bound(int8_product_checking_counts(a, b, fold, single_plane, name), exact, a.k, Bound{}, name.c_str()));
             }
     };
-    check(random_operand(m, 2048, MxElement::e2m1, Spread::int8_rows_two, 151), random_operand(n, 2048, MxElement::e2m1, Spread::int8_flat, 152),
-          "A two-plane");
+    const HostOperand a_two = random_operand(m, 2048, MxElement::e2m1, Spread::int8_rows_two, 151);
+    EXPECT_EQ(int8_window_census(a_two.codes.data(), a_two.scales.data(), m, 2048, true).with_two_planes(), 2 * 8);  // every A unit
+    check(a_two, random_operand(n, 2048, MxElement::e2m1, Spread::int8_flat, 152), "A two-plane");
     check(random_operand(m, 2048, MxElement::e2m1, Spread::int8_flat, 153), random_operand(n, 2048, MxElement::e2m1, Spread::int8_flat_two, 154),
           "B two-plane");
     check(random_operand(m, 2048, MxElement::e2m1, Spread::int8_flat_two, 155),
@@ -507,18 +516,11 @@ TEST(MxGemmFp8, Int8WindowCountsMatchTheCpuReference) {
                                 Spread::int8_rows_two, Spread::int8_flat_two}) {
         const HostOperand a = random_operand(m, k, MxElement::e2m1, spread, 131), b = random_operand(n, k, MxElement::e2m1, spread, 132);
         for (const MxGemmFold fold : {MxGemmFold::int8_stages, MxGemmFold::int8_stages_columns})
-            for (const bool single_plane : {false, true}) {
-                const bool per_line = fold == MxGemmFold::int8_stages_columns;
-                const Int8WindowCensus ca = int8_window_census(a.codes.data(), a.scales.data(), m, k, true, kInt8WindowBinades, !single_plane);
-                const Int8WindowCensus cb = int8_window_census(b.codes.data(), b.scales.data(), n, k, per_line, kInt8WindowBinades, !single_plane);
-                MxGemmScratch scratch;
-                scratch.single_plane = single_plane;
-                run_gemm(a, b, false, &scratch, fold);
-                SCOPED_TRACE("spread " + std::to_string(int(spread)) + (per_line ? ", column bases" : ", tile bases") +
-                             (single_plane ? ", one plane" : ", two planes"));
-                EXPECT_EQ(int64_t(mx_gemm_fp8_unfolded_blocks(scratch)), ca.outside() + cb.outside());
-                EXPECT_EQ(int64_t(mx_gemm_fp8_two_plane_units(scratch)), ca.with_two_planes() + cb.with_two_planes());
-            }
+            for (const bool single_plane : {false, true})
+                int8_product_checking_counts(a, b, fold, single_plane,
+                                             "spread " + std::to_string(int(spread)) +
+                                                 (fold == MxGemmFold::int8_stages_columns ? ", column bases" : ", tile bases") +
+                                                 (single_plane ? ", one plane" : ", two planes"));
     }
 }
 
